@@ -1,0 +1,60 @@
+"""The ``rawrcl`` command-line app: one click group; each command lives in its own module.
+
+Commands are imported lazily so that ``rawrcl --help`` and light commands start fast (torch is
+only imported by the commands that need it). ``python -m rawrcl.cli`` works too (for torchrun).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# command name -> "module:function" (module relative to rawrcl.cli)
+COMMANDS: dict[str, str] = {
+    "info": "info:info",
+    "simulate": "simulate:simulate",
+    "calibrate": "calibrate:calibrate",
+    "pretrain": "pretrain:pretrain",
+    "inspect": "inspect_run:inspect_run",
+    "finetune": "finetune:finetune",
+    "eval": "evaluate:evaluate",
+    "jdd": "infer:jdd",
+    "denoise": "infer:denoise",
+    "bench": "bench:bench",
+    "demo": "demo:demo",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group that imports a command's module only when the command is used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name in COMMANDS if self._load(name) is not None)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        return self._load(name)
+
+    @staticmethod
+    def _load(name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(f"rawrcl.cli.{module_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"rawrcl.cli.{module_name}":
+                return None  # command not built yet
+            raise
+        return getattr(module, attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="rawrcl")
+def main() -> None:
+    """rawrcl: RAW-first camera pipeline with Residual Contrastive Learning.
+
+    RAW values are normalised to [0, 1] after black and white level; noise parameters
+    λshot, λread are in those units (variance = λshot·x + λread).
+    """

@@ -1,0 +1,35 @@
+"""Shared CLI plumbing: user errors → one line on stderr and a non-zero exit."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+import click
+
+from rawrcl.errors import RawrclError
+
+F = TypeVar("F", bound=Callable)
+
+
+def user_errors(func: F) -> F:
+    """Decorate a click command so that :class:`RawrclError` (and I/O errors the user caused)
+    print ``rawrcl: error: <message>`` on one line and exit with status 1, never a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except RawrclError as exc:
+            click.echo(f"rawrcl: error: {exc}", err=True)
+            sys.exit(1)
+        except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
+            click.echo(f"rawrcl: error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            click.echo("rawrcl: interrupted", err=True)
+            sys.exit(130)
+
+    return wrapper  # type: ignore[return-value]
