@@ -204,3 +204,36 @@ def shift_pattern(pattern: str, dy: int, dx: int) -> str:
     p = check_pattern(pattern)
     tile = [[p[0], p[1]], [p[2], p[3]]]
     return "".join(tile[(r + dy) % 2][(c + dx) % 2] for r in range(2) for c in range(2))
+
+
+def rggb_offset(pattern: str) -> tuple[int, int]:
+    """(dy, dx) of the red sample in the 2×2 tile: RGGB (0,0), GRBG (0,1), GBRG (1,0), BGGR (1,1)."""
+    return positions(pattern)["R"]
+
+
+def align_rggb(cfa: Array, pattern: str) -> tuple[Array, tuple[int, int]]:
+    """Make a mosaic RGGB-phased by reflection-padding its top/left edge (no row is dropped).
+
+    Models see packed data in RGGB *geometry* (R top-left of each 2×2 cell) so that full-resolution
+    outputs line up with the input pixels. Reflection repeats the sample two positions away, so the
+    padded row/column has the right CFA colour.
+
+    Parameters
+    ----------
+    cfa : (..., H, W) mosaic with phase ``pattern``.
+
+    Returns
+    -------
+    (aligned, (dy, dx)) where aligned is (..., H + dy, W + dx) with phase RGGB; recover the original
+    grid with ``out[..., dy:dy + H, dx:dx + W]`` (for a ×2 JDD output too, it is at mosaic resolution).
+    """
+    dy, dx = rggb_offset(pattern)
+    if not (dy or dx):
+        return cfa, (0, 0)
+    h, w = cfa.shape[-2], cfa.shape[-1]
+    if isinstance(cfa, torch.Tensor):
+        lead = cfa.shape[:-2]
+        flat = F.pad(cfa.reshape(-1, 1, h, w), (dx, 0, dy, 0), mode="reflect")
+        return flat.reshape(*lead, h + dy, w + dx), (dy, dx)
+    widths = [(0, 0)] * (cfa.ndim - 2) + [(dy, 0), (dx, 0)]
+    return np.pad(cfa, widths, mode="reflect"), (dy, dx)

@@ -134,7 +134,9 @@ class PaperSampler:
 
     def __post_init__(self) -> None:
         if not 0 <= self.sigma_min <= self.sigma_max:
-            raise RawrclError(f"sigma range must satisfy 0 ≤ min ≤ max, got {self.sigma_min}, {self.sigma_max}")
+            raise RawrclError(
+                f"sigma range must satisfy 0 ≤ min ≤ max, got {self.sigma_min}, {self.sigma_max}"
+            )
 
     def bounds(self) -> tuple[float, float]:
         """(a, b) bounds of √λ in [0, 1] units."""
