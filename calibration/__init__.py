@@ -1,0 +1,44 @@
+"""Noise calibration: (λshot, λread) from DNG metadata, from one noisy RAW image, and from
+flat/dark frames (photon transfer); camera noise profiles; noise-level-function plots.
+
+Units everywhere: RAW values in [0, 1] after black-level subtraction and division by
+(white − black); variance = λshot·x + λread. Planes are the canonical packed planes R, G1, G2, B.
+"""
+
+from .api import METHODS, calibrate_file
+from .metadata import calibrate_metadata, convert_noise_profile, map_noise_profile, metadata_from_tags
+from .photon_transfer import calibrate_flats, photon_transfer
+from .plot import plot_nlf
+from .profiles import camera_key, load_profile, lookup_profile, profile_result, read_profile, save_profile
+from .result import UNITS, CalibrationResult, PlaneBins
+from .single_image import estimate_mosaic, estimate_packed, estimate_plane, fit_nlf
+from .synthetic import add_noise, flat_series, photo_to_mosaic, write_series_dngs
+
+__all__ = [
+    "METHODS",
+    "UNITS",
+    "CalibrationResult",
+    "PlaneBins",
+    "add_noise",
+    "calibrate_file",
+    "calibrate_flats",
+    "calibrate_metadata",
+    "camera_key",
+    "convert_noise_profile",
+    "estimate_mosaic",
+    "estimate_packed",
+    "estimate_plane",
+    "fit_nlf",
+    "flat_series",
+    "load_profile",
+    "lookup_profile",
+    "map_noise_profile",
+    "metadata_from_tags",
+    "photo_to_mosaic",
+    "photon_transfer",
+    "plot_nlf",
+    "profile_result",
+    "read_profile",
+    "save_profile",
+    "write_series_dngs",
+]

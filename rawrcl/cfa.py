@@ -63,7 +63,7 @@ def _pad_even(cfa: Array) -> Array:
     ph, pw = h % 2, w % 2
     if not (ph or pw):
         return cfa
-    if min(h, w) < 3:
+    if (ph and h < 3) or (pw and w < 3):
         raise RawrclError(f"mosaic of size {h}×{w} is too small to pack")
     if isinstance(cfa, torch.Tensor):
         lead = cfa.shape[:-2]

@@ -13,9 +13,15 @@ Contract (other modules rely on these field names and units):
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
+
+from rawrcl.cfa import PATTERNS
+from rawrcl.errors import RawrclError
 
 
 @dataclass
@@ -44,3 +50,373 @@ class RawImage:
     @property
     def width(self) -> int:
         return int(self.cfa.shape[1])
+
+
+# --------------------------------------------------------------------------------------------------
+# DNG / TIFF tag reading (tifffile): works on any TIFF-based file, CFA or not.
+
+PHOTOMETRIC_CFA = 32803
+PHOTOMETRIC_LINEAR_RAW = 34892
+_DNG_ILLUMINANT_D65 = 21
+_TAG_NAMES = {
+    271: "make",
+    272: "model",
+    33421: "cfa_repeat_pattern_dim",
+    33422: "cfa_pattern",
+    33434: "exposure_time",
+    34855: "iso",
+    50706: "dng_version",
+    50708: "unique_camera_model",
+    50713: "black_level_repeat_dim",
+    50714: "black_level",
+    50717: "white_level",
+    50721: "color_matrix_1",
+    50722: "color_matrix_2",
+    50728: "as_shot_neutral",
+    50730: "baseline_exposure",
+    50778: "calibration_illuminant_1",
+    50779: "calibration_illuminant_2",
+    51041: "noise_profile",
+}
+
+
+def _tag_value(tag) -> object:
+    """Tag value as plain Python: rationals → floats, bytes kept, strings stripped."""
+    value = tag.value
+    dtype = int(getattr(tag, "dtype", 0))
+    if dtype in (5, 10):  # RATIONAL, SRATIONAL: flattened (num, den) pairs
+        flat = list(value) if isinstance(value, (tuple, list)) else [value]
+        pairs = [(flat[i], flat[i + 1]) for i in range(0, len(flat) - 1, 2)]
+        return [n / d if d else math.nan for n, d in pairs]
+    if isinstance(value, str):
+        return value.strip("\x00 ").strip()
+    if isinstance(value, bytes) and tag.code in (33422, 50706):
+        return list(value)
+    if isinstance(value, (tuple, list)):
+        return list(value)
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "value") and isinstance(value.value, int):  # enums
+        return int(value.value)
+    return value
+
+
+def _page_tags(page) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for tag in page.tags.values():
+        name = _TAG_NAMES.get(tag.code)
+        if name is not None:
+            try:
+                out[name] = _tag_value(tag)
+            except Exception:  # a malformed tag must not hide the others
+                continue
+    return out
+
+
+def read_dng_tags(path: str | os.PathLike) -> dict:
+    """Read the DNG/TIFF tags rawrcl uses, from IFD0 and the raw (NewSubfileType 0) SubIFD.
+
+    Works on any TIFF-based file, including linear (non-CFA) DNGs and files whose pixel data is
+    missing. Values: rationals as floats, matrices as 3×3 lists, ``noise_profile`` as a list of
+    (S, O) pairs in [0, 1] units, levels in raw DN.
+
+    Returns
+    -------
+    dict with ``is_tiff`` (False, and nothing else, for a file tifffile cannot parse), ``is_dng``,
+    ``raw_ifd`` ("IFD0" or "SubIFD<n>"), ``photometric``, ``samples_per_pixel`` and ``shape`` of the
+    raw IFD, and whichever of make, model, unique_camera_model, dng_version, iso, exposure_time,
+    black_level, white_level, cfa_pattern, cfa_repeat_pattern_dim, color_matrix_1/2, baseline_exposure,
+    calibration_illuminant_1/2, as_shot_neutral, noise_profile are present (raw IFD values take
+    precedence over IFD0 ones).
+
+    Raises
+    ------
+    RawrclError if the file does not exist or cannot be opened.
+    """
+    import tifffile
+
+    p = Path(path)
+    if not p.is_file():
+        raise RawrclError(f"{p}: no such file")
+    try:
+        tif = tifffile.TiffFile(p)
+    except PermissionError as exc:
+        raise RawrclError(f"{p}: cannot open ({exc.strerror})") from exc
+    except Exception:
+        return {"is_tiff": False}
+    try:
+        with tif:
+            ifd0 = tif.pages[0]
+            out: dict = {"is_tiff": True}
+            out.update(_page_tags(ifd0))
+            exif = ifd0.tags.get(34665)
+            if exif is not None and isinstance(exif.value, dict):
+                if "ISOSpeedRatings" in exif.value and "iso" not in out:
+                    iso = exif.value["ISOSpeedRatings"]
+                    out["iso"] = iso[0] if isinstance(iso, (tuple, list)) else iso
+                if "ExposureTime" in exif.value and "exposure_time" not in out:
+                    et = exif.value["ExposureTime"]
+                    out["exposure_time"] = et[0] / et[1] if isinstance(et, (tuple, list)) else et
+            if isinstance(out.get("exposure_time"), list):
+                out["exposure_time"] = out["exposure_time"][0]
+            # the raw image: IFD0 if it is the main image, else the first SubIFD with NewSubfileType 0
+            raw_page, raw_name = ifd0, "IFD0"
+            if int(ifd0.subfiletype) != 0:
+                for i, sub in enumerate(getattr(ifd0, "pages", None) or []):
+                    if int(sub.subfiletype) == 0:
+                        raw_page, raw_name = sub, f"SubIFD{i}"
+                        break
+            if raw_page is not ifd0:
+                out.update(_page_tags(raw_page))
+            out["raw_ifd"] = raw_name
+            out["photometric"] = int(raw_page.photometric)
+            out["samples_per_pixel"] = int(raw_page.samplesperpixel)
+            out["shape"] = [int(s) for s in raw_page.shape]
+    except RawrclError:
+        raise
+    except Exception:
+        return {"is_tiff": False}
+    out["is_dng"] = "dng_version" in out
+    for key in ("color_matrix_1", "color_matrix_2"):
+        m = out.get(key)
+        if isinstance(m, list) and len(m) >= 9:
+            out[key] = [list(map(float, m[i : i + 3])) for i in (0, 3, 6)]  # first 3 camera rows
+        elif key in out:
+            del out[key]
+    if "noise_profile" in out:
+        prof = [float(v) for v in np.ravel(out["noise_profile"])]
+        out["noise_profile"] = [(prof[i], prof[i + 1]) for i in range(0, len(prof) - 1, 2)] or None
+        if out["noise_profile"] is None:
+            del out["noise_profile"]
+    for key in ("iso", "white_level", "baseline_exposure"):
+        v = out.get(key)
+        if isinstance(v, list):
+            out[key] = v[0] if v else None
+    return out
+
+
+def read_noise_profile(path: str | os.PathLike) -> list[tuple[float, float]] | None:
+    """The DNG ``NoiseProfile`` (tag 51041) of a file: list of (S, O) pairs, [0, 1] units
+    (variance = S·x + O; one pair for all planes or one per colour plane), or None if absent or the
+    file is not TIFF-based. Works on non-CFA (linear) DNGs too.
+
+    Raises :class:`RawrclError` if the file does not exist or cannot be opened.
+    """
+    return read_dng_tags(path).get("noise_profile")
+
+
+# --------------------------------------------------------------------------------------------------
+# RAW reading (rawpy/LibRaw)
+
+
+def _refuse(path: Path, reason: str) -> RawrclError:
+    return RawrclError(f"{path}: {reason}")
+
+
+def _check_dng_is_bayer(path: Path, tags: dict) -> None:
+    if not tags.get("is_dng"):
+        return
+    photometric = tags.get("photometric")
+    spp = tags.get("samples_per_pixel", 1)
+    if photometric == PHOTOMETRIC_LINEAR_RAW:
+        kind = "monochrome" if spp == 1 else f"{spp}-channel"
+        raise _refuse(
+            path, f"linear (demosaiced) {kind} DNG (PhotometricInterpretation 34892), not a Bayer CFA mosaic"
+        )
+    if photometric != PHOTOMETRIC_CFA:
+        kind = "monochrome " if spp == 1 else ""
+        raise _refuse(path, f"{kind}DNG without a CFA image (PhotometricInterpretation {photometric})")
+    dim = tags.get("cfa_repeat_pattern_dim")
+    if dim is not None and list(dim) != [2, 2]:
+        raise _refuse(path, f"CFA repeat pattern {dim[0]}×{dim[1]} (e.g. X-Trans), not a 2×2 Bayer mosaic")
+
+
+def _libraw_error(path: Path, exc: Exception) -> RawrclError:
+    import rawpy
+
+    msg = str(exc).strip("b'\" ") or type(exc).__name__
+    if isinstance(exc, rawpy.LibRawFileUnsupportedError):
+        return _refuse(path, f"not a RAW format LibRaw can read ({msg})")
+    if isinstance(exc, (rawpy.LibRawIOError, rawpy.LibRawDataError)):
+        return _refuse(path, f"unreadable or truncated RAW file (LibRaw: {msg})")
+    return _refuse(path, f"cannot read RAW file (LibRaw: {type(exc).__name__}: {msg})")
+
+
+def _positive_or_none(v) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) and f > 0 else None
+
+
+def _choose_color_matrix(tags: dict) -> np.ndarray | None:
+    """The DNG ColorMatrix calibrated for D65 if there is one, else ColorMatrix2, else 1."""
+    cands = []
+    for i in (1, 2):
+        m = tags.get(f"color_matrix_{i}")
+        if m is not None:
+            cands.append((tags.get(f"calibration_illuminant_{i}"), np.asarray(m, dtype=np.float64)))
+    for ill, m in cands:
+        if ill == _DNG_ILLUMINANT_D65:
+            return m
+    return cands[-1][1] if cands else None
+
+
+def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
+    """Read a Bayer RAW file (any format LibRaw reads: DNG, NEF, CR2, ARW, RW2, ORF, KDC, …).
+
+    Parameters
+    ----------
+    path : the RAW file.
+    clip : clip the normalised mosaic to [0, 1] (default, the :class:`RawImage` contract). With
+        False, values below the black level stay negative and values above white exceed 1 (useful
+        for noise calibration).
+
+    Returns
+    -------
+    :class:`RawImage` whose ``cfa`` is float32 (H, W) of the visible area: (raw − black[pos]) /
+    (white − black[pos]); ``pattern`` is the phase of ``cfa[0:2, 0:2]``; ``extra`` holds
+    ``raw_type``, ``color_desc``, ``flip``, ``raw_ifd`` (DNG) and ``dng`` (the DNG tags, if any).
+
+    Raises
+    ------
+    RawrclError naming the file and the reason for missing, unreadable or truncated files and for
+    anything that is not a 2×2 RGB Bayer mosaic (X-Trans, Foveon, linear/demosaiced DNG,
+    monochrome, CMYG).
+    """
+    import rawpy
+
+    from rawrcl.isp import ccm_from_xyz_to_cam
+
+    p = Path(path)
+    if not p.exists():
+        raise _refuse(p, "no such file")
+    if not p.is_file():
+        raise _refuse(p, "not a file")
+    try:
+        tags = read_dng_tags(p)
+    except RawrclError:
+        raise
+    except Exception:  # tag reading is best effort; LibRaw decides readability
+        tags = {}
+    _check_dng_is_bayer(p, tags)
+
+    try:
+        raw = rawpy.imread(str(p))
+    except rawpy.LibRawError as exc:
+        raise _libraw_error(p, exc) from None
+    except OSError as exc:
+        raise _refuse(p, f"cannot open ({exc.strerror or exc})") from None
+    with raw:
+        try:
+            if raw.raw_type != rawpy.RawType.Flat:
+                raise _refuse(p, "not a single-plane CFA mosaic (Foveon, sRAW or linear data)")
+            if raw.num_colors < 3:
+                raise _refuse(p, "monochrome sensor, not a Bayer CFA mosaic")
+            rp = raw.raw_pattern
+            if rp is None:
+                raise _refuse(p, "no CFA pattern (monochrome or demosaiced data)")
+            if rp.shape != (2, 2):
+                dims = f"{rp.shape[0]}×{rp.shape[1]}"
+                raise _refuse(p, f"CFA repeat pattern {dims} (e.g. X-Trans), not a 2×2 Bayer mosaic")
+            desc = raw.color_desc.decode("ascii", "replace")
+            colours = raw.raw_colors_visible[:2, :2].astype(int)
+            letters = "".join(desc[c] if 0 <= c < len(desc) else "?" for c in colours.ravel())
+            if letters not in PATTERNS:
+                raise _refuse(p, f"CFA {letters!r} (colours {desc!r}) is not an RGB Bayer pattern")
+            data = raw.raw_image_visible.astype(np.float32)
+            if data.ndim != 2 or min(data.shape) < 2:
+                raise _refuse(p, f"unexpected raw image shape {data.shape}")
+            bl_channel = np.asarray(raw.black_level_per_channel, dtype=np.float64)
+            black_tile = bl_channel[colours]  # (2, 2), per CFA position
+            white = float(raw.white_level)
+            cam_wb = np.asarray(raw.camera_whitebalance, dtype=np.float64)
+            libraw_xyz = np.asarray(raw.rgb_xyz_matrix, dtype=np.float64)[:3]
+            libraw_ccm = np.asarray(raw.color_matrix, dtype=np.float64)[:, :3]
+            other = raw.other
+            flip = int(raw.sizes.flip)
+        except RawrclError:
+            raise
+        except rawpy.LibRawError as exc:
+            raise _libraw_error(p, exc) from None
+    if not np.all(black_tile < white):
+        raise _refuse(p, f"black level {black_tile.ravel().tolist()} is not below white level {white}")
+
+    h, w = data.shape
+    black_full = np.tile(black_tile.astype(np.float32), ((h + 1) // 2, (w + 1) // 2))[:h, :w]
+    cfa = (data - black_full) / (np.float32(white) - black_full)
+    if clip:
+        np.clip(cfa, 0.0, 1.0, out=cfa)
+
+    # white balance (R, G, B), G = 1
+    wb = None
+    idx = {letter: desc.index(letter) for letter in "RGB" if letter in desc}
+    if len(idx) == 3 and cam_wb.size >= len(desc):
+        r, g, b = (cam_wb[idx[c]] for c in "RGB")
+        if g > 0 and r > 0 and b > 0:
+            wb = (float(r / g), 1.0, float(b / g))
+
+    xyz_to_cam = _choose_color_matrix(tags)
+    if xyz_to_cam is None and np.any(libraw_xyz != 0):
+        xyz_to_cam = libraw_xyz
+    ccm = None
+    if xyz_to_cam is not None:
+        try:
+            ccm = ccm_from_xyz_to_cam(xyz_to_cam)
+        except RawrclError:
+            ccm = None
+    if ccm is None and np.any(libraw_ccm != 0):
+        ccm = libraw_ccm
+
+    iso = _positive_or_none(getattr(other, "iso_speed", None)) or _positive_or_none(tags.get("iso"))
+    exposure = _positive_or_none(getattr(other, "shutter_speed", None)) or _positive_or_none(
+        tags.get("exposure_time")
+    )
+    extra = {"raw_type": "Flat", "color_desc": desc, "flip": flip}
+    if tags.get("is_dng"):
+        extra["raw_ifd"] = tags.get("raw_ifd")
+        extra["dng"] = {k: v for k, v in tags.items() if k not in ("is_tiff", "is_dng")}
+
+    return RawImage(
+        path=str(p),
+        cfa=cfa,
+        pattern=letters,
+        black_level=tuple(float(b) for b in black_tile.ravel()),  # type: ignore[arg-type]
+        white_level=white,
+        wb=wb,
+        ccm=ccm,
+        xyz_to_cam=xyz_to_cam,
+        make=str(tags.get("make", "") or ""),
+        model=str(tags.get("model", "") or ""),
+        iso=iso,
+        exposure_time=exposure,
+        noise_profile=tags.get("noise_profile"),
+        extra=extra,
+    )
+
+
+def raw_summary(img: RawImage) -> dict:
+    """JSON-ready metadata of a :class:`RawImage` (no pixels): path, make, model, pattern, width,
+    height, black_level (4, per 2×2 position, DN), white_level (DN), iso, exposure_time (s),
+    wb (R, G, B), xyz_to_cam (3×3), noise_profile ([[S, O], …], [0, 1] units)."""
+
+    def _mat(m):
+        return None if m is None else [[float(v) for v in row] for row in np.asarray(m)]
+
+    profile = img.noise_profile
+    return {
+        "path": img.path,
+        "make": img.make,
+        "model": img.model,
+        "pattern": img.pattern,
+        "width": img.width,
+        "height": img.height,
+        "black_level": [float(b) for b in img.black_level],
+        "white_level": float(img.white_level),
+        "iso": img.iso,
+        "exposure_time": img.exposure_time,
+        "wb": None if img.wb is None else [float(v) for v in img.wb],
+        "xyz_to_cam": _mat(img.xyz_to_cam),
+        "noise_profile": None if profile is None else [[float(s), float(o)] for s, o in profile],
+    }

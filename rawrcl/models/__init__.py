@@ -1,0 +1,34 @@
+"""Models: U-Net / DnCNN bodies with named replaceable heads, registry and checkpoints.
+
+See :mod:`rawrcl.models.registry` for the config keys and the output convention.
+"""
+
+from rawrcl.models.dncnn import DnCNNBody
+from rawrcl.models.heads import HEADS, Head, skip_map
+from rawrcl.models.registry import (
+    ARCHS,
+    RestorationModel,
+    build_model,
+    load_checkpoint,
+    model_config,
+    read_checkpoint,
+    save_checkpoint,
+    unwrap,
+)
+from rawrcl.models.unet import UNetBody
+
+__all__ = [
+    "ARCHS",
+    "HEADS",
+    "DnCNNBody",
+    "Head",
+    "RestorationModel",
+    "UNetBody",
+    "build_model",
+    "load_checkpoint",
+    "model_config",
+    "read_checkpoint",
+    "save_checkpoint",
+    "skip_map",
+    "unwrap",
+]

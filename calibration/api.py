@@ -1,0 +1,77 @@
+"""File-level calibration: one RAW file → :class:`CalibrationResult` by metadata, image or auto."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rawrcl.errors import RawrclError
+
+from .metadata import metadata_from_tags
+from .result import CalibrationResult
+from .single_image import estimate_mosaic
+
+METHODS = ("metadata", "image", "auto")
+
+
+def calibrate_file(path: str | Path, method: str = "auto", **image_kwargs) -> CalibrationResult:
+    """Noise parameters of one RAW file, [0, 1] units, per canonical plane R, G1, G2, B.
+
+    Parameters
+    ----------
+    path : a RAW file (any format ``rawrcl.raw.read_raw`` reads). ``metadata`` also accepts
+        non-CFA DNGs (only tags are read).
+    method : ``"metadata"`` — the DNG NoiseProfile (status ``no-metadata`` and no parameters when
+        absent); ``"image"`` — the single-image estimate (the metadata, if any, is attached for
+        comparison); ``"auto"`` — metadata when present, else the image estimate (then
+        ``extra["fallback"] = "no-metadata"``).
+    image_kwargs : settings for :func:`rawrcl.calibration.single_image.estimate_plane`.
+
+    Raises
+    ------
+    RawrclError for unreadable, non-Bayer (when pixels are needed), too small or saturated files.
+    """
+    from rawrcl.raw import read_dng_tags, read_raw
+
+    if method not in METHODS:
+        raise RawrclError(f"unknown calibration method {method!r}; expected one of {', '.join(METHODS)}")
+    p = Path(path)
+    if not p.exists():
+        raise RawrclError(f"{p}: no such file")
+    if not p.is_file():
+        raise RawrclError(f"{p}: not a file")
+    tags = read_dng_tags(p)
+    has_meta = bool(tags.get("noise_profile"))
+    raw = None
+    if method == "metadata" or (method == "auto" and has_meta):
+        if has_meta:
+            try:
+                raw = read_raw(p)
+            except RawrclError:
+                raw = None  # linear DNG / stripped pixels: the profile is still valid in its own units
+        meta = _meta(tags, raw, p)
+        if method == "metadata" and not has_meta and not tags.get("is_tiff"):
+            # not TIFF-based: make sure it is at least a readable RAW before saying "no metadata"
+            raw = read_raw(p)
+            meta.make, meta.model, meta.iso = raw.make or meta.make, raw.model or meta.model, raw.iso
+        if meta.iso is None and raw is not None:
+            meta.iso = raw.iso
+        return meta
+    raw = read_raw(p, clip=False)  # keep the noise below black: clipped samples are detected anyway
+    res = estimate_mosaic(raw.cfa, raw.pattern, name=str(p), **image_kwargs)
+    res.path = str(p)
+    res.iso, res.make, res.model = raw.iso, raw.make, raw.model
+    if has_meta:
+        res.metadata = _meta(tags, raw, p).per_plane
+    elif method == "auto":
+        res.extra["fallback"] = "no-metadata"
+    return res
+
+
+def _meta(tags: dict, raw, p: Path) -> CalibrationResult:
+    return metadata_from_tags(
+        tags,
+        pattern=raw.pattern if raw is not None else "RGGB",
+        black_level=None if raw is None else raw.black_level,
+        white_level=None if raw is None else raw.white_level,
+        path=str(p),
+    )

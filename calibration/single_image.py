@@ -1,0 +1,393 @@
+"""Noise level function (λshot, λread) of one noisy RAW mosaic, from the image itself.
+
+Method (in the spirit of Foi et al. 2008 and darktable's noise profiler, own implementation):
+
+1. Per packed CFA plane P (h, w), a separable high-pass ``d = (k ⊗ k) * P / Σk²`` with k the
+   4th-order finite difference [1, −4, 6, −4, 1] (``order=4``, default; ``order=2`` gives
+   Immerkær's [1, −2, 1] kernel) annihilates every signal that is locally a polynomial of degree
+   < 4 in one direction, keeps white noise with unit gain, and passes little natural-image texture
+   (its response is concentrated at the Nyquist frequency). For independent noise,
+   ``E[d²] = Σ K²ᵢⱼ · σ²(xᵢⱼ) = λshot · m + λread`` exactly, where ``m = Σ K²ᵢⱼ xᵢⱼ / ΣK²`` is the
+   K²-weighted local mean — so that weighted mean is the one used for binning.
+2. The plane is cut into non-overlapping ``block × block`` tiles; each tile gives a local mean and a
+   local noise-variance estimate ``v = mean(d²)``. Texture and edges only *add* energy to ``v``.
+3. Tiles where more than ``max_clipped`` of the samples are clipped are dropped (clipping shrinks
+   the variance near black and white). Clipped = ≥ 1, or equal to the plane's minimum/maximum when
+   that value piles up (``read_raw(clip=True)`` data, or a camera that clips at black); negative
+   values of a pedestal-preserving read (``read_raw(clip=False)``, what ``calibrate_file`` uses)
+   are genuine noise and are kept.
+4. Tiles are binned by mean (equal counts). In each bin the ``quantile``-th lowest tile variance is
+   taken (the most homogeneous tiles) and divided by the same quantile of pure-noise tiles, measured
+   by Monte Carlo for the same tile size and kernel (a fixed-seed table), which makes it unbiased for
+   Gaussian noise. A second pass normalises each tile by the first fit before taking the quantile
+   (wide bins do not bias it) and, with ``mixture=True``, corrects for the fraction π of tiles that
+   look like pure noise: if only π of the tiles are homogeneous, the q-quantile of all tiles is the
+   (q/π)-quantile of the homogeneous ones; π is identified from the ratio of two low quantiles.
+5. var = λshot · mean + λread is fitted by iteratively re-weighted non-negative least squares
+   (weights n / var², and an asymmetric Tukey biweight on robustly centred residuals — tuning 2.5
+   above the line, 4.685 below, since texture only adds variance), so λ ≥ 0. The uncertainty is a
+   bootstrap over tiles (one standard deviation).
+
+Units: the input is a mosaic in [0, 1] after black/white level; λshot in [0, 1] units, λread in
+[0, 1]² units (variance = λshot·x + λread).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+from scipy.optimize import nnls
+
+from rawrcl.cfa import CHANNELS, check_pattern, pack
+from rawrcl.errors import RawrclError
+
+from .result import CalibrationResult, PlaneBins
+
+#: Default estimator settings (tuned on CBSD68-simulated mosaics, see benchmarks/calibration.py).
+DEFAULTS = {
+    "block": 8,
+    "quantile": 0.1,
+    "min_count": 24,
+    "max_bins": 24,
+    "bootstrap": 48,
+    "max_clipped": 0.03,
+    "tile_stat": "mean",
+    "order": 4,
+    "mixture": True,
+}
+
+
+_KERNELS = {
+    2: np.array([1.0, -2.0, 1.0]),
+    4: np.array([1.0, -4.0, 6.0, -4.0, 1.0]),
+}
+
+
+def _sep_valid(p: np.ndarray, k: np.ndarray) -> np.ndarray:
+    n = k.size
+    t = sum(k[i] * p[:, i : p.shape[1] - n + 1 + i] for i in range(n))
+    return sum(k[i] * t[i : t.shape[0] - n + 1 + i] for i in range(n))
+
+
+def _detail(plane: np.ndarray, order: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """High-pass d = (k ⊗ k) * P / Σk² with k the ``order``-th finite difference (2: [1, −2, 1],
+    4: [1, −4, 6, −4, 1]; unit gain for white noise) and the K²-weighted local mean m of a (h, w)
+    plane; both (h − order, w − order) float64."""
+    if order not in _KERNELS:
+        raise RawrclError(f"difference order must be one of {sorted(_KERNELS)}, got {order}")
+    p = plane.astype(np.float64, copy=False)
+    k = _KERNELS[order]
+    norm = float(np.sum(k**2))
+    d = _sep_valid(p, k) / norm
+    m = _sep_valid(p, k**2) / norm**2
+    return d, m
+
+
+def clipped_mask(plane: np.ndarray, pileup: float = 1e-3) -> np.ndarray:
+    """Samples that are clipped: ≥ 1 (white level), or equal to the plane's minimum / maximum when
+    that value piles up (more than ``pileup`` of the samples — a black clip at 0 from
+    ``read_raw(clip=True)``, or a sensor that clips below its pedestal, or an ADC ceiling)."""
+    p = np.asarray(plane)
+    lo, hi = p.min(), p.max()
+    mask = p >= 1.0
+    if np.mean(p == lo) > pileup:
+        mask |= p <= lo
+    if np.mean(p == hi) > pileup:
+        mask |= p >= hi
+    return mask
+
+
+def _blocks(a: np.ndarray, b: int) -> np.ndarray:
+    """(H, W) → (nH·nW, b·b) non-overlapping tiles (edges cropped)."""
+    nh, nw = a.shape[0] // b, a.shape[1] // b
+    a = a[: nh * b, : nw * b]
+    return a.reshape(nh, b, nw, b).transpose(0, 2, 1, 3).reshape(nh * nw, b * b)
+
+
+def tile_statistics(
+    plane: np.ndarray, block: int = 8, tile_stat: str = "mean", order: int = 4
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-tile (mean, noise variance estimate, clipped flag) of one packed plane (h, w) in [0, 1].
+
+    Returns three 1-D arrays of length n_tiles: weighted local mean ([0, 1]), mean(d²) ([0, 1]²),
+    and the fraction of the tile's (centre) samples that are clipped (≤ 0 or ≥ 1).
+    """
+    d, m = _detail(plane, order)
+    a = order // 2
+    c = clipped_mask(plane)[a : a + d.shape[0], a : a + d.shape[1]]
+    v = (
+        _blocks(d * d, block).mean(axis=1)
+        if tile_stat == "mean"
+        else np.median(_blocks(d * d, block), axis=1)
+    )
+    mu = _blocks(m, block).mean(axis=1)
+    cl = _blocks(c, block).mean(axis=1)
+    return mu, v, cl
+
+
+@lru_cache(maxsize=32)
+def _pure_noise_tiles(block: int, tile_stat: str = "mean", order: int = 4) -> np.ndarray:
+    """Sorted tile statistics of unit-variance white Gaussian noise (fixed-seed Monte Carlo, 16384
+    tiles: quantile error < 1 %)."""
+    rng = np.random.default_rng(12345)
+    side = block * 64 + order
+    vals = [tile_statistics(rng.standard_normal((side, side)), block, tile_stat, order)[1] for _ in range(4)]
+    return np.sort(np.concatenate(vals))
+
+
+def pure_noise_quantile(block: int, quantile: float, tile_stat: str = "mean", order: int = 4) -> float:
+    """The ``quantile`` of a tile's noise statistic for unit-variance white Gaussian noise."""
+    return float(np.quantile(_pure_noise_tiles(block, tile_stat, order), quantile))
+
+
+def homogeneous_fraction(
+    r: np.ndarray, block: int, tile_stat: str = "mean", order: int = 4, p: tuple = (0.02, 0.1)
+) -> float:
+    """Fraction π of tiles that look like pure noise, from the shape of the lower tail.
+
+    ``r`` are tile statistics normalised by a noise model (any constant scale). Model: the lower tail
+    of r follows π·F(r/s) with F the pure-noise distribution; the ratio of two low quantiles of r,
+    F⁻¹(p₂/π)/F⁻¹(p₁/π), identifies π (textured tiles only populate the upper part).
+    """
+    ref = _pure_noise_tiles(block, tile_stat, order)
+    if r.size < 20:
+        return 1.0
+    ratio = np.quantile(r, p[1]) / max(np.quantile(r, p[0]), 1e-30)
+    pis = np.linspace(p[1], 1.0, 91)
+    model = np.quantile(ref, np.minimum(p[1] / pis, 1)) / np.quantile(ref, p[0] / pis)
+    # model ratio decreases as π decreases (the quantiles move to the centre); pick the closest
+    return float(pis[int(np.argmin(np.abs(model - ratio)))])
+
+
+def fit_nlf(
+    mean: np.ndarray, var: np.ndarray, count: np.ndarray, *, robust: bool = True, iters: int = 6
+) -> tuple[float, float, np.ndarray]:
+    """Fit var = λshot·mean + λread with λ ≥ 0 by iteratively re-weighted NNLS.
+
+    Parameters
+    ----------
+    mean, var, count : 1-D arrays of bin means ([0, 1]), bin variance estimates ([0, 1]²) and the
+        number of samples behind each bin (the variance of a bin estimate is taken ∝ var² / count).
+    robust : downweight bins lying far from the line (Tukey biweight on standardised, robustly
+        centred residuals; asymmetric: bins above the line are rejected sooner).
+
+    Returns
+    -------
+    (λshot, λread, weights) — the final relative weight of each bin (0 = rejected).
+    """
+    mean = np.asarray(mean, dtype=np.float64)
+    var = np.asarray(var, dtype=np.float64)
+    count = np.asarray(count, dtype=np.float64)
+    if mean.size < 2:
+        raise RawrclError("not enough signal levels to fit the noise level function")
+    a = np.stack([mean, np.ones_like(mean)], axis=1)
+    model = np.maximum(var, 1e-20)
+    rob = np.ones_like(mean)
+    coef = np.zeros(2)
+    for it in range(iters):
+        # scale the columns so the NNLS problem is well conditioned
+        w = np.sqrt(count * rob) / np.maximum(model, 1e-20)
+        aw = a * w[:, None]
+        scale = np.maximum(np.abs(aw).max(axis=0), 1e-30)
+        sol, _ = nnls(aw / scale, var * w)
+        coef = sol / scale
+        model = np.maximum(a @ coef, 1e-3 * max(float(np.median(var)), 1e-20))
+        if robust and it >= 1 and mean.size >= 4:
+            # standardised residuals, centred robustly (a contaminated fit shifts them all)
+            z = (var - model) / model * np.sqrt(count)
+            zc = z - np.median(z)
+            s = 1.4826 * np.median(np.abs(zc)) + 1e-12
+            # asymmetric: texture only adds variance, so bins above the line are cut sooner
+            tune = np.where(zc > 0, 2.5, 4.685)
+            u = zc / (tune * max(s, 1.0))
+            rob = np.where(np.abs(u) < 1, (1 - u**2) ** 2, 0.0)
+            if np.count_nonzero(rob > 0.05) < 2:
+                rob = np.ones_like(mean)
+    return float(coef[0]), float(coef[1]), rob
+
+
+def _binned(
+    mu: np.ndarray, v: np.ndarray, edges: np.ndarray, q: float, cq: float, norm: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    idx = np.clip(np.searchsorted(edges, mu, side="right") - 1, 0, len(edges) - 2)
+    means, vars_, counts = [], [], []
+    for k in range(len(edges) - 1):
+        sel = idx == k
+        n = int(sel.sum())
+        if n < 4:
+            continue
+        mk = float(mu[sel].mean())
+        if norm is None:
+            vk = float(np.quantile(v[sel], q)) / cq
+        else:
+            # normalise each tile by the current model, take the quantile, re-scale at the bin mean
+            vk = float(np.quantile(v[sel] / norm[sel], q)) / cq * float(norm[sel].mean())
+        means.append(mk)
+        vars_.append(vk)
+        counts.append(n)
+    return np.array(means), np.array(vars_), np.array(counts)
+
+
+def _fit_tiles(
+    mu: np.ndarray,
+    v: np.ndarray,
+    q: float,
+    cq: float,
+    min_count: int,
+    max_bins: int,
+    block: int,
+    tile_stat: str,
+    mixture: bool,
+    order: int = 4,
+) -> tuple[float, float, PlaneBins]:
+    n = mu.size
+    nb = int(min(max_bins, max(2, n // min_count)))
+    edges = np.quantile(mu, np.linspace(0, 1, nb + 1))
+    edges[0], edges[-1] = -np.inf, np.inf
+    edges = np.unique(edges)
+    m, var, cnt = _binned(mu, v, edges, q, cq, None)
+    ls, lr, rob = fit_nlf(m, var, cnt)
+    model = np.maximum(ls * np.maximum(mu, 0) + lr, 1e-20)
+    if ls + lr > 0:
+        if mixture:
+            pi = homogeneous_fraction(v / model, block, tile_stat, order)
+            cq = pure_noise_quantile(block, min(q / pi, 0.5), tile_stat, order)
+        m, var, cnt = _binned(mu, v, edges, q, cq, model)
+        ls, lr, rob = fit_nlf(m, var, cnt)
+    return ls, lr, PlaneBins(mean=m, var=var, count=cnt, used=rob > 0.05)
+
+
+def _plane_tiles(
+    plane: np.ndarray, block: int, tile_stat: str, max_clipped: float, min_count: int, name: str, order: int
+):
+    plane = np.asarray(plane, dtype=np.float64)
+    if plane.ndim != 2 or min(plane.shape) < 2 * block + order:
+        raise RawrclError(
+            f"{name}: plane of shape {plane.shape} is too small for a noise estimate "
+            f"(need at least {2 * block + order}×{2 * block + order} per CFA plane)"
+        )
+    mu, v, cl = tile_statistics(plane, block, tile_stat, order)
+    keep = (cl <= max_clipped) & np.isfinite(v) & np.isfinite(mu)
+    if keep.sum() < 2 * min_count:
+        frac = float((cl > max_clipped).mean())
+        if frac > 0.5:
+            raise RawrclError(
+                f"{name}: {100 * frac:.0f}% of the image is clipped (saturated or black); "
+                "no usable region for a noise estimate"
+            )
+        raise RawrclError(
+            f"{name}: too few usable regions ({int(keep.sum())} tiles of {block}×{block}) for a noise "
+            "estimate; the image is too small"
+        )
+    return mu[keep], v[keep]
+
+
+def _fit_with_bootstrap(
+    mu: np.ndarray, v: np.ndarray, settings: dict, bootstrap: int, seed: int
+) -> tuple[tuple[float, float], tuple[float, float], PlaneBins]:
+    block, quantile, tile_stat = settings["block"], settings["quantile"], settings["tile_stat"]
+    order = settings["order"]
+    cq = pure_noise_quantile(block, quantile, tile_stat, order)
+    args = (
+        quantile,
+        cq,
+        settings["min_count"],
+        settings["max_bins"],
+        block,
+        tile_stat,
+        settings["mixture"],
+        order,
+    )
+    ls, lr, bins = _fit_tiles(mu, v, *args)
+    err = (0.0, 0.0)
+    if bootstrap > 0:
+        rng = np.random.default_rng(seed)
+        draws = []
+        for _ in range(bootstrap):
+            i = rng.integers(0, mu.size, mu.size)
+            try:
+                s, r, _ = _fit_tiles(mu[i], v[i], *args)
+            except RawrclError:
+                continue
+            draws.append((s, r))
+        if len(draws) >= 2:
+            sd = np.std(np.array(draws), axis=0, ddof=1)
+            err = (float(sd[0]), float(sd[1]))
+    return (ls, lr), err, bins
+
+
+def _settings(kwargs: dict) -> dict:
+    unknown = set(kwargs) - set(DEFAULTS)
+    if unknown:
+        raise TypeError(f"unknown estimator settings: {sorted(unknown)}")
+    return {**DEFAULTS, **kwargs}
+
+
+def estimate_plane(
+    plane: np.ndarray, *, seed: int = 0, name: str = "plane", **settings
+) -> tuple[tuple[float, float], tuple[float, float], PlaneBins]:
+    """Estimate (λshot, λread) of one CFA plane (h, w) in [0, 1] (values below 0 are fine: a
+    pedestal-preserving read; clipped samples are detected and avoided).
+
+    ``settings`` override :data:`DEFAULTS` (block, quantile, min_count, max_bins, bootstrap,
+    max_clipped, tile_stat, mixture, order). Returns ``((λshot, λread), (σλshot, σλread), bins)``; the
+    uncertainty is the bootstrap standard deviation over tiles (zeros when ``bootstrap`` is 0).
+    Raises :class:`RawrclError` when the plane is too small or almost entirely clipped.
+    """
+    st = _settings(settings)
+    mu, v = _plane_tiles(
+        plane, st["block"], st["tile_stat"], st["max_clipped"], st["min_count"], name, st["order"]
+    )
+    return _fit_with_bootstrap(mu, v, st, st["bootstrap"], seed)
+
+
+def estimate_packed(packed: np.ndarray, *, name: str = "image", **settings) -> CalibrationResult:
+    """Estimate (λshot, λread) from a packed mosaic (4, h, w) [R, G1, G2, B] in [0, 1] units.
+
+    Each plane is fitted on its own (``per_plane``, ``per_plane_err``, ``bins``). The plane-average
+    scalars (``lambda_shot``, ``lambda_read``) come from a joint fit over the tiles of all four
+    planes (``pooled``; 4× the data, so a steadier lower envelope — it equals the average when the
+    planes share their parameters, as the CFA planes of one sensor do in normalised units).
+    ``settings`` override :data:`DEFAULTS`. Status ``"low-confidence"`` when the bootstrap relative
+    uncertainty of the plane-average noise std at x = 0.1 or 0.5 exceeds 25 %.
+    """
+    st = _settings(settings)
+    packed = np.asarray(packed)
+    if packed.ndim != 3 or packed.shape[0] != 4:
+        raise RawrclError(f"{name}: expected a packed mosaic (4, h, w), got shape {packed.shape}")
+    res = CalibrationResult(path=None, method="image")
+    all_mu, all_v = [], []
+    for i, c in enumerate(CHANNELS):
+        mu, v = _plane_tiles(
+            packed[i], st["block"], st["tile_stat"], st["max_clipped"], st["min_count"], name, st["order"]
+        )
+        lam, err, bins = _fit_with_bootstrap(mu, v, st, st["bootstrap"], seed=i)
+        res.per_plane[c], res.per_plane_err[c], res.bins[c] = lam, err, bins
+        all_mu.append(mu)
+        all_v.append(v)
+    lam, err, _ = _fit_with_bootstrap(
+        np.concatenate(all_mu), np.concatenate(all_v), st, st["bootstrap"], seed=4
+    )
+    res.pooled, res.pooled_err = lam, err
+    rel = []
+    for x in (0.1, 0.5):
+        var = lam[0] * x + lam[1]
+        sd_var = float(np.hypot(err[0] * x, err[1]))
+        rel.append(0.5 * sd_var / max(var, 1e-20))
+    res.extra["std_rel_uncertainty"] = {"x=0.1": float(rel[0]), "x=0.5": float(rel[1])}
+    res.extra["settings"] = st
+    if max(rel) > 0.25:
+        res.status = "low-confidence"
+    return res
+
+
+def estimate_mosaic(cfa: np.ndarray, pattern: str, *, name: str = "image", **kwargs) -> CalibrationResult:
+    """Estimate per-plane (λshot, λread) from a Bayer mosaic (H, W) in [0, 1] with phase ``pattern``.
+
+    See :func:`estimate_packed`; planes are reported in canonical order R, G1, G2, B.
+    """
+    cfa = np.asarray(cfa)
+    if cfa.ndim != 2:
+        raise RawrclError(f"{name}: expected a single-channel Bayer mosaic (H, W), got shape {cfa.shape}")
+    return estimate_packed(pack(cfa, check_pattern(pattern)), name=name, **kwargs)

@@ -1,0 +1,98 @@
+"""``rawrcl finetune CKPT --task T --clean-dir DIR --labels N --protocol linear|full --steps S --out RUN``."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rawrcl.cli.common import user_errors
+
+
+@click.command("finetune")
+@click.argument("ckpt")
+@click.option(
+    "--task", "task", required=True, help="denoise | sr | jdensr | raw-denoise | jdd | jdemsr | jddsr"
+)
+@click.option("--clean-dir", required=True, type=click.Path(), help="folder of clean photos (labels)")
+@click.option("--labels", default="10", show_default=True, help="number of labelled photos, or 'all'")
+@click.option(
+    "--protocol",
+    type=click.Choice(["linear", "full"]),
+    default="full",
+    show_default=True,
+    help="linear: freeze all but a fresh task head (paper's proxy protocol); full: all weights",
+)
+@click.option("--steps", default=400, show_default=True, type=int)
+@click.option("--out", required=True, type=click.Path(), help="run directory to create")
+@click.option("--arch", default="unet", show_default=True, help="with CKPT=scratch: unet | dncnn")
+@click.option("--width", default=None, type=int, help="with CKPT=scratch: body width")
+@click.option("--depth", default=None, type=int, help="with CKPT=scratch: body depth")
+@click.option("--seed", default=0, show_default=True, type=int, help="label choice, init and crop sampling")
+@click.option("--batch-size", default=8, show_default=True, type=int)
+@click.option("--crop", default=64, show_default=True, type=int, help="crop side in clean-photo pixels")
+@click.option("--lr", default=1e-3, show_default=True, type=float)
+@click.option("--noise", default=None, help="low | high | paper | 'λshot,λread' ([0,1] units); default paper")
+@click.option("--unprocess", is_flag=True, help="RAW tasks: unprocess photos to linear camera RGB first")
+@click.option("--device", default=None)
+@click.option("--force", is_flag=True, help="overwrite an existing run directory")
+@click.option("--json", "as_json", is_flag=True)
+@user_errors
+def finetune(
+    ckpt,
+    task,
+    clean_dir,
+    labels,
+    protocol,
+    steps,
+    out,
+    arch,
+    width,
+    depth,
+    seed,
+    batch_size,
+    crop,
+    lr,
+    noise,
+    unprocess,
+    device,
+    force,
+    as_json,
+):
+    """Fine-tune checkpoint CKPT (or 'scratch' = supervised learning from scratch, the paper's SL) on N
+    labelled photos with an L1 loss; writes RUN/checkpoints/last.pt and RUN/finetune.json."""
+    from rawrcl.errors import RawrclError
+    from rawrcl.finetune import finetune as _finetune
+
+    if labels != "all":
+        try:
+            labels = int(labels)
+        except ValueError:
+            raise RawrclError(f"--labels {labels!r}: expected an integer or 'all'") from None
+    res = _finetune(
+        ckpt,
+        task,
+        clean_dir,
+        out,
+        labels=labels,
+        protocol=protocol,
+        steps=steps,
+        arch=arch,
+        width=width,
+        depth=depth,
+        seed=seed,
+        batch_size=batch_size,
+        crop=crop,
+        lr=lr,
+        noise=noise,
+        unprocess=unprocess or None,
+        device=device,
+        force=force,
+        progress=not as_json,
+    )
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+    else:
+        click.echo(
+            f"fine-tuned {res['source']} ({res['protocol']}, {res['n_labels']} labels, {res['steps']} steps)"
+            f" → {res['checkpoint']}"
+        )

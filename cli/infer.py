@@ -1,0 +1,135 @@
+"""``rawrcl jdd`` and ``rawrcl denoise``: full-size tiled inference on camera files.
+
+The algorithm lives in :mod:`rawrcl.infer`; this module only parses options."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rawrcl.cli.common import user_errors
+
+
+def _tile_options(func):
+    opts = [
+        click.option(
+            "--tile",
+            type=int,
+            default=512,
+            show_default=True,
+            help="Tile side in model-input pixels (packed pixels for RAW: 512 covers 1024² sensor pixels).",
+        ),
+        click.option(
+            "--overlap",
+            type=int,
+            default=32,
+            show_default=True,
+            help="Pixels shared by neighbouring tiles (model-input pixels); larger = closer to whole-image.",
+        ),
+        click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N."),
+        click.option("--batch-tiles", type=int, default=4, show_default=True, help="Tiles per forward pass."),
+        click.option(
+            "--precision",
+            type=click.Choice(["auto", "fp32", "bf16", "fp16"]),
+            default="auto",
+            show_default=True,
+            help="Autocast precision; auto = bf16 on CUDA and on CPUs with native bf16, else fp32.",
+        ),
+        click.option("--force", is_flag=True, help="Overwrite existing outputs."),
+        click.option("--quiet", "-q", is_flag=True, help="No progress bars or per-file lines."),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+def _finish(result) -> None:
+    n_ok, n_bad = len(result.written), len(result.failed)
+    if n_bad:
+        click.echo(f"rawrcl: {n_ok} written, {n_bad} failed", err=True)
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
+@click.option("-o", "--out", required=True, help="Output file (single input) or folder.")
+@click.option(
+    "--model", "model_path", default=None, help="Checkpoint with head 'jdd' (default: shipped weights)."
+)
+@click.option(
+    "--render",
+    type=click.Choice(["srgb", "linear"]),
+    default="srgb",
+    show_default=True,
+    help="srgb: white balance + colour matrix + gamma; linear: camera RGB in RAW units ×65535 (16-bit).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["tiff", "png"]),
+    default=None,
+    help="tiff (16-bit) or png (8-bit sRGB / 16-bit linear); default from -o's suffix, else tiff.",
+)
+@_tile_options
+@user_errors
+def jdd(inputs, out, model_path, render, fmt, tile, overlap, device, batch_tiles, precision, force, quiet):
+    """Joint demosaicing + denoising: RAW files (files, folders, globs) → RGB on the CFA's pixel grid."""
+    from rawrcl.infer import TileOptions, run_jdd
+
+    opts = TileOptions(tile, overlap, batch_tiles, device, precision, progress=not quiet)
+    result = run_jdd(
+        inputs,
+        out,
+        model_path=model_path,
+        render=render,
+        fmt=fmt,
+        opts=opts,
+        overwrite=force,
+        progress=not quiet,
+        echo=(lambda s: None) if quiet else click.echo,
+        error=lambda s: click.echo(s, err=True),
+    )
+    _finish(result)
+
+
+@click.command()
+@click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
+@click.option("-o", "--out", required=True, help="Output file (single input) or folder.")
+@click.option(
+    "--model",
+    "model_path",
+    default=None,
+    help="Checkpoint with head 'raw' (default: shipped weights), or head 'rgb' for photos.",
+)
+@click.option(
+    "--rgb-model", "rgb_model_path", default=None, help="Checkpoint with head 'rgb' for RGB photos."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["dng", "tiff", "png"]),
+    default=None,
+    help="RAW: dng (default) or tiff (CFA in raw DN); photos: png (default) or tiff.",
+)
+@_tile_options
+@user_errors
+def denoise(
+    inputs, out, model_path, rgb_model_path, fmt, tile, overlap, device, batch_tiles, precision, force, quiet
+):
+    """Denoise RAW files → DNG (same pattern, levels and metadata), or RGB photos → photos."""
+    from rawrcl.infer import TileOptions, run_denoise
+
+    opts = TileOptions(tile, overlap, batch_tiles, device, precision, progress=not quiet)
+    result = run_denoise(
+        inputs,
+        out,
+        model_path=model_path,
+        rgb_model_path=rgb_model_path,
+        fmt=fmt,
+        opts=opts,
+        overwrite=force,
+        progress=not quiet,
+        echo=(lambda s: None) if quiet else click.echo,
+        error=lambda s: click.echo(s, err=True),
+    )
+    _finish(result)

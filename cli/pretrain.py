@@ -1,0 +1,199 @@
+"""``rawrcl pretrain``: self-supervised pre-training on a folder of RAW files (or photos)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+
+import click
+from rawrcl.cli.common import user_errors
+
+
+def _default_cache() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "rawrcl", "packed")
+
+
+@click.command("pretrain")
+@click.argument("data_dir", type=click.Path(file_okay=False))
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
+@click.option(
+    "--task",
+    type=click.Choice(["jdd", "raw-denoise", "denoise", "sr", "jdensr"]),
+    default="jdd",
+    show_default=True,
+    help="Downstream task: RAW tasks read RAW files, RGB tasks photos.",
+)
+@click.option(
+    "--method",
+    type=click.Choice(["rcl", "n2n", "n2s", "m2m", "simclr"]),
+    default="rcl",
+    show_default=True,
+    help="Pretext method (simclr trains the perceptual encoder for --encoder).",
+)
+@click.option("--distance", type=click.Choice(["emd", "bd", "mmd"]), default="emd", show_default=True)
+@click.option("--arch", type=click.Choice(["unet", "dncnn"]), default="unet", show_default=True)
+@click.option("--width", type=int, default=None, help="Body width (U-Net default 32, DnCNN 64).")
+@click.option("--depth", type=int, default=None, help="U-Net levels (default 3) / DnCNN layers (16).")
+@click.option("--steps", type=int, default=1000, show_default=True)
+@click.option("--batch-size", type=int, default=64, show_default=True, help="Pairs per step (per rank).")
+@click.option(
+    "--crop", type=int, default=128, show_default=True, help="Crop side in file pixels (CFA pixels for RAW)."
+)
+@click.option(
+    "--overlap", type=float, default=0.5, show_default=True, help="Area fraction shared by a positive pair."
+)
+@click.option(
+    "--augment/--no-augment", default=False, help="Phase-correct random flips/rot90 (off as in the paper)."
+)
+@click.option("--lr", type=float, default=1e-3, show_default=True)
+@click.option(
+    "--alpha", type=float, default=1e-3, show_default=True, help="Weight of the contrastive term (rcl)."
+)
+@click.option("--tau", type=float, default=None, help="Contrastive temperature (default of rawrcl.losses).")
+@click.option(
+    "--normalize",
+    type=click.Choice(["none", "std", "noise_level"]),
+    default="none",
+    show_default=True,
+    help="Residual normalisation before the distance (rcl; none = paper).",
+)
+@click.option(
+    "--encoder", default=None, help="Perceptual encoder for RGB rcl: auto | imagenet | none | CKPT."
+)
+@click.option("--synthetic", is_flag=True, help="RAW tasks on photos: simulate mosaic + noise.")
+@click.option(
+    "--noise",
+    default="paper",
+    show_default=True,
+    help="Synthetic noise sampler: paper | brooks | low | high | none.",
+)
+@click.option(
+    "--noise-profile",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Calibrated profile for synthetic noise.",
+)
+@click.option(
+    "--cache-dir",
+    default=None,
+    help=f"Decoded-RAW cache ('none' = memory only) [default: {_default_cache()}].",
+)
+@click.option("--device", default="auto", show_default=True)
+@click.option("--amp", type=click.Choice(["auto", "bf16", "fp16", "off"]), default="auto", show_default=True)
+@click.option("--compile/--no-compile", "compile_", default=False, help="torch.compile the model.")
+@click.option(
+    "--workers", type=int, default=None, help="DataLoader workers (default 0 on CPU, up to 8 on CUDA)."
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--log-every", type=int, default=10, show_default=True)
+@click.option("--save-every", type=int, default=100, show_default=True)
+@click.option("--resume", is_flag=True, help="Continue the run in --out from checkpoints/last.pt.")
+@click.option("--force", is_flag=True, help="Overwrite an existing run in --out.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@user_errors
+def pretrain(
+    data_dir,
+    out,
+    task,
+    method,
+    distance,
+    arch,
+    width,
+    depth,
+    steps,
+    batch_size,
+    crop,
+    overlap,
+    augment,
+    lr,
+    alpha,
+    tau,
+    normalize,
+    encoder,
+    synthetic,
+    noise,
+    noise_profile,
+    cache_dir,
+    device,
+    amp,
+    compile_,
+    workers,
+    seed,
+    log_every,
+    save_every,
+    resume,
+    force,
+    as_json,
+):
+    """Self-supervised pre-training of a U-Net/DnCNN on DATA_DIR (no clean images needed).
+
+    DATA_DIR holds RAW/DNG files for --task jdd / raw-denoise, photos for denoise / sr / jdensr. Works under
+    `torchrun --nproc_per_node N -m rawrcl.cli pretrain ...` (DDP; --batch-size is per rank).
+    """
+    from rawrcl.errors import RawrclError
+    from rawrcl.train import pretrain as run
+
+    if resume and force:
+        raise RawrclError("--resume and --force exclude each other")
+    if cache_dir is None:
+        cache_dir = _default_cache()
+    method_options: dict = {}
+    if method == "rcl":
+        method_options = {
+            "distance": distance,
+            "tau": tau,
+            "alpha": alpha,
+            "normalize": normalize,
+            "encoder": encoder,
+        }
+    data_options = {
+        "crop": crop,
+        "overlap": overlap,
+        "augment": augment,
+        "synthetic": synthetic,
+        "noise": noise,
+        "noise_profile": noise_profile,
+        "cache_dir": None if cache_dir == "none" else cache_dir,
+    }
+    trainer_options = {
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seed": seed,
+        "device": device,
+        "amp": amp,
+        "compile": compile_,
+        "num_workers": workers,
+        "log_every": log_every,
+        "save_every": save_every,
+        "resume": resume,
+        "force": force,
+    }
+    summary = run(
+        data_dir,
+        out,
+        task=task,
+        method=method,
+        arch=arch,
+        width=width,
+        depth=depth,
+        method_options=method_options,
+        data_options=data_options,
+        trainer_options=trainer_options,
+        command=shlex.join(["rawrcl", *sys.argv[1:]]),
+    )
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(
+            f"{summary['run_dir']}: steps {summary['start_step']}→{summary['steps']}, "
+            f"loss {summary['first_loss']:.4g}"
+            f" → {summary['last_loss']:.4g}, {summary['patches_per_s']:.1f} patches/s on {summary['device']}"
+            if summary["first_loss"] is not None
+            else f"{summary['run_dir']}: nothing to do (already at step {summary['steps']})"
+        )

@@ -1,0 +1,112 @@
+"""``rawrcl simulate SRC OUT``: noisy Bayer DNGs from a folder of RGB photos."""
+
+from __future__ import annotations
+
+import click
+from rawrcl.cli.common import user_errors
+
+
+@click.command("simulate")
+@click.argument("src", type=click.Path(path_type=str))
+@click.argument("out", type=click.Path(file_okay=False, path_type=str))
+@click.option(
+    "--sampler",
+    type=click.Choice(["paper", "brooks", "fixed", "low", "high"]),
+    default="paper",
+    show_default=True,
+    help="Noise-parameter sampler (λ drawn per image).",
+)
+@click.option(
+    "--sigma-range",
+    nargs=2,
+    type=float,
+    default=(0.0, 20.0),
+    show_default=True,
+    metavar="MIN MAX",
+    help="Paper sampler: noise σ range in 8-bit units (σ/255 in [0,1] units).",
+)
+@click.option("--lambda-shot", type=float, default=None, help="Fixed sampler: λshot, [0,1] units.")
+@click.option("--lambda-read", type=float, default=None, help="Fixed sampler: λread, [0,1] units.")
+@click.option(
+    "--pattern",
+    type=click.Choice(["RGGB", "BGGR", "GRBG", "GBRG"], case_sensitive=False),
+    default="RGGB",
+    show_default=True,
+    help="Bayer phase of the output mosaics.",
+)
+@click.option(
+    "--unprocess/--no-unprocess",
+    default=True,
+    show_default=True,
+    help="Invert a random camera ISP (Brooks 2019) first; off: photo values are linear camera RGB.",
+)
+@click.option("--white-level", type=int, default=16383, show_default=True, help="Sensor white level, DN.")
+@click.option("--black-level", type=int, default=512, show_default=True, help="Sensor black level, DN.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Base seed (photo i uses [seed, i]).")
+@click.option(
+    "--save-clean",
+    is_flag=True,
+    help="Also write OUT/clean/<stem>.dng (noise-free mosaic) and <stem>.tiff (linear RGB 16-bit).",
+)
+@click.option("--force", is_flag=True, help="Overwrite existing outputs (otherwise they are kept).")
+@user_errors
+def simulate(
+    src,
+    out,
+    sampler,
+    sigma_range,
+    lambda_shot,
+    lambda_read,
+    pattern,
+    unprocess,
+    white_level,
+    black_level,
+    seed,
+    save_clean,
+    force,
+) -> None:
+    """Turn the RGB photos in SRC into noisy Bayer DNGs in OUT.
+
+    Each DNG's NoiseProfile holds the (λshot, λread) used, in [0,1] units after black/white level
+    (variance = λshot·x + λread). OUT/manifest.json lists every file with its parameters.
+    """
+    from rawrcl.errors import RawrclError
+    from rawrcl.simulate import simulate_folder
+
+    if sampler != "fixed" and (lambda_shot is not None or lambda_read is not None):
+        raise RawrclError("--lambda-shot/--lambda-read need --sampler fixed")
+    report = simulate_folder(
+        src,
+        out,
+        sampler=sampler,
+        sigma_range=sigma_range,
+        lambda_shot=lambda_shot,
+        lambda_read=lambda_read,
+        pattern=pattern.upper(),
+        do_unprocess=unprocess,
+        white_level=white_level,
+        black_level=black_level,
+        seed=seed,
+        save_clean=save_clean,
+        force=force,
+        progress=None,
+    )
+    click.echo(f"wrote {len(report.written)} DNG(s) to {report.out_dir} (manifest: {report.manifest})")
+    if report.kept:
+        click.echo(
+            f"kept {len(report.kept)} existing output(s) (use --force to overwrite): "
+            + ", ".join(report.kept[:5])
+            + (" …" if len(report.kept) > 5 else "")
+        )
+    clipped = [e for e in report.written if e["clipped_low_fraction"] > 0.01]
+    if clipped:
+        click.echo(
+            f"warning: {len(clipped)} image(s) have >1% of pixels clipped at 0 DN (read noise larger "
+            "than the black level); consider a higher --black-level",
+            err=True,
+        )
+    for path, reason in report.failed:
+        click.echo(f"rawrcl: skipped {reason if reason.startswith(path) else path + ': ' + reason}", err=True)
+    if report.failed:
+        total = len(report.failed) + len(report.written) + len(report.kept)
+        raise RawrclError(f"{len(report.failed)} of {total} photo(s) failed")

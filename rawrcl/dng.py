@@ -1,0 +1,203 @@
+"""Minimal Bayer DNG writer (tifffile): :func:`write_dng`.
+
+The file is a single-IFD DNG (IFD0 holds the uncompressed 16-bit CFA image, which DNG readers such
+as LibRaw/rawpy and Adobe software accept), with the tags rawrcl needs to round-trip its data:
+CFARepeatPatternDim, CFAPattern, CFAPlaneColor, CFALayout, BlackLevelRepeatDim, BlackLevel,
+WhiteLevel, ColorMatrix1 (+ CalibrationIlluminant1 = D65), AsShotNeutral, ISOSpeedRatings,
+ExposureTime, NoiseProfile, DNGVersion, DNGBackwardVersion, UniqueCameraModel, Make, Model.
+
+Units: pixel values and levels are raw DN; ``noise_profile`` (S, O) pairs are in [0, 1] units after
+black/white level (DNG semantics: variance = S·x + O).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import tifffile
+
+from rawrcl.cfa import check_pattern
+from rawrcl.errors import RawrclError
+
+# TIFF/DNG tag codes
+NEW_SUBFILE_TYPE = 254
+MAKE = 271
+MODEL = 272
+CFA_REPEAT_PATTERN_DIM = 33421
+CFA_PATTERN = 33422
+EXPOSURE_TIME = 33434
+ISO_SPEED_RATINGS = 34855
+DNG_VERSION = 50706
+DNG_BACKWARD_VERSION = 50707
+UNIQUE_CAMERA_MODEL = 50708
+CFA_PLANE_COLOR = 50710
+CFA_LAYOUT = 50711
+BLACK_LEVEL_REPEAT_DIM = 50713
+BLACK_LEVEL = 50714
+WHITE_LEVEL = 50717
+COLOR_MATRIX_1 = 50721
+AS_SHOT_NEUTRAL = 50728
+CALIBRATION_ILLUMINANT_1 = 50778
+NOISE_PROFILE = 51041
+
+PHOTOMETRIC_CFA = 32803
+MIN_SIZE = 22  # LibRaw (like dcraw) does not read images smaller than 22×22
+_CFA_CODE = {"R": 0, "G": 1, "B": 2}
+_D65 = 21  # EXIF LightSource code
+
+
+def file_mode() -> int:
+    """Permission bits a normal ``open()`` would give a new file (0o666 minus the umask);
+    ``tempfile.mkstemp`` creates 0o600 files, which atomic writers fix with this."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _rational(values: Sequence[float], signed: bool, denominator: int = 1_000_000) -> list[int]:
+    """Flatten floats into (numerator, denominator) pairs for tifffile's RATIONAL/SRATIONAL."""
+    out: list[int] = []
+    limit = 2**31 - 1 if signed else 2**32 - 1
+    for v in values:
+        f = Fraction(float(v)).limit_denominator(denominator)
+        num, den = f.numerator, f.denominator
+        while abs(num) > limit or den > limit:  # keep within 32 bits
+            num, den = num // 2, max(den // 2, 1)
+        if not signed and num < 0:
+            raise RawrclError(f"negative value {v} for an unsigned rational DNG tag")
+        out += [int(num), int(den)]
+    return out
+
+
+def write_dng(
+    path: str | os.PathLike,
+    cfa_uint16: np.ndarray,
+    pattern: str,
+    black_level: float | Sequence[float],
+    white_level: float,
+    *,
+    wb: Sequence[float] | None = None,
+    color_matrix: np.ndarray | None = None,
+    iso: float | None = None,
+    exposure_time: float | None = None,
+    noise_profile: Sequence[tuple[float, float]] | tuple[float, float] | None = None,
+    make: str = "rawrcl",
+    model: str = "simulated",
+    unique_camera_model: str | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write a Bayer mosaic as an uncompressed DNG, atomically.
+
+    Parameters
+    ----------
+    path : output file (``.dng``).
+    cfa_uint16 : (H, W) uint16 raw DN, H, W ≥ 22 (LibRaw's minimum); other integer dtypes are
+        accepted when their values fit in uint16.
+    pattern : phase of ``cfa_uint16[0:2, 0:2]``: "RGGB" | "BGGR" | "GRBG" | "GBRG".
+    black_level : one value, or 4 values per position of the 2×2 tile (row-major), raw DN.
+    white_level : raw DN (≤ 65535).
+    wb : camera white-balance multipliers (R, G, B) applied to camera RGB; stored as
+        AsShotNeutral = 1/wb (normalised so G = 1). None: no AsShotNeutral.
+    color_matrix : (3, 3) XYZ(D65) → camera matrix, stored as ColorMatrix1 with illuminant D65.
+    iso : ISOSpeedRatings; exposure_time : seconds.
+    noise_profile : (S, O) or a list of (S, O) pairs (one per CFA colour plane), [0, 1] units.
+    make, model, unique_camera_model : identification strings (UniqueCameraModel defaults to
+        "make model").
+    overwrite : replace an existing file; otherwise raise :class:`RawrclError`.
+
+    Returns
+    -------
+    The path written.
+    """
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise RawrclError(f"{path}: already exists (use --force / overwrite=True to replace it)")
+    pattern = check_pattern(pattern)
+    cfa = np.asarray(cfa_uint16)
+    if cfa.ndim != 2 or min(cfa.shape) < MIN_SIZE:
+        raise RawrclError(
+            f"{path}: write_dng needs a (H, W) mosaic with H, W ≥ {MIN_SIZE} (LibRaw refuses smaller "
+            f"images), got shape {cfa.shape}"
+        )
+    if cfa.dtype != np.uint16:
+        if not np.issubdtype(cfa.dtype, np.integer) or cfa.min() < 0 or cfa.max() > 65535:
+            raise RawrclError(f"{path}: CFA data must be uint16 raw DN, got dtype {cfa.dtype}")
+        cfa = cfa.astype(np.uint16)
+    blacks = (
+        np.broadcast_to(np.asarray(black_level, dtype=np.float64).ravel(), (4,))
+        if np.size(black_level) in (1, 4)
+        else None
+    )
+    if blacks is None:
+        raise RawrclError(f"{path}: black_level must be one value or 4 (one per 2×2 position)")
+    white = float(white_level)
+    if not (0 < white <= 65535) or np.any(blacks < 0) or np.any(blacks >= white):
+        raise RawrclError(f"{path}: need 0 ≤ black < white ≤ 65535, got black {list(blacks)}, white {white}")
+
+    tags: list[tuple] = [
+        (CFA_REPEAT_PATTERN_DIM, "H", 2, (2, 2), True),
+        (CFA_PATTERN, "B", 4, tuple(_CFA_CODE[c] for c in pattern), True),
+        (CFA_PLANE_COLOR, "B", 3, (0, 1, 2), True),
+        (CFA_LAYOUT, "H", 1, 1, True),
+        (DNG_VERSION, "B", 4, (1, 4, 0, 0), True),
+        (DNG_BACKWARD_VERSION, "B", 4, (1, 1, 0, 0), True),
+        (UNIQUE_CAMERA_MODEL, "s", 0, unique_camera_model or f"{make} {model}".strip(), True),
+        (MAKE, "s", 0, make or "unknown", True),
+        (MODEL, "s", 0, model or "unknown", True),
+        (BLACK_LEVEL_REPEAT_DIM, "H", 2, (2, 2), True),
+        (WHITE_LEVEL, "I", 1, int(round(white)), True),
+    ]
+    if np.all(blacks == np.round(blacks)):
+        tags.append((BLACK_LEVEL, "I", 4, tuple(int(b) for b in blacks), True))
+    else:
+        tags.append((BLACK_LEVEL, "2I", 4, tuple(_rational(blacks, signed=False)), True))
+    if color_matrix is not None:
+        m = np.asarray(color_matrix, dtype=np.float64)
+        if m.shape != (3, 3) or not np.all(np.isfinite(m)):
+            raise RawrclError(f"{path}: color_matrix must be a finite 3×3 matrix, got shape {m.shape}")
+        tags.append((COLOR_MATRIX_1, "2i", 9, tuple(_rational(m.ravel(), signed=True)), True))
+        tags.append((CALIBRATION_ILLUMINANT_1, "H", 1, _D65, True))
+    if wb is not None:
+        w = np.asarray(wb, dtype=np.float64).ravel()
+        if w.shape != (3,) or np.any(~np.isfinite(w)) or np.any(w <= 0):
+            raise RawrclError(f"{path}: wb must be 3 positive multipliers (R, G, B), got {wb!r}")
+        neutral = (1.0 / w) / (1.0 / w[1])
+        tags.append((AS_SHOT_NEUTRAL, "2I", 3, tuple(_rational(neutral, signed=False)), True))
+    if iso is not None:
+        tags.append((ISO_SPEED_RATINGS, "H", 1, int(round(float(iso))), True))
+    if exposure_time is not None:
+        tags.append((EXPOSURE_TIME, "2I", 1, tuple(_rational([exposure_time], signed=False)), True))
+    if noise_profile is not None:
+        prof = np.asarray(noise_profile, dtype=np.float64).reshape(-1, 2)
+        if np.any(~np.isfinite(prof)) or np.any(prof < 0):
+            raise RawrclError(f"{path}: noise_profile values must be finite and ≥ 0, got {noise_profile!r}")
+        if prof.shape[0] not in (1, 3):
+            raise RawrclError(f"{path}: noise_profile needs 1 or 3 (S, O) pairs, got {prof.shape[0]}")
+        tags.append((NOISE_PROFILE, "d", prof.size, tuple(float(v) for v in prof.ravel()), True))
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        tifffile.imwrite(
+            tmp,
+            cfa,
+            photometric=PHOTOMETRIC_CFA,
+            subfiletype=0,
+            compression=None,
+            planarconfig=None,
+            metadata=None,
+            software="rawrcl",
+            extratags=tags,
+        )
+        os.chmod(tmp, file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

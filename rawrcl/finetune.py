@@ -1,0 +1,310 @@
+"""Few-label fine-tuning (the paper's proxy evaluation, Sec. 4) and supervised learning from scratch ("SL").
+
+- :class:`LabelledCrops`: an (input, target) dataset made by a task's ``degrade`` from N clean photos;
+  item ``i`` is a deterministic function of ``(seed, i)`` (image, RGGB-phased crop offset, noise draw).
+- :func:`select_labels`: the N labelled photos, chosen by a seeded permutation of the sorted file list.
+- :func:`prepare_model`: protocols ``linear`` (freeze everything but the head; the head is *replaced* by a
+  fresh task head: the paper's linear protocol), ``full`` (all weights train; the head is replaced only
+  when the checkpoint's head does not fit the task), and ``scratch`` (a new model from ``arch``/``width``).
+- :func:`finetune`: builds all of that and trains with the engine's ``rawrcl.train.Trainer`` and the
+  ``supervised`` (L1) method; the run dir holds ``config.json``, ``metrics.jsonl``,
+  ``checkpoints/last.pt`` and ``finetune.json`` (labels used, protocol, source checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rawrcl.errors import RawrclError
+from rawrcl.eval import load_images
+from rawrcl.methods.supervised import supervised
+from rawrcl.tasks import NoiseSpec, Task, get_task, noise_label
+
+PROTOCOLS = ("linear", "full")
+
+
+class LabelledCrops(torch.utils.data.Dataset):
+    """Random crops of labelled photos degraded by a task.
+
+    Parameters
+    ----------
+    images : ``[(name, (3, H, W) float32 [0, 1])]``.
+    task : the task whose ``degrade`` makes (input, target).
+    crop : crop size in clean-photo pixels (rounded down to a multiple of ``task.multiple``; the offsets
+        are multiples too, so packed crops stay RGGB-phased).
+    seed : key ``(i, sample_seed)`` (the engine's ``PairBatchSampler`` keys) uses photo ``i`` and
+        ``numpy.random.default_rng([seed, i, sample_seed])`` for the crop offset and the noise draw; a plain
+        int key ``k`` means ``(k % len, k)``. ``len(dataset)`` is the number of labelled photos.
+
+    Items: ``{"input": (C_in, h, w), "target": (C_out, s·h, s·w)}`` float32 tensors.
+    """
+
+    def __init__(
+        self,
+        images: Sequence[tuple[str, np.ndarray]],
+        task: Task,
+        crop: int = 64,
+        seed: int = 0,
+        noise: NoiseSpec = None,
+    ) -> None:
+        if not images:
+            raise RawrclError("fine-tuning needs at least one labelled photo")
+        self.images = [np.ascontiguousarray(a, dtype=np.float32) for _, a in images]
+        self.names = [n for n, _ in images]
+        self.task, self.seed, self.noise = task, int(seed), noise
+        m = task.multiple
+        self.crop = max(2 * m, (int(crop) // m) * m)
+        small = [n for n, a in images if min(a.shape[1:]) < self.crop]
+        if small:
+            raise RawrclError(f"photo {small[0]} is smaller than the crop size {self.crop}")
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, key: int | tuple[int, int]) -> dict:
+        if isinstance(key, tuple | list):
+            i, sseed = int(key[0]), int(key[1])
+        else:
+            i, sseed = int(key) % len(self.images), int(key)
+        rng = np.random.default_rng([self.seed, i, sseed % 2**62])
+        img = self.images[i]
+        m, c = self.task.multiple, self.crop
+        _, h, w = img.shape
+        y = int(rng.integers(0, (h - c) // m + 1)) * m
+        x = int(rng.integers(0, (w - c) // m + 1)) * m
+        inp, target = self.task.degrade(img[:, y : y + c, x : x + c], rng, self.noise)
+        return {"input": inp, "target": target}
+
+
+def select_labels(
+    images: Sequence[tuple[str, np.ndarray]], labels: int | str | None, seed: int
+) -> list[tuple[str, np.ndarray]]:
+    """The ``labels`` photos used for fine-tuning: ``permutation(seed)[:N]`` of the sorted list
+    (``None``/``"all"`` = every photo). Same seed ⇒ same photos for every method."""
+    if labels is None or labels == "all":
+        return list(images)
+    n = int(labels)
+    if n < 1:
+        raise RawrclError(f"--labels must be ≥ 1 (or 'all'), got {labels}")
+    if n > len(images):
+        raise RawrclError(f"--labels {n}: only {len(images)} photos available")
+    order = np.random.default_rng(int(seed)).permutation(len(images))[:n]
+    return [images[int(i)] for i in sorted(order)]
+
+
+def prepare_model(
+    ckpt: str | Path | torch.nn.Module,
+    task: Task,
+    protocol: str,
+    *,
+    arch: str = "unet",
+    width: int | None = None,
+    depth: int | None = None,
+    seed: int = 0,
+) -> tuple[torch.nn.Module, dict]:
+    """Model ready for fine-tuning on ``task``; returns (model, info).
+
+    ``ckpt == "scratch"`` builds a new model (``arch``, ``width``, ``depth``) with the task's head, seeded.
+    Otherwise the checkpoint (path, run dir, or module) is loaded; ``linear`` replaces its head by a fresh
+    ``task.head`` and freezes every other parameter; ``full`` keeps all weights trainable (head replaced
+    only if it does not fit the task).
+    """
+    from rawrcl.models import build_model, load_checkpoint
+
+    if protocol not in PROTOCOLS:
+        raise RawrclError(f"--protocol {protocol!r}: expected linear or full")
+    torch.manual_seed(int(seed))
+    if isinstance(ckpt, str) and ckpt == "scratch":
+        cfg = {
+            "arch": arch,
+            "in_channels": task.in_channels,
+            "head": task.head,
+            "width": width,
+            "depth": depth,
+        }
+        model = build_model({k: v for k, v in cfg.items() if v is not None})
+        info = {"source": "scratch", "protocol": "scratch", "head_replaced": False}
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return model, info
+    if isinstance(ckpt, torch.nn.Module):
+        model, src = ckpt, type(ckpt).__name__
+    else:
+        p = Path(ckpt)
+        if p.is_dir():
+            p = p / "checkpoints" / "last.pt"
+        if not p.exists():
+            raise RawrclError(
+                f"{ckpt}: no such checkpoint (use 'scratch' for supervised learning from scratch)"
+            )
+        model, _ = load_checkpoint(p)
+        src = str(ckpt)
+    in_ch = getattr(model, "config", {}).get("in_channels", task.in_channels)
+    if int(in_ch) != task.in_channels:
+        raise RawrclError(
+            f"{ckpt}: model takes {in_ch} input channels but task {task.name!r} needs {task.in_channels}"
+        )
+    current = getattr(getattr(model, "head", None), "name", None)
+    replace = protocol == "linear" or current != task.head
+    if replace:
+        model.replace_head(task.head)
+    for prm in model.parameters():
+        prm.requires_grad_(protocol == "full")
+    if protocol == "linear":
+        for prm in model.head.parameters():
+            prm.requires_grad_(True)
+    model.train()
+    return model, {"source": src, "protocol": protocol, "head_replaced": bool(replace)}
+
+
+def _prepare_out(out: str | Path, force: bool) -> Path:
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise RawrclError(f"{out}: output run directory exists and is not empty (use --force)")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _atomic_json(path: Path, obj: Any) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(obj, fh, indent=2, default=str)
+    os.replace(tmp, path)
+
+
+def finetune(
+    ckpt: str | Path | torch.nn.Module,
+    task: str | Task,
+    clean: str | Path | Sequence,
+    out: str | Path,
+    *,
+    labels: int | str | None = 10,
+    protocol: str = "full",
+    steps: int = 400,
+    arch: str = "unet",
+    width: int | None = None,
+    depth: int | None = None,
+    seed: int = 0,
+    batch_size: int = 8,
+    crop: int = 64,
+    lr: float = 1e-3,
+    noise: NoiseSpec = None,
+    unprocess: bool | None = None,
+    device: str | None = None,
+    force: bool = False,
+    progress: bool = False,
+) -> dict:
+    """Fine-tune (or train from scratch) on N labelled photos; returns a summary dict.
+
+    ``clean`` is a folder of clean photos or a list of arrays; the N labels are :func:`select_labels`
+    (``seed``). Training uses the engine's Trainer (Adam β=(0.9, 0.999), ε=1e-7, constant ``lr``) with the
+    L1 ``supervised`` method, ``steps`` steps of ``batch_size`` crops of ``crop`` clean pixels.
+
+    Returns ``{"run_dir", "checkpoint", "labels": [names], "n_labels", "protocol", "task", "source",
+    "steps", "seed", "final_loss"}``; ``finetune.json`` in the run dir holds the same.
+    """
+    t = get_task(task, unprocess=unprocess)
+    images = load_images(clean)
+    chosen = select_labels(images, labels, seed)
+    model, info = prepare_model(ckpt, t, protocol, arch=arch, width=width, depth=depth, seed=seed)
+    run_dir = _prepare_out(out, force)
+    dataset = LabelledCrops(chosen, t, crop=crop, seed=seed, noise=noise)
+    cfg = {
+        "method": "supervised",
+        "task": t.name,
+        "steps": int(steps),
+        "batch_size": int(batch_size),
+        "crop": int(dataset.crop),
+        "lr": float(lr),
+        "seed": int(seed),
+        "noise": noise_label(noise if noise is not None else t.noise) if t.noisy else "none",
+        "protocol": info["protocol"],
+        "source": info["source"],
+        "n_labels": len(chosen),
+        "model": dict(getattr(model, "config", {})),
+    }
+    if device:
+        cfg["device"] = device
+    final = _fit(model, dataset, run_dir, cfg, progress=progress)
+    summary = {
+        "run_dir": str(run_dir),
+        "checkpoint": str(run_dir / "checkpoints" / "last.pt"),
+        "labels": [n for n, _ in chosen],
+        **{k: cfg[k] for k in ("n_labels", "protocol", "task", "source", "steps", "seed", "noise")},
+        "final_loss": final,
+    }
+    _atomic_json(run_dir / "finetune.json", summary)
+    return summary
+
+
+def _fit(
+    model: torch.nn.Module, dataset: LabelledCrops, run_dir: Path, cfg: dict, progress: bool
+) -> float | None:
+    """Train with ``rawrcl.train.Trainer`` (the engine); returns the last logged loss if available."""
+    try:
+        from rawrcl.train import Trainer
+    except ImportError:
+        Trainer = None  # noqa: N806
+    if Trainer is not None:
+        tcfg = {**cfg, "progress": progress, "save_every": max(int(cfg["steps"]), 1), "keep_every": 0}
+        tcfg["log_every"] = 20
+        trainer = Trainer(model, supervised, dataset, run_dir, tcfg)
+        trainer.fit()
+        return _last_loss(run_dir)
+    return _local_fit(model, dataset, run_dir, cfg)
+
+
+def _last_loss(run_dir: Path) -> float | None:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return None
+    last = None
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "loss" in rec:
+            last = float(rec["loss"])
+    return last
+
+
+def _local_fit(model: torch.nn.Module, dataset: LabelledCrops, run_dir: Path, cfg: dict) -> float:
+    """LOCAL ADAPTER used only when ``rawrcl.train`` is missing: a plain Adam loop with the same
+    optimiser settings and run-dir layout as the engine's Trainer."""
+    from rawrcl.models import save_checkpoint
+
+    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    _atomic_json(run_dir / "config.json", cfg)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=cfg["lr"], betas=(0.9, 0.999), eps=1e-7)
+    from rawrcl.data import PairBatchSampler, make_loader
+
+    sampler = PairBatchSampler(len(dataset), cfg["batch_size"], seed=cfg["seed"], steps=cfg["steps"])
+    loader = make_loader(dataset, sampler)
+    model.train()
+    loss_v = float("nan")
+    with open(run_dir / "metrics.jsonl", "w") as log:
+        for step, batch in enumerate(loader, start=1):
+            if step > cfg["steps"]:
+                break
+            res = supervised(batch, model)
+            opt.zero_grad(set_to_none=True)
+            res["loss"].backward()
+            opt.step()
+            loss_v = float(res["loss"].detach())
+            if step % 20 == 0 or step == cfg["steps"]:
+                log.write(json.dumps({"step": step, "loss": loss_v}) + "\n")
+    save_checkpoint(run_dir / "checkpoints" / "last.pt", model, extra={"step": cfg["steps"]})
+    return loss_v

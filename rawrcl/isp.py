@@ -1,0 +1,182 @@
+"""Minimal ISP: render linear camera RGB to sRGB, and unprocess sRGB photos (Brooks et al. 2019).
+
+Colour conventions (the same as dcraw/LibRaw and the DNG specification):
+
+- ``xyz_to_cam`` is the DNG ColorMatrix: XYZ (D65) → camera RGB, (3, 3).
+- ``ccm`` is camera RGB (white-balanced) → linear sRGB, (3, 3). It is derived from ``xyz_to_cam`` by
+  :func:`ccm_from_xyz_to_cam`: cam_from_srgb = xyz_to_cam · M_sRGB→XYZ, rows normalised to sum to 1
+  (so that a white-balanced neutral stays neutral), then inverted.
+- ``wb`` are camera white-balance multipliers (R, G, B), G = 1, applied to camera RGB before ``ccm``.
+
+Images are (3, H, W) (or (..., 3, H, W)) float arrays/tensors in [0, 1]; numpy and torch alike.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import numpy as np
+import torch
+
+from rawrcl.errors import RawrclError
+
+Array = TypeVar("Array", np.ndarray, torch.Tensor)
+
+#: linear sRGB → XYZ (D65), IEC 61966-2-1.
+SRGB_TO_XYZ = np.array(
+    [
+        [0.4124564, 0.3575761, 0.1804375],
+        [0.2126729, 0.7151522, 0.0721750],
+        [0.0193339, 0.1191920, 0.9503041],
+    ]
+)
+XYZ_TO_SRGB = np.linalg.inv(SRGB_TO_XYZ)
+
+#: XYZ(D65) → camera matrices of a few real cameras (Adobe DNG ColorMatrix values, as published in
+#: dcraw's table, ×1e-4). Unprocessing mixes them randomly to obtain plausible camera responses.
+REFERENCE_XYZ_TO_CAM = (
+    np.array(
+        [
+            [[6018, -617, -965], [-8645, 15881, 2975], [-1530, 1719, 7642]],  # Canon EOS 350D
+            [[4716, 603, -830], [-7798, 15474, 2480], [-1496, 1937, 6651]],  # Canon EOS 5D Mark II
+            [[8139, -2171, -663], [-8747, 16541, 2295], [-1925, 2008, 8093]],  # Nikon D700
+            [[5271, -712, -347], [-6153, 13653, 2763], [-1601, 2366, 7242]],  # Sony ILCE-7
+        ],
+        dtype=np.float64,
+    )
+    / 10000.0
+)
+
+
+def _is_torch(x) -> bool:
+    return isinstance(x, torch.Tensor)
+
+
+def _check_rgb(x: Array, name: str) -> None:
+    if x.ndim < 3 or x.shape[-3] != 3:
+        raise RawrclError(f"{name} must have shape (..., 3, H, W), got {tuple(x.shape)}")
+
+
+def srgb_to_linear(x: Array) -> Array:
+    """Inverse sRGB transfer function (IEC 61966-2-1), elementwise; input in [0, 1] (clamped)."""
+    if _is_torch(x):
+        x = x.clamp(0, 1)
+        return torch.where(x <= 0.04045, x / 12.92, ((x + 0.055) / 1.055) ** 2.4)
+    x = np.clip(x, 0, 1)
+    return np.where(x <= 0.04045, x / 12.92, ((x + 0.055) / 1.055) ** 2.4)
+
+
+def linear_to_srgb(x: Array) -> Array:
+    """sRGB transfer function (gamma), elementwise; input linear in [0, 1] (clamped), output [0, 1]."""
+    if _is_torch(x):
+        x = x.clamp(0, 1)
+        return torch.where(x <= 0.0031308, 12.92 * x, 1.055 * x.clamp_min(1e-12) ** (1 / 2.4) - 0.055)
+    x = np.clip(x, 0, 1)
+    return np.where(x <= 0.0031308, 12.92 * x, 1.055 * np.maximum(x, 1e-12) ** (1 / 2.4) - 0.055)
+
+
+def ccm_from_xyz_to_cam(xyz_to_cam: np.ndarray) -> np.ndarray:
+    """Camera (white-balanced) → linear sRGB matrix (3, 3) from a DNG ColorMatrix (XYZ → camera)."""
+    m = np.asarray(xyz_to_cam, dtype=np.float64)
+    if m.shape != (3, 3) or not np.all(np.isfinite(m)):
+        raise RawrclError(f"colour matrix must be a finite 3×3 matrix, got shape {m.shape}")
+    cam_from_srgb = m @ SRGB_TO_XYZ
+    sums = cam_from_srgb.sum(axis=1, keepdims=True)
+    if np.any(np.abs(sums) < 1e-9):
+        raise RawrclError("colour matrix is degenerate (a row of camera-from-sRGB sums to 0)")
+    cam_from_srgb = cam_from_srgb / sums
+    try:
+        return np.linalg.inv(cam_from_srgb)
+    except np.linalg.LinAlgError as exc:
+        raise RawrclError("colour matrix is singular") from exc
+
+
+def _apply_matrix(m: np.ndarray, x: Array) -> Array:
+    """(3, 3) matrix applied to the colour axis (−3) of x (..., 3, H, W)."""
+    if _is_torch(x):
+        mt = torch.as_tensor(m, dtype=x.dtype, device=x.device)
+        return torch.einsum("ij,...jhw->...ihw", mt, x)
+    return np.einsum("ij,...jhw->...ihw", np.asarray(m, dtype=x.dtype), x)
+
+
+def _channel_scale(v, x: Array) -> Array:
+    a = np.asarray(v, dtype=np.float64).reshape(3, 1, 1)
+    if _is_torch(x):
+        return torch.as_tensor(a, dtype=x.dtype, device=x.device)
+    return a.astype(x.dtype)
+
+
+def render_srgb(
+    rgb_linear: Array,
+    wb=None,
+    ccm: np.ndarray | None = None,
+    *,
+    gain: float = 1.0,
+) -> Array:
+    """Render linear camera RGB to display sRGB: ×gain, ×wb, ccm, clip, sRGB gamma.
+
+    Parameters
+    ----------
+    rgb_linear : (..., 3, H, W) float, linear camera RGB in [0, 1] (RAW units).
+    wb : (R, G, B) camera white-balance multipliers, or None (no white balance).
+    ccm : (3, 3) camera → linear sRGB matrix (:func:`ccm_from_xyz_to_cam`), or None (identity).
+    gain : global exposure gain applied first (1 = none).
+
+    Returns
+    -------
+    (..., 3, H, W) sRGB in [0, 1], same type and dtype as the input.
+    """
+    _check_rgb(rgb_linear, "rgb_linear")
+    x = rgb_linear * gain if gain != 1.0 else rgb_linear
+    if wb is not None:
+        x = x * _channel_scale(wb, x)
+    if ccm is not None:
+        x = _apply_matrix(np.asarray(ccm, dtype=np.float64), x)
+    return linear_to_srgb(x)
+
+
+def random_camera(rng: np.random.Generator) -> dict:
+    """Random but plausible camera parameters (Brooks et al. 2019, Sec. 3):
+
+    - ``xyz_to_cam``: random convex combination of :data:`REFERENCE_XYZ_TO_CAM`;
+    - ``wb``: red gain ~ U(1.9, 2.4), blue gain ~ U(1.5, 1.9), green 1;
+    - ``gain``: global brightness gain 1/g with g ~ N(0.8, 0.1) (clamped to [0.5, 1.1]).
+
+    Returns a dict with ``xyz_to_cam`` (3, 3), ``ccm`` (3, 3) camera → sRGB, ``wb`` (3,), ``gain``.
+    """
+    weights = rng.uniform(1e-8, 1.0, size=len(REFERENCE_XYZ_TO_CAM))
+    weights /= weights.sum()
+    xyz_to_cam = np.tensordot(weights, REFERENCE_XYZ_TO_CAM, axes=1)
+    wb = np.array([rng.uniform(1.9, 2.4), 1.0, rng.uniform(1.5, 1.9)])
+    gain = 1.0 / float(np.clip(rng.normal(0.8, 0.1), 0.5, 1.1))
+    return {"xyz_to_cam": xyz_to_cam, "ccm": ccm_from_xyz_to_cam(xyz_to_cam), "wb": wb, "gain": gain}
+
+
+def unprocess(srgb: Array, rng: np.random.Generator, *, camera: dict | None = None, clip: bool = True):
+    """Invert a simple camera pipeline (Brooks et al. 2019) to synthesise linear camera RGB.
+
+    sRGB → linear (inverse gamma) → inverse CCM (sRGB → white-balanced camera RGB) → inverse white
+    balance → inverse brightness gain. Camera parameters are drawn from ``rng`` with
+    :func:`random_camera` unless ``camera`` is given.
+
+    Parameters
+    ----------
+    srgb : (..., 3, H, W) float sRGB in [0, 1] (numpy or torch).
+    rng : numpy Generator (seeded by the caller).
+    camera : optional dict as returned by :func:`random_camera`.
+    clip : clip the result to [0, 1] (out-of-gamut colours would otherwise go slightly negative).
+
+    Returns
+    -------
+    (rgb_linear_camera, meta): the linear camera RGB, same shape/type as ``srgb``, in [0, 1]
+    RAW units, and ``meta`` with ``xyz_to_cam``, ``ccm``, ``wb``, ``gain`` such that
+    ``render_srgb(rgb_linear_camera, meta["wb"], meta["ccm"], gain=meta["gain"])`` ≈ ``srgb``.
+    """
+    _check_rgb(srgb, "srgb")
+    cam = dict(camera) if camera is not None else random_camera(rng)
+    lin = srgb_to_linear(srgb)
+    balanced = _apply_matrix(np.linalg.inv(cam["ccm"]), lin)
+    raw = balanced / _channel_scale(cam["wb"], balanced) / cam["gain"]
+    if clip:
+        raw = raw.clamp(0, 1) if _is_torch(raw) else np.clip(raw, 0, 1)
+    return raw, cam

@@ -1,0 +1,78 @@
+"""Output heads: the named, replaceable "last layer" of the paper's proxy protocol (Sec. 4).
+
+| name  | input                  | output                         | scale |
+|-------|------------------------|--------------------------------|-------|
+| rgb   | features (B, F, h, w)  | RGB (B, 3, h, w)               | 1     |
+| raw   | features (B, F, h, w)  | packed RAW (B, 4, h, w)        | 1     |
+| jdd   | features of packed RAW | full-res RGB (B, 3, 2h, 2w)    | 2     |
+| sr2   | features (B, F, h, w)  | RGB (B, 3, 2h, 2w)             | 2     |
+| sr4   | features (B, F, h, w)  | RGB (B, 3, 4h, 4w)             | 4     |
+
+Every head is a single 3×3 convolution (followed by a pixel shuffle for the up-scaling heads), so
+"linear" fine-tuning trains exactly one layer.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from rawrcl.cfa import packed_to_rgb
+from rawrcl.errors import RawrclError
+
+#: head name -> (output channels, up-scaling factor)
+HEADS: dict[str, tuple[int, int]] = {
+    "rgb": (3, 1),
+    "raw": (4, 1),
+    "jdd": (3, 2),
+    "sr2": (3, 2),
+    "sr4": (3, 4),
+}
+
+
+def head_spec(name: str) -> tuple[int, int]:
+    """(output channels, scale) of a head, or :class:`RawrclError` for an unknown name."""
+    if name not in HEADS:
+        raise RawrclError(f"unknown head {name!r}; expected one of {', '.join(HEADS)}")
+    return HEADS[name]
+
+
+class Head(nn.Module):
+    """Conv 3×3 (features → out·scale² channels) + PixelShuffle(scale).
+
+    Shapes: (B, in_features, h, w) → (B, out, scale·h, scale·w).
+    """
+
+    def __init__(self, name: str, in_features: int) -> None:
+        super().__init__()
+        out, scale = head_spec(name)
+        self.name, self.out_channels, self.scale = name, out, scale
+        self.conv = nn.Conv2d(in_features, out * scale * scale, 3, padding=1)
+        self.shuffle = nn.PixelShuffle(scale) if scale > 1 else nn.Identity()
+
+    def forward(self, feats: torch.Tensor) -> torch.Tensor:
+        return self.shuffle(self.conv(feats))
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}"
+
+
+def skip_map(x: torch.Tensor, head: str) -> torch.Tensor:
+    """Fixed, parameter-free estimate of the output from the input (the residual learner's baseline).
+
+    Used by DnCNN (which predicts ``skip_map(x) − f(x)``). Identity for same-domain heads; packed RAW →
+    RGB by binning (``packed_to_rgb``); up-scaling heads use bilinear interpolation.
+
+    Shapes: (B, C_in, h, w) → (B, C_out, scale·h, scale·w) of :data:`HEADS`.
+    """
+    out, scale = head_spec(head)
+    if out == 4:
+        if x.shape[1] != 4:
+            raise RawrclError(f"head 'raw' needs packed RAW input (4 channels), got {x.shape[1]}")
+        return x
+    if x.shape[1] == 4:
+        x = packed_to_rgb(x)
+    if scale > 1:
+        x = F.interpolate(x, scale_factor=scale, mode="bilinear", align_corners=False)
+    return x

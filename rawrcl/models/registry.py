@@ -1,0 +1,210 @@
+"""Model registry: ``build_model(config)``, checkpoints that rebuild their own model.
+
+Config keys (JSON-able dict; missing keys get defaults, see :func:`model_config`):
+
+- ``arch``: ``"unet"`` | ``"dncnn"`` (or ``"encoder"``, the SimCLR encoder of
+  :mod:`rawrcl.methods.encoder`).
+- ``in_channels``: 3 (RGB) | 4 (packed RAW [R, G1, G2, B] in RGGB geometry).
+- ``head``: ``"rgb"`` | ``"raw"`` | ``"jdd"`` | ``"sr2"`` | ``"sr4"`` (see :mod:`rawrcl.models.heads`).
+- ``width``, ``depth``: body size (U-Net default 32/3; DnCNN default 64/16).
+
+Output convention: every restoration model outputs an estimate of the *clean* signal on the head's
+grid. DnCNN internally predicts the noise and returns ``skip_map(x) − noise`` (identity skip for
+same-size heads), so the paper's residual ``x − f(x)`` is the predicted noise.
+
+Checkpoint file = ``torch.save({"config": dict, "state_dict": dict, "extra": dict})``; loaded with
+``weights_only=True`` only. ``extra`` may hold tensors, numbers, strings, lists and dicts.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from rawrcl.errors import RawrclError
+from rawrcl.models.dncnn import DnCNNBody
+from rawrcl.models.heads import Head, head_spec, skip_map
+from rawrcl.models.unet import UNetBody
+
+DEFAULTS: dict[str, dict] = {
+    "unet": {"width": 32, "depth": 3},
+    "dncnn": {"width": 64, "depth": 16},
+}
+
+
+class RestorationModel(nn.Module):
+    """``body`` (features at input resolution) + named replaceable ``head``.
+
+    Shapes: (B, in_channels, h, w) → (B, C_out, s·h, s·w) with (C_out, s) given by the head
+    (:data:`rawrcl.models.heads.HEADS`). Values in the input's units ([0, 1]).
+    """
+
+    def __init__(self, config: dict) -> None:
+        super().__init__()
+        cfg = model_config(config)
+        self.config = cfg
+        if cfg["arch"] == "unet":
+            self.body = UNetBody(cfg["in_channels"], cfg["width"], cfg["depth"])
+        else:
+            self.body = DnCNNBody(cfg["in_channels"], cfg["width"], cfg["depth"])
+        self.residual = cfg["arch"] == "dncnn"
+        self.head = Head(cfg["head"], self.body.out_channels)
+
+    @property
+    def head_name(self) -> str:
+        return self.head.name
+
+    @property
+    def scale(self) -> int:
+        return self.head.scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.head(self.body(x))
+        if self.residual:
+            out = skip_map(x, self.head.name).to(out.dtype) - out
+        return out
+
+    def replace_head(self, name: str | None = None) -> nn.Module:
+        """Install a freshly initialised head ``name`` (default: the current head's name).
+
+        Updates ``self.config["head"]``; returns the new head (on the body's device/dtype).
+        """
+        name = name or self.head.name
+        head_spec(name)
+        if name == "raw" and self.config["in_channels"] != 4 and self.residual:
+            raise RawrclError("a DnCNN 'raw' head needs packed RAW input")
+        p = next(self.body.parameters())
+        self.head = Head(name, self.body.out_channels).to(device=p.device, dtype=p.dtype)
+        self.config = {**self.config, "head": name}
+        return self.head
+
+    def freeze_body(self, frozen: bool = True) -> None:
+        """Freeze (or unfreeze) every body parameter: the proxy protocol's linear fine-tuning."""
+        for p in self.body.parameters():
+            p.requires_grad_(not frozen)
+
+
+#: arch name -> builder(config) ; other modules may register more (e.g. the SimCLR encoder).
+ARCHS: dict[str, Callable[[dict], nn.Module]] = {
+    "unet": RestorationModel,
+    "dncnn": RestorationModel,
+}
+
+
+def model_config(config: dict) -> dict:
+    """Fill defaults and validate a model config; returns a new JSON-able dict."""
+    cfg = dict(config)
+    arch = cfg.setdefault("arch", "unet")
+    if arch not in ARCHS:
+        _lazy_archs()
+    if arch not in ARCHS:
+        raise RawrclError(f"unknown arch {arch!r}; expected one of {', '.join(sorted(ARCHS))}")
+    if arch in DEFAULTS:
+        for k, v in DEFAULTS[arch].items():
+            if cfg.get(k) is None:
+                cfg[k] = v
+        cfg.setdefault("in_channels", 4)
+        cfg.setdefault("head", "jdd" if cfg["in_channels"] == 4 else "rgb")
+        if cfg["in_channels"] not in (3, 4):
+            raise RawrclError(f"in_channels must be 3 (RGB) or 4 (packed RAW), got {cfg['in_channels']}")
+        head_spec(cfg["head"])
+        if cfg["head"] in ("raw", "jdd") and cfg["in_channels"] != 4:
+            raise RawrclError(f"head {cfg['head']!r} needs packed RAW input (in_channels=4)")
+        cfg["width"], cfg["depth"], cfg["in_channels"] = (
+            int(cfg["width"]),
+            int(cfg["depth"]),
+            int(cfg["in_channels"]),
+        )
+    return cfg
+
+
+def _lazy_archs() -> None:
+    try:
+        import rawrcl.methods.encoder  # noqa: F401  (registers "encoder")
+    except ImportError:
+        pass
+
+
+def build_model(config: dict) -> nn.Module:
+    """Build a model from its config dict (see module docstring). Random init from torch's global RNG."""
+    cfg = model_config(config)
+    return ARCHS[cfg["arch"]](cfg)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The bare module behind DistributedDataParallel / torch.compile wrappers."""
+    while True:
+        if hasattr(model, "module") and isinstance(model.module, nn.Module):
+            model = model.module
+        elif hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        else:
+            return model
+
+
+def atomic_torch_save(obj, path: str | os.PathLike) -> None:
+    """``torch.save`` to a temporary file in the target directory, then ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(obj, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_checkpoint(
+    path: str | os.PathLike, model: nn.Module, config: dict | None = None, extra: dict | None = None
+) -> None:
+    """Write ``{"config", "state_dict", "extra"}`` atomically.
+
+    ``config`` defaults to ``model.config``; the head actually installed wins over a stale config.
+    """
+    bare = unwrap(model)
+    cfg = dict(config if config is not None else getattr(bare, "config", {}))
+    if hasattr(bare, "config"):
+        cfg = {**cfg, **bare.config}
+    state = {k: v.detach().cpu() for k, v in bare.state_dict().items()}
+    atomic_torch_save({"config": cfg, "state_dict": state, "extra": extra or {}}, path)
+
+
+def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
+    """Load the raw checkpoint dict (weights_only=True); :class:`RawrclError` if unreadable."""
+    path = Path(path)
+    if not path.is_file():
+        raise RawrclError(f"{path}: checkpoint not found")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file for the user
+        raise RawrclError(f"{path}: not a readable rawrcl checkpoint ({type(exc).__name__}: {exc})") from None
+    if not isinstance(ckpt, dict) or "config" not in ckpt or "state_dict" not in ckpt:
+        raise RawrclError(f"{path}: not a rawrcl checkpoint (needs 'config' and 'state_dict')")
+    return ckpt
+
+
+def load_checkpoint(
+    path: str | os.PathLike, map_location: str | torch.device = "cpu"
+) -> tuple[nn.Module, dict]:
+    """Rebuild the model stored in ``path`` and load its weights. Returns (model in eval mode, config)."""
+    ckpt = read_checkpoint(path, map_location)
+    cfg = dict(ckpt["config"])
+    model = build_model(cfg)
+    try:
+        model.load_state_dict(ckpt["state_dict"])
+    except RuntimeError as exc:
+        raise RawrclError(
+            f"{path}: weights do not match the stored config ({str(exc).splitlines()[0]})"
+        ) from None
+    model.eval()
+    return model, cfg

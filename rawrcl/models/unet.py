@@ -1,0 +1,80 @@
+"""U-Net body (Ronneberger et al. 2015), the paper's backbone (Sec. 4, "Implementation").
+
+The body maps (B, C_in, H, W) to features (B, width, H, W) at the input resolution; a separate head
+(:mod:`rawrcl.models.heads`) turns them into the prediction. Any H, W work: the input is reflection-padded
+to a multiple of 2**depth internally and the features are cropped back.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def _block(cin: int, cout: int) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, 3, padding=1),
+        nn.LeakyReLU(0.2, inplace=True),
+        nn.Conv2d(cout, cout, 3, padding=1),
+        nn.LeakyReLU(0.2, inplace=True),
+    )
+
+
+def pad_to_multiple(x: torch.Tensor, multiple: int) -> tuple[torch.Tensor, tuple[int, int]]:
+    """Reflection-pad (B, C, H, W) on the bottom/right to multiples of ``multiple``.
+
+    Returns (padded, (H, W)) with the original size. Falls back to replicate padding when the input is
+    too small for reflection.
+    """
+    h, w = x.shape[-2:]
+    ph, pw = (-h) % multiple, (-w) % multiple
+    if ph or pw:
+        mode = "reflect" if (ph < h and pw < w) else "replicate"
+        x = F.pad(x, (0, pw, 0, ph), mode=mode)
+    return x, (h, w)
+
+
+class UNetBody(nn.Module):
+    """Encoder–decoder with skip connections.
+
+    Parameters
+    ----------
+    in_channels : 3 (RGB) or 4 (packed RAW [R, G1, G2, B], RGGB geometry).
+    width : channels of the first level (doubled at each level down, capped at 8×width).
+    depth : number of 2× down-samplings (the input is padded to a multiple of 2**depth).
+
+    Shapes: (B, in_channels, H, W) → (B, width, H, W), same dtype.
+    """
+
+    def __init__(self, in_channels: int = 4, width: int = 32, depth: int = 3) -> None:
+        super().__init__()
+        if depth < 1 or width < 1:
+            raise ValueError("U-Net needs depth ≥ 1 and width ≥ 1")
+        self.in_channels, self.width, self.depth = in_channels, width, depth
+        chans = [min(width * 2**i, width * 8) for i in range(depth + 1)]
+        self.down = nn.ModuleList()
+        cin = in_channels
+        for c in chans[:-1]:
+            self.down.append(_block(cin, c))
+            cin = c
+        self.bottom = _block(chans[-2], chans[-1])
+        self.up = nn.ModuleList()
+        self.dec = nn.ModuleList()
+        for i in range(depth - 1, -1, -1):
+            self.up.append(nn.ConvTranspose2d(chans[i + 1], chans[i], 2, stride=2))
+            self.dec.append(_block(2 * chans[i], chans[i]))
+        self.out_channels = width
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x, (h, w) = pad_to_multiple(x, 2**self.depth)
+        skips = []
+        for blk in self.down:
+            x = blk(x)
+            skips.append(x)
+            x = F.max_pool2d(x, 2)
+        x = self.bottom(x)
+        for up, dec in zip(self.up, self.dec, strict=True):
+            x = up(x)
+            x = dec(torch.cat([x, skips.pop()], dim=1))
+        return x[..., :h, :w]

@@ -1,0 +1,353 @@
+"""Synthesise noisy Bayer DNGs from RGB photos (the library behind ``rawrcl simulate``).
+
+Pipeline per photo: sRGB (8/16-bit) → optional unprocess (Brooks et al. 2019, random seeded camera:
+colour matrix, white balance, brightness) → linear camera RGB in [0, 1] → Bayer mosaic with the
+requested phase → quantised clean mosaic in DN → noise n ~ N(0, λshot·x + λread) with λ drawn per
+image by a sampler ([0, 1] units, x the clean value after black/white level) → DN, clipped to
+[0, white level] like a real ADC → uint16 DNG whose NoiseProfile is (λshot, λread).
+
+Quantisation: DN = round(black + x·(white − black)); rounding adds a variance of 1/12 DN², i.e.
+1/(12·(white − black)²) ≈ 3.3e-10 in [0, 1] units for the defaults (white 16383, black 512) — negligible
+beside any λread above ~1e-7 (8-bit σ ≳ 0.1). The clean reference is the quantised clean mosaic
+itself, so noisy − clean carries exactly one rounding.
+
+Clipping: values are clipped to [0, white] DN. With a large λread (the paper sampler's σ up to 20/255)
+the noise around black can reach below 0 DN when the black level is 512; the manifest records the
+clipped fractions so users can raise ``--black-level`` if that matters.
+
+Reproducibility: image ``i`` (in sorted file order) uses ``numpy.random.SeedSequence([seed, i])``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rawrcl.cfa import check_pattern, mosaic
+from rawrcl.dng import MIN_SIZE, file_mode, write_dng
+from rawrcl.errors import RawrclError
+from rawrcl.isp import XYZ_TO_SRGB, unprocess
+from rawrcl.noise import NoiseModel, Sampler, make_sampler
+
+PHOTO_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp")
+MANIFEST = "manifest.json"
+
+
+def list_photos(src: str | os.PathLike) -> list[Path]:
+    """Photos in ``src`` (a folder, non-recursive, sorted by name; or a single photo file).
+
+    Raises :class:`RawrclError` if ``src`` does not exist or holds no photo.
+    """
+    p = Path(src)
+    if not p.exists():
+        raise RawrclError(f"{p}: no such file or folder")
+    if p.is_file():
+        if p.suffix.lower() not in PHOTO_EXTENSIONS:
+            raise RawrclError(f"{p}: not a photo (expected one of {', '.join(PHOTO_EXTENSIONS)})")
+        return [p]
+    files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in PHOTO_EXTENSIONS)
+    files = [f for f in files if not f.name.startswith(".")]
+    if not files:
+        raise RawrclError(f"{p}: no photos found (looked for {', '.join(PHOTO_EXTENSIONS)})")
+    return files
+
+
+def read_photo(path: str | os.PathLike) -> np.ndarray:
+    """Read an RGB photo as float32 (3, H, W) in [0, 1] (8- and 16-bit PNG/JPEG/TIFF/…).
+
+    Grey images are replicated to 3 channels, alpha is dropped. Raises :class:`RawrclError` if the
+    file cannot be decoded.
+    """
+    import cv2
+
+    p = Path(path)
+    img = cv2.imread(str(p), cv2.IMREAD_UNCHANGED)
+    if img is None or img.size == 0:
+        raise RawrclError(f"{p}: cannot decode the image (unreadable, truncated or not a photo)")
+    if img.ndim == 2:
+        img = np.repeat(img[..., None], 3, axis=2)
+    elif img.shape[2] == 1:
+        img = np.repeat(img, 3, axis=2)
+    else:
+        img = img[..., :3][..., ::-1]  # BGR(A) → RGB
+    if np.issubdtype(img.dtype, np.integer):
+        x = img.astype(np.float32) / float(np.iinfo(img.dtype).max)
+    else:
+        x = np.clip(img.astype(np.float32), 0.0, 1.0)
+    if min(x.shape[:2]) < MIN_SIZE:
+        raise RawrclError(
+            f"{p}: image of size {x.shape[0]}×{x.shape[1]} is too small (min {MIN_SIZE}×{MIN_SIZE})"
+        )
+    return np.ascontiguousarray(x.transpose(2, 0, 1))
+
+
+def identity_camera() -> dict:
+    """Camera parameters used with ``unprocess=False``: camera RGB = linear sRGB, no white balance."""
+    return {"xyz_to_cam": XYZ_TO_SRGB.copy(), "ccm": np.eye(3), "wb": np.ones(3), "gain": 1.0}
+
+
+def simulate_image(
+    srgb: np.ndarray,
+    rng: np.random.Generator,
+    sampler: Sampler,
+    *,
+    pattern: str = "RGGB",
+    do_unprocess: bool = True,
+    white_level: int = 16383,
+    black_level: int = 512,
+) -> dict:
+    """Simulate one noisy Bayer capture of a photo.
+
+    Parameters
+    ----------
+    srgb : (3, H, W) float in [0, 1]; display sRGB if ``do_unprocess``, else taken as linear camera RGB.
+    rng : seeded generator; draws, in order, the camera (if unprocessing), λ, and the noise.
+    sampler : noise-parameter sampler (``rawrcl.noise``), [0, 1] units.
+    pattern : Bayer phase of the output mosaic.
+    white_level, black_level : DN of the simulated sensor (integers, black < white ≤ 65535).
+
+    Returns
+    -------
+    dict with ``noisy`` and ``clean`` (H, W) uint16 DN mosaics, ``linear`` (3, H, W) float32 linear
+    camera RGB in [0, 1], ``noise`` (:class:`NoiseModel`, [0, 1] units), ``camera`` (xyz_to_cam,
+    ccm, wb, gain), ``clipped_low`` / ``clipped_high`` (fractions of pixels clipped at 0 / white).
+    """
+    pattern = check_pattern(pattern)
+    white, black = int(white_level), int(black_level)
+    if not 0 <= black < white <= 65535:
+        raise RawrclError(f"need 0 ≤ --black-level < --white-level ≤ 65535, got {black}, {white}")
+    if do_unprocess:
+        linear, camera = unprocess(srgb.astype(np.float64), rng)
+    else:
+        linear, camera = np.clip(srgb.astype(np.float64), 0, 1), identity_camera()
+    linear = linear.astype(np.float32)
+    scale = float(white - black)
+    cfa = mosaic(linear, pattern)[0].astype(np.float64)  # (H, W) in [0, 1]
+    clean_dn = np.clip(np.rint(black + cfa * scale), 0, white)
+    clean01 = (clean_dn - black) / scale  # the exact clean signal in the DNG
+    noise = sampler(rng)
+    gen = torch.Generator().manual_seed(int(rng.integers(0, 2**63 - 1)))
+    noisy01 = noise.sample(torch.from_numpy(clean01)[None], generator=gen)[0].numpy()
+    noisy_dn = np.rint(black + noisy01 * scale)
+    low, high = float(np.mean(noisy_dn < 0)), float(np.mean(noisy_dn > white))
+    noisy_dn = np.clip(noisy_dn, 0, white)
+    return {
+        "noisy": noisy_dn.astype(np.uint16),
+        "clean": clean_dn.astype(np.uint16),
+        "linear": linear,
+        "noise": noise,
+        "camera": camera,
+        "clipped_low": low,
+        "clipped_high": high,
+    }
+
+
+@dataclass
+class SimulateReport:
+    """What :func:`simulate_folder` did: written entries, kept (existing) outputs, failures."""
+
+    out_dir: Path
+    written: list[dict] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def manifest(self) -> Path:
+        return self.out_dir / MANIFEST
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _write_tiff16(path: Path, rgb01: np.ndarray) -> None:
+    import tifffile
+
+    img = np.rint(np.clip(rgb01, 0, 1) * 65535).astype(np.uint16).transpose(1, 2, 0)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        tifffile.imwrite(tmp, img, photometric="rgb", metadata=None, software="rawrcl")
+        os.chmod(tmp, file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _load_manifest(path: Path) -> dict[str, dict]:
+    try:
+        data = json.loads(path.read_text())
+        return {e["source"]: e for e in data.get("files", []) if isinstance(e, dict) and "source" in e}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def simulate_folder(
+    src: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    sampler: str = "paper",
+    sigma_range: tuple[float, float] = (0.0, 20.0),
+    lambda_shot: float | None = None,
+    lambda_read: float | None = None,
+    pattern: str = "RGGB",
+    do_unprocess: bool = True,
+    white_level: int = 16383,
+    black_level: int = 512,
+    seed: int = 0,
+    save_clean: bool = False,
+    force: bool = False,
+    progress: bool | None = None,
+) -> SimulateReport:
+    """Turn a folder of RGB photos into noisy Bayer DNGs ``OUT/<stem>.dng``.
+
+    Parameters
+    ----------
+    src : folder of photos (or one photo); see :data:`PHOTO_EXTENSIONS`.
+    out : output folder (created). With ``save_clean`` the ground truth goes to ``OUT/clean/``:
+        ``<stem>.dng`` (noise-free mosaic, same metadata) and ``<stem>.tiff`` (noise-free linear
+        camera RGB, 16-bit, full size), so that OUT itself holds only noisy DNGs.
+    sampler : "paper" (σ range in 8-bit units), "brooks", "fixed" (needs λshot, λread in [0, 1]
+        units), or a preset name ("low", "high").
+    pattern, do_unprocess, white_level, black_level : see :func:`simulate_image`.
+    seed : base seed; photo ``i`` uses ``SeedSequence([seed, i])``.
+    force : overwrite existing outputs; otherwise photos whose outputs exist are kept and reported.
+    progress : tqdm progress bar (None: only on a terminal).
+
+    Returns
+    -------
+    :class:`SimulateReport`. ``OUT/manifest.json`` lists every output with its parameters
+    (λ in [0, 1] units). Unreadable photos are skipped and listed in ``report.failed``.
+    """
+    from tqdm import tqdm
+
+    pattern = check_pattern(pattern)
+    if not 0 <= int(black_level) < int(white_level) <= 65535:
+        raise RawrclError(f"need 0 ≤ --black-level < --white-level ≤ 65535, got {black_level}, {white_level}")
+    noise_sampler = make_sampler(
+        sampler, sigma_range=tuple(sigma_range), lambda_shot=lambda_shot, lambda_read=lambda_read
+    )
+    photos = list_photos(src)
+    out_dir = Path(out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise RawrclError(f"{out_dir}: exists and is not a folder")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    clean_dir = out_dir / "clean"
+    if save_clean:
+        clean_dir.mkdir(exist_ok=True)
+
+    report = SimulateReport(out_dir=out_dir)
+    previous = _load_manifest(out_dir / MANIFEST)
+    entries: dict[str, dict] = {}
+    stems: dict[str, str] = {}
+    settings = {
+        "sampler": sampler,
+        "sigma_range_8bit": list(map(float, sigma_range)) if sampler == "paper" else None,
+        "pattern": pattern,
+        "unprocess": bool(do_unprocess),
+        "white_level": int(white_level),
+        "black_level": int(black_level),
+        "seed": int(seed),
+        "save_clean": bool(save_clean),
+    }
+    disable = None if progress is None else not progress
+    for index, photo in enumerate(tqdm(photos, desc="simulate", unit="photo", disable=disable)):
+        stem = photo.stem
+        if stem in stems:
+            report.failed.append((str(photo), f"output name {stem}.dng already used by {stems[stem]}"))
+            continue
+        stems[stem] = photo.name
+        dng_path = out_dir / f"{stem}.dng"
+        outputs = [dng_path]
+        if save_clean:
+            outputs += [clean_dir / f"{stem}.dng", clean_dir / f"{stem}.tiff"]
+        existing = [o for o in outputs if o.exists()]
+        if existing and not force:
+            report.kept.append(str(existing[0]))
+            if photo.name in previous:
+                entries[photo.name] = previous[photo.name]
+            continue
+        try:
+            srgb = read_photo(photo)
+            rng = np.random.default_rng(np.random.SeedSequence([int(seed), index]))
+            res = simulate_image(
+                srgb,
+                rng,
+                noise_sampler,
+                pattern=pattern,
+                do_unprocess=do_unprocess,
+                white_level=white_level,
+                black_level=black_level,
+            )
+        except RawrclError as exc:
+            report.failed.append((str(photo), str(exc)))
+            continue
+        noise: NoiseModel = res["noise"]
+        cam = res["camera"]
+        ls, lr = float(noise.lambda_shot), float(noise.lambda_read)
+        common = dict(
+            pattern=pattern,
+            black_level=int(black_level),
+            white_level=int(white_level),
+            wb=cam["wb"],
+            color_matrix=cam["xyz_to_cam"],
+            noise_profile=(ls, lr),
+            make="rawrcl",
+            model="simulate",
+            overwrite=True,
+        )
+        write_dng(dng_path, res["noisy"], **common)
+        entry = {
+            "source": photo.name,
+            "index": index,
+            "seed": [int(seed), index],
+            "dng": dng_path.name,
+            "height": int(res["noisy"].shape[0]),
+            "width": int(res["noisy"].shape[1]),
+            "pattern": pattern,
+            "lambda_shot": ls,
+            "lambda_read": lr,
+            "noise_profile": [[ls, lr]],
+            "quantisation_variance": 1.0 / (12.0 * (int(white_level) - int(black_level)) ** 2),
+            "clipped_low_fraction": res["clipped_low"],
+            "clipped_high_fraction": res["clipped_high"],
+            "black_level": int(black_level),
+            "white_level": int(white_level),
+            "unprocess": bool(do_unprocess),
+            "wb": [float(v) for v in cam["wb"]],
+            "gain": float(cam["gain"]),
+            "xyz_to_cam": np.asarray(cam["xyz_to_cam"]).tolist(),
+            "ccm": np.asarray(cam["ccm"]).tolist(),
+        }
+        if save_clean:
+            write_dng(clean_dir / f"{stem}.dng", res["clean"], **common)
+            _write_tiff16(clean_dir / f"{stem}.tiff", res["linear"])
+            entry["clean_dng"] = f"clean/{stem}.dng"
+            entry["clean_tiff"] = f"clean/{stem}.tiff"
+        entries[photo.name] = entry
+        report.written.append(entry)
+
+    manifest = {
+        "tool": "rawrcl simulate",
+        "units": "lambda in [0,1] after black/white level; variance = lambda_shot*x + lambda_read",
+        "settings": settings,
+        "files": [entries[k] for k in sorted(entries)],
+        "failed": [{"source": s, "error": e} for s, e in report.failed],
+    }
+    _atomic_write_bytes(out_dir / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+    return report

@@ -1,0 +1,260 @@
+"""Downstream tasks: (input, target) pairs synthesised from a clean RGB photo (paper Sec. 4–5, App. D).
+
+Every task has the same interface (:class:`Task`)::
+
+    inp, target = TASKS["jdd"].degrade(clean, rng)          # clean: (3, H, W) float32 in [0, 1]
+
+Conventions
+-----------
+- ``clean`` is an RGB photo, (3, H, W), float32 in [0, 1] (numpy or torch). It is first cropped at the
+  bottom/right to a multiple of the task's ``multiple`` (2 or 4) so that every output grid lines up.
+- ``input`` and ``target`` are float32 torch tensors on the CPU (no batch dimension):
+
+  ========== ============ ==================== ===================== ======== ============
+  task        in_channels input                 target                head     target_domain
+  ========== ============ ==================== ===================== ======== ============
+  denoise     3           noisy (3, H, W)       (3, H, W)             rgb      srgb
+  sr          3           bicubic↓2 (3,H/2,W/2) (3, H, W)             sr2      srgb
+  jdensr      3           noisy bicubic↓2       (3, H, W)             sr2      srgb
+  raw-denoise 4           noisy packed          packed (4, H/2, W/2)  raw      raw
+  jdd         4           noisy packed          (3, H, W)             jdd      linear
+  jdemsr      4           packed of ↓2 (H/4)    (3, H, W)             sr4      linear
+  jddsr       4           noisy packed of ↓2    (3, H, W)             sr4      linear
+  ========== ============ ==================== ===================== ======== ============
+
+  Packed RAW is (4, h, w) channels [R, G1, G2, B] in RGGB geometry (``rawrcl.cfa.mosaic_packed``).
+- Noise: heteroscedastic Gaussian, variance = λshot·x + λread, [0, 1] units (``rawrcl.noise``). For RGB
+  tasks it is added to the photo values (paper Sec. 4); for RAW tasks to the mosaic. The default noise
+  of every noisy task is the paper's App. C.1 sampler (σ ∈ [0, 20] 8-bit), one draw per image; pass
+  ``noise=`` (preset name ``"low"``/``"high"``, ``(λshot, λread)``, a :class:`~rawrcl.noise.NoiseModel`
+  or a sampler ``rng -> NoiseModel``) to override.
+- RAW tasks without ``unprocess`` treat the photo values as linear camera RGB (the convention of
+  Gharbi 2016 / the paper's App. C.2). With ``unprocess=True`` the photo is first inverted to linear
+  camera RGB by ``rawrcl.isp.unprocess`` and the target is that linear image; ``meta`` then carries
+  the camera parameters needed to re-render it (``rawrcl.eval.to_srgb``).
+- Randomness only through the ``numpy.random.Generator`` passed in (noise draws use a
+  ``torch.Generator`` seeded from it), so a fixed seed gives identical test sets for every method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from rawrcl.cfa import mosaic_packed
+from rawrcl.errors import RawrclError
+from rawrcl.noise import PRESETS, NoiseModel, PaperSampler
+
+NoiseSpec = None | str | tuple[float, float] | NoiseModel | Callable[[np.random.Generator], NoiseModel]
+
+
+def resolve_noise(noise: NoiseSpec) -> Callable[[np.random.Generator], NoiseModel]:
+    """Turn a noise specification into a sampler ``rng -> NoiseModel`` ([0, 1] units).
+
+    Accepted: ``None``/``"paper"`` (paper App. C.1, σ ∈ [0, 20] 8-bit), ``"low"``/``"high"`` presets,
+    ``"0.01,0.0016"`` or ``(λshot, λread)``, a :class:`NoiseModel`, or a callable sampler.
+    """
+    if noise is None or (isinstance(noise, str) and noise == "paper"):
+        return PaperSampler(0.0, 20.0)
+    if isinstance(noise, NoiseModel):
+        return lambda rng: noise
+    if isinstance(noise, str):
+        if noise in PRESETS:
+            ls, lr = PRESETS[noise]
+            model = NoiseModel(ls, lr)
+            return lambda rng: model
+        if noise == "none":
+            model = NoiseModel(0.0, 0.0)
+            return lambda rng: model
+        parts = noise.replace(" ", "").split(",")
+        try:
+            ls, lr = (float(p) for p in parts)
+        except ValueError:
+            raise RawrclError(
+                f"--noise {noise!r}: expected low, high, paper, none or 'λshot,λread' in [0,1] units"
+            ) from None
+        model = NoiseModel(ls, lr)
+        return lambda rng: model
+    if isinstance(noise, tuple | list) and len(noise) == 2:
+        model = NoiseModel(float(noise[0]), float(noise[1]))
+        return lambda rng: model
+    if callable(noise):
+        return noise
+    raise RawrclError(f"unsupported noise specification {noise!r}")
+
+
+def noise_label(noise: NoiseSpec) -> str:
+    """Short human-readable name of a noise specification (for reports)."""
+    if noise is None:
+        return "paper"
+    if isinstance(noise, NoiseModel):
+        return f"{noise.lambda_shot},{noise.lambda_read}"
+    if isinstance(noise, tuple | list):
+        return f"{noise[0]},{noise[1]}"
+    if isinstance(noise, str):
+        return noise
+    return type(noise).__name__
+
+
+def _to_tensor(clean: Any) -> torch.Tensor:
+    t = torch.as_tensor(np.asarray(clean) if not isinstance(clean, torch.Tensor) else clean)
+    if t.ndim != 3 or t.shape[0] != 3:
+        raise RawrclError(f"clean image must be (3, H, W) RGB, got shape {tuple(t.shape)}")
+    if not t.is_floating_point():
+        raise RawrclError("clean image must be float in [0, 1] (convert uint8 with /255)")
+    return t.float()
+
+
+def downscale(x: torch.Tensor, factor: int) -> torch.Tensor:
+    """Bicubic (antialiased) downscaling by an integer factor, (C, H, W) → (C, H/f, W/f), clipped [0, 1]."""
+    y = F.interpolate(x[None], scale_factor=1.0 / factor, mode="bicubic", antialias=True, align_corners=False)
+    return y[0].clamp(0, 1)
+
+
+def _torch_gen(rng: np.random.Generator) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(int(rng.integers(0, 2**62)))
+    return g
+
+
+@dataclass(frozen=True)
+class Task:
+    """A downstream task (see the module docstring for the table of shapes).
+
+    Attributes
+    ----------
+    name : registry name.
+    in_channels : 3 (RGB input) or 4 (packed RAW input).
+    head : model head name for ``rawrcl.models.build_model`` (``rgb``, ``raw``, ``jdd``, ``sr2``, ``sr4``).
+    target_domain : ``"srgb"`` (photo values), ``"linear"`` (linear camera RGB; equal to the photo values
+        unless ``unprocess``), or ``"raw"`` (packed linear RAW).
+    noisy : whether noise is added to the input.
+    down : bicubic down-scaling factor applied before mosaicking / as the SR degradation (1 = none).
+    raw_input : input is a packed RGGB mosaic.
+    noise : default noise specification (see :func:`resolve_noise`).
+    unprocess : invert the photo to linear camera RGB first (RAW tasks only; needs ``rawrcl.isp``).
+    """
+
+    name: str
+    in_channels: int
+    head: str
+    target_domain: str
+    noisy: bool
+    down: int = 1
+    raw_input: bool = False
+    noise: NoiseSpec = None
+    unprocess: bool = False
+    description: str = ""
+
+    @property
+    def multiple(self) -> int:
+        """Clean images are cropped to a multiple of this (so packed and down-scaled grids line up)."""
+        return 2 * self.down if self.raw_input else self.down
+
+    @property
+    def scale(self) -> int:
+        """Output size / input size along each axis (1 denoise, 2 jdd/sr, 4 jdemsr/jddsr)."""
+        return {"rgb": 1, "raw": 1, "jdd": 2, "sr2": 2, "sr4": 4}[self.head]
+
+    def with_options(self, *, noise: NoiseSpec = None, unprocess: bool | None = None) -> Task:
+        """A copy with another default noise and/or unprocess setting."""
+        t = self
+        if noise is not None:
+            t = replace(t, noise=noise)
+        if unprocess is not None:
+            if unprocess and not self.raw_input:
+                raise RawrclError(f"task {self.name!r}: unprocess applies to RAW tasks only")
+            t = replace(t, unprocess=bool(unprocess))
+        return t
+
+    def crop_clean(self, clean: Any) -> torch.Tensor:
+        """(3, H, W) → (3, H', W') cropped bottom/right to a multiple of :attr:`multiple`."""
+        x = _to_tensor(clean)
+        m = self.multiple
+        h, w = (x.shape[1] // m) * m, (x.shape[2] // m) * m
+        if h < 2 * m or w < 2 * m:
+            raise RawrclError(f"image of size {x.shape[1]}×{x.shape[2]} too small for task {self.name!r}")
+        return x[:, :h, :w]
+
+    def sample(self, clean: Any, rng: np.random.Generator, noise: NoiseSpec = None) -> dict:
+        """Synthesise one example.
+
+        Returns
+        -------
+        dict with ``input`` and ``target`` (float32 tensors, shapes as in the module table) and ``meta``:
+        ``noise`` (the :class:`NoiseModel` drawn, or None), ``clean_srgb`` (the cropped photo (3, H, W)),
+        and, with unprocess, ``isp`` (the camera parameters returned by ``rawrcl.isp.unprocess``).
+        """
+        x = self.crop_clean(clean)
+        meta: dict[str, Any] = {"clean_srgb": x, "noise": None, "isp": None}
+        if self.unprocess:
+            try:
+                from rawrcl.isp import unprocess as _unprocess
+            except ImportError as exc:  # pragma: no cover - depends on another module
+                raise RawrclError("unprocess needs rawrcl.isp, which is not available") from exc
+            lin, isp_meta = _unprocess(x.numpy(), rng)
+            x = torch.as_tensor(np.asarray(lin), dtype=torch.float32)
+            meta["isp"] = isp_meta
+        target = x
+        src = downscale(x, self.down) if self.down > 1 else x
+        inp = mosaic_packed(src, "RGGB") if self.raw_input else src
+        if self.head == "raw":
+            target = inp.clone()
+        if self.noisy:
+            model = resolve_noise(noise if noise is not None else self.noise)(rng)
+            meta["noise"] = model
+            inp = model.sample(inp, generator=_torch_gen(rng))
+        return {"input": inp.contiguous().float(), "target": target.contiguous().float(), "meta": meta}
+
+    def degrade(self, clean: Any, rng: np.random.Generator, noise: NoiseSpec = None) -> tuple:
+        """``(input, target)`` for a clean photo (3, H, W) in [0, 1]; see :meth:`sample`."""
+        s = self.sample(clean, rng, noise)
+        return s["input"], s["target"]
+
+
+TASKS: dict[str, Task] = {
+    t.name: t
+    for t in (
+        Task("denoise", 3, "rgb", "srgb", noisy=True, description="RGB denoising"),
+        Task("sr", 3, "sr2", "srgb", noisy=False, down=2, description="×2 super-resolution (bicubic)"),
+        Task("jdensr", 3, "sr2", "srgb", noisy=True, down=2, description="joint denoising + ×2 SR"),
+        Task("raw-denoise", 4, "raw", "raw", noisy=True, raw_input=True, description="packed RAW denoising"),
+        Task("jdd", 4, "jdd", "linear", noisy=True, raw_input=True, description="joint demosaic + denoise"),
+        Task(
+            "jdemsr",
+            4,
+            "sr4",
+            "linear",
+            noisy=False,
+            down=2,
+            raw_input=True,
+            description="joint demosaic + ×2 SR",
+        ),
+        Task(
+            "jddsr",
+            4,
+            "sr4",
+            "linear",
+            noisy=True,
+            down=2,
+            raw_input=True,
+            description="joint demosaic + denoise + ×2 SR",
+        ),
+    )
+}
+
+
+def get_task(name: str | Task, *, noise: NoiseSpec = None, unprocess: bool | None = None) -> Task:
+    """Look a task up by name (``RawrclError`` for an unknown one) and apply option overrides."""
+    if isinstance(name, Task):
+        task = name
+    else:
+        if name not in TASKS:
+            raise RawrclError(f"--task {name!r}: unknown task; expected one of {', '.join(TASKS)}")
+        task = TASKS[name]
+    return task.with_options(noise=noise, unprocess=unprocess)

@@ -1,0 +1,634 @@
+"""The training engine: :class:`Trainer` (any method, any model) and :func:`pretrain` (``rawrcl pretrain``).
+
+Run directory
+-------------
+- ``config.json``: everything needed to reproduce the run (model config, method options, data description,
+  trainer options, seed, the command line, versions).
+- ``metrics.jsonl``: one JSON object per logged step: ``step`` (completed optimiser steps), ``loss`` and the
+  method's other logs, ``lr``, ``patches_per_s`` (crops through the model per second, all ranks),
+  ``elapsed_s``.
+- ``checkpoints/init.pt`` (weights before the first step, for ``rawrcl inspect``), ``checkpoints/last.pt``
+  (every ``save_every`` steps and at the end) and ``checkpoints/step_NNNNNNN.pt`` every ``keep_every`` steps.
+  Every file is written atomically (temp file + ``os.replace``), so a run killed at any instant leaves a
+  consistent ``last.pt``.
+
+Determinism and resume
+----------------------
+Batch ``s`` is a pure function of ``(seed, s)`` (:class:`rawrcl.data.PairBatchSampler`), and torch's global
+RNG is re-seeded from ``(seed, s, rank)`` before every step (so masks, dropout etc. do not depend on history).
+``last.pt`` holds model, optimiser (and AMP scaler) state, the step, the RNG states and the sampler state.
+Resuming therefore reproduces the uninterrupted run's subsequent losses exactly on CPU (same thread count);
+``metrics.jsonl`` lines written after the last checkpoint by a killed run are dropped on resume.
+
+Distributed
+-----------
+Launched by ``torchrun`` (env ``WORLD_SIZE`` > 1), the trainer initialises the process group (NCCL on CUDA,
+gloo on CPU), wraps the model in DistributedDataParallel, gives every rank a disjoint slice of each global
+batch (so ``batch_size`` is per rank), and only rank 0 writes files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import platform
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from rawrcl.errors import RawrclError
+from rawrcl.models.registry import read_checkpoint, save_checkpoint, unwrap
+
+log = logging.getLogger("rawrcl.train")
+
+TRAINER_DEFAULTS: dict = {
+    "steps": 1000,
+    "batch_size": 64,
+    "lr": 1e-3,
+    "betas": (0.9, 0.999),
+    "eps": 1e-7,
+    "seed": 0,
+    "device": "auto",
+    "amp": "auto",  # "auto" (bf16/fp16 on CUDA, off elsewhere) | "bf16" | "fp16" | "off"
+    "channels_last": "auto",
+    "compile": False,
+    "num_workers": None,  # None: 0 on CPU, min(8, cpus per rank) on CUDA
+    "log_every": 10,
+    "save_every": 100,
+    "keep_every": 1000,
+    "resume": False,
+    "force": False,
+    "progress": None,  # None: when stderr is a TTY
+}
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write text via a temporary file in the same directory and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, (np.integer, np.floating)):
+        return obj.item()
+    return repr(obj)
+
+
+def distributed_env() -> tuple[int, int, int]:
+    """(rank, world_size, local_rank) from torchrun's environment (0, 1, 0 when not distributed)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", str(rank)))
+    return rank, world, local
+
+
+def select_device(name: str = "auto", local_rank: int = 0) -> torch.device:
+    """``"auto"``: CUDA (this rank's GPU), then MPS, then CPU; otherwise ``torch.device(name)``."""
+    if name in (None, "auto"):
+        if torch.cuda.is_available():
+            return torch.device("cuda", local_rank % torch.cuda.device_count())
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise RawrclError(f"--device {name!r} is not a valid torch device") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RawrclError(f"--device {name}: CUDA is not available on this machine")
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", local_rank % torch.cuda.device_count())
+    return dev
+
+
+def step_seed(seed: int, step: int, rank: int = 0) -> int:
+    """Seed of torch's global RNG for ``step`` on ``rank``."""
+    return int(np.random.default_rng([seed, step, rank, 17]).integers(0, 2**63 - 1))
+
+
+def _rng_state() -> dict:
+    np_state = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "key": torch.from_numpy(np_state[1].astype(np.int64)),
+            "pos": int(np_state[2]),
+            "has_gauss": int(np_state[3]),
+            "gauss": float(np_state[4]),
+        },
+        "python": json.dumps(random.getstate()),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["key"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    py = json.loads(state["python"])
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _to_device(batch, device: torch.device, channels_last: bool):
+    if isinstance(batch, torch.Tensor):
+        t = batch.to(device, non_blocking=True)
+        if channels_last and t.ndim == 4:
+            t = t.contiguous(memory_format=torch.channels_last)
+        return t
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device, channels_last) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_to_device(v, device, channels_last) for v in batch)
+    return batch
+
+
+class _KeyedIndices(torch.utils.data.Sampler):
+    """Adapts a :class:`PairBatchSampler` to datasets that take plain int indices."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def __iter__(self):
+        for keys in self.inner:
+            yield [k[0] for k in keys]
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+# ---------------------------------------------------------------------------------------------- trainer
+class Trainer:
+    """Train ``model`` with ``method`` on ``dataset``, writing ``run_dir``.
+
+    Parameters
+    ----------
+    model : any ``nn.Module`` (``model.config`` is stored in checkpoints when present).
+    method : callable ``method(batch, model) -> {"loss": tensor, **float logs}`` (see :mod:`rawrcl.methods`).
+    dataset : map-style dataset. Datasets with ``keyed = True`` (all :mod:`rawrcl.data` datasets) receive keys
+        ``(image index, sample seed)``; others receive int indices. Items are dicts of tensors.
+    run_dir : output folder.
+    config : trainer options (:data:`TRAINER_DEFAULTS`) plus anything to record in ``config.json``
+        (e.g. ``model``, ``method``, ``data``, ``command``).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        method: Callable,
+        dataset,
+        run_dir: str | os.PathLike,
+        config: dict | None = None,
+    ) -> None:
+        self.model, self.method, self.dataset = model, method, dataset
+        self.run_dir = Path(run_dir)
+        self.config = {**TRAINER_DEFAULTS, **(config or {})}
+        self.rank, self.world, self.local_rank = distributed_env()
+        self.history: list[dict] = []
+
+    # -- paths
+    @property
+    def ckpt_dir(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def _prepare_run_dir(self) -> dict | None:
+        """Check/clear the run dir; returns the checkpoint to resume from (or None)."""
+        cfg = self.config
+        existing = (self.run_dir / "config.json").exists() or (self.ckpt_dir / "last.pt").exists()
+        if cfg["resume"]:
+            last = self.ckpt_dir / "last.pt"
+            if not last.exists():
+                raise RawrclError(
+                    f"{self.run_dir}: --resume given but there is no checkpoints/last.pt to resume from"
+                )
+            return read_checkpoint(last)
+        if existing and not cfg["force"]:
+            raise RawrclError(
+                f"{self.run_dir}: run directory already holds a run; use --resume to continue or --force "
+                "to overwrite"
+            )
+        if existing and cfg["force"] and self.is_main:
+            for name in ("config.json", "metrics.jsonl"):
+                (self.run_dir / name).unlink(missing_ok=True)
+            shutil.rmtree(self.ckpt_dir, ignore_errors=True)
+        return None
+
+    def _write_config(self, extra: dict) -> None:
+        if not self.is_main:
+            return
+        record = {k: v for k, v in self.config.items() if k not in ("resume", "force", "progress")}
+        record.update(extra)
+        record.setdefault("command", " ".join(sys.argv))
+        record["versions"] = {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "numpy": np.__version__,
+        }
+        try:
+            from rawrcl import __version__
+
+            record["versions"]["rawrcl"] = __version__
+        except ImportError:  # pragma: no cover
+            pass
+        atomic_write_text(self.run_dir / "config.json", json.dumps(_jsonable(record), indent=2) + "\n")
+
+    def _truncate_metrics(self, step: int) -> None:
+        path = self.run_dir / "metrics.jsonl"
+        if not self.is_main or not path.exists():
+            return
+        keep = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                if json.loads(line).get("step", 0) <= step:
+                    keep.append(line)
+            except json.JSONDecodeError:
+                break  # a torn last line from a killed run
+        atomic_write_text(path, "".join(x + "\n" for x in keep))
+
+    def _save(self, path: Path, step: int, opt, scaler) -> None:
+        extra = {
+            "step": step,
+            "optimizer": opt.state_dict(),
+            "rng": _rng_state(),
+            "sampler": {"seed": int(self.config["seed"]), "step": step},
+            "world_size": self.world,
+        }
+        if scaler is not None:
+            extra["scaler"] = scaler.state_dict()
+        save_checkpoint(path, self.model, getattr(unwrap(self.model), "config", None), extra)
+
+    # -- main loop
+    def fit(self) -> dict:
+        """Train to ``config["steps"]``; returns a summary dict (first/last loss, steps, throughput)."""
+        cfg = self.config
+        from rawrcl.data import PairBatchSampler, make_loader
+
+        if self.world > 1 and not dist.is_initialized():
+            backend = "nccl" if torch.cuda.is_available() and cfg["device"] in ("auto", "cuda") else "gloo"
+            dist.init_process_group(backend)
+            self._own_process_group = True
+        device = select_device(cfg["device"], self.local_rank)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        steps, bs, seed = int(cfg["steps"]), int(cfg["batch_size"]), int(cfg["seed"])
+        if steps < 0 or bs < 1:
+            raise RawrclError("--steps must be ≥ 0 and --batch-size ≥ 1")
+
+        resume = self._prepare_run_dir()
+        if self.world > 1:
+            dist.barrier()
+        bare = unwrap(self.model)
+        bare.to(device)
+        channels_last = cfg["channels_last"] is True or (
+            cfg["channels_last"] == "auto" and device.type == "cuda"
+        )
+        if channels_last:
+            bare.to(memory_format=torch.channels_last)
+        params = [p for p in bare.parameters() if p.requires_grad]
+        if not params:
+            raise RawrclError("the model has no trainable parameters")
+        opt = torch.optim.Adam(params, lr=float(cfg["lr"]), betas=tuple(cfg["betas"]), eps=float(cfg["eps"]))
+        amp = cfg["amp"]
+        if amp == "auto":
+            amp = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if device.type == "cuda" else "off"
+        amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
+        scaler = torch.amp.GradScaler("cuda") if amp == "fp16" and device.type == "cuda" else None
+
+        start = 0
+        if resume is not None:
+            ex = resume.get("extra", {})
+            bare.load_state_dict(resume["state_dict"])
+            opt.load_state_dict(ex["optimizer"])
+            if scaler is not None and "scaler" in ex:
+                scaler.load_state_dict(ex["scaler"])
+            start = int(ex["step"])
+            if int(ex.get("world_size", 1)) != self.world and self.is_main:
+                log.warning(
+                    "resuming a %s-rank run on %s ranks: batches differ from the original run",
+                    ex.get("world_size", 1),
+                    self.world,
+                )
+            _set_rng_state(ex["rng"])
+            self._truncate_metrics(start)
+            old = {}
+            if (self.run_dir / "config.json").exists():
+                old = json.loads((self.run_dir / "config.json").read_text(encoding="utf-8"))
+            self._write_config({**old, "steps": steps, "resumed_from_step": start, **self._record()})
+        else:
+            self._write_config(self._record())
+            if self.is_main:
+                self._save(self.ckpt_dir / "init.pt", 0, opt, scaler)
+
+        model: nn.Module = bare
+        if cfg["compile"]:
+            model = torch.compile(model)
+        if self.world > 1:
+            model = nn.parallel.DistributedDataParallel(
+                model, device_ids=[device.index] if device.type == "cuda" else None
+            )
+
+        sampler = PairBatchSampler(len(self.dataset), bs, seed, steps, start, self.rank, self.world)
+        workers = cfg["num_workers"]
+        if workers is None:
+            workers = min(8, max((os.cpu_count() or 1) // self.world - 1, 0)) if device.type == "cuda" else 0
+        batches = sampler if getattr(self.dataset, "keyed", False) else _KeyedIndices(sampler)
+        loader = make_loader(
+            self.dataset, batches, num_workers=int(workers), pin_memory=device.type == "cuda"
+        )
+
+        progress = cfg["progress"]
+        if progress is None:
+            progress = sys.stderr.isatty()
+        bar = None
+        if progress and self.is_main and steps > start:
+            from tqdm import tqdm
+
+            bar = tqdm(total=steps, initial=start, desc="train", dynamic_ncols=True)
+
+        metrics_path = self.run_dir / "metrics.jsonl"
+        log_every, save_every, keep_every = (
+            int(cfg["log_every"]),
+            int(cfg["save_every"]),
+            int(cfg["keep_every"]),
+        )
+        lr = float(cfg["lr"])
+        t0 = time.perf_counter()
+        t_last, n_last = t0, 0
+        patches = 0
+        first_loss = last_loss = None
+        model.train()
+        step = start
+        for batch in loader:
+            torch.manual_seed(step_seed(seed, step, self.rank))
+            batch = _to_device(batch, device, channels_last)
+            ctx = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None else nullcontext()
+            with ctx:
+                out = self.method(batch, model)
+            loss = out["loss"]
+            if not torch.isfinite(loss.detach()):
+                raise RawrclError(f"loss became {float(loss)} at step {step + 1}; try a lower --lr")
+            opt.zero_grad(set_to_none=True)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            else:
+                loss.backward()
+                opt.step()
+            step += 1
+            n_crops = 2 * bs * self.world
+            patches += n_crops
+            n_last += n_crops
+            loss_value = float(loss.detach())
+            if first_loss is None:
+                first_loss = loss_value
+            last_loss = loss_value
+            if step % log_every == 0 or step == steps:
+                if self.world > 1:
+                    t = torch.tensor([loss_value], device=device)
+                    dist.all_reduce(t)
+                    loss_mean = float(t) / self.world
+                now = time.perf_counter()
+                rec = {"step": step, "loss": loss_value}
+                rec.update({k: float(v) for k, v in out.items() if k != "loss"})
+                if self.world > 1:
+                    rec["loss_all_ranks"] = loss_mean
+                rec.update(lr=lr, patches_per_s=n_last / max(now - t_last, 1e-9), elapsed_s=now - t0)
+                t_last, n_last = now, 0
+                self.history.append(rec)
+                if self.is_main:
+                    with open(metrics_path, "a", encoding="utf-8") as fh:
+                        fh.write(json.dumps(rec) + "\n")
+            if self.is_main:
+                if step % save_every == 0 or step == steps:
+                    self._save(self.ckpt_dir / "last.pt", step, opt, scaler)
+                if keep_every and step % keep_every == 0:
+                    self._save(self.ckpt_dir / f"step_{step:07d}.pt", step, opt, scaler)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss_value:.4g}")
+        if bar is not None:
+            bar.close()
+        if self.world > 1:
+            dist.barrier()
+            if getattr(self, "_own_process_group", False):
+                dist.destroy_process_group()
+        elapsed = time.perf_counter() - t0
+        return {
+            "run_dir": str(self.run_dir),
+            "steps": step,
+            "start_step": start,
+            "first_loss": first_loss,
+            "last_loss": last_loss,
+            "patches_per_s": patches / elapsed if elapsed > 0 else math.nan,
+            "elapsed_s": elapsed,
+            "device": str(device),
+        }
+
+    def _record(self) -> dict:
+        """What config.json records besides the trainer options."""
+        rec: dict = {"world_size": self.world}
+        bare = unwrap(self.model)
+        if hasattr(bare, "config"):
+            rec["model"] = bare.config
+        if hasattr(self.method, "config") and callable(self.method.config):
+            rec["method"] = self.method.config()
+        if hasattr(self.dataset, "describe"):
+            rec["data"] = self.dataset.describe()
+        return rec
+
+
+def load_resume_config(run_dir: str | os.PathLike) -> dict:
+    """The ``config.json`` of an existing run (RawrclError when missing)."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise RawrclError(f"{run_dir}: not a rawrcl run directory (no config.json)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+# ---------------------------------------------------------------------------------------------- pretrain
+#: pretraining task -> (data domain, model in_channels, pretext head)
+PRETEXT_TASKS: dict[str, tuple[str, int, str]] = {
+    "jdd": ("raw", 4, "jdd"),
+    "raw-denoise": ("raw", 4, "raw"),
+    "denoise": ("rgb", 3, "rgb"),
+    "sr": ("rgb", 3, "rgb"),
+    "jdensr": ("rgb", 3, "rgb"),
+}
+
+
+def build_dataset(
+    data_dir: str | os.PathLike,
+    task: str,
+    *,
+    crop: int = 128,
+    overlap: float = 0.5,
+    augment: bool = False,
+    seed: int = 0,
+    synthetic: bool = False,
+    noise: str = "paper",
+    noise_profile: str | os.PathLike | None = None,
+    unprocess: bool = False,
+    cache_dir: str | os.PathLike | None = None,
+    clean_dir: str | os.PathLike | None = None,
+):
+    """The pair dataset for ``task`` from ``data_dir`` (RAW files for RAW tasks, photos for RGB tasks;
+    ``synthetic=True`` makes RAW tasks use photos with simulated mosaic + noise)."""
+    from rawrcl.data import PhotoFolderDataset, RawFolderDataset, folder_kind
+
+    if task not in PRETEXT_TASKS:
+        raise RawrclError(f"unknown --task {task!r}; expected one of {', '.join(PRETEXT_TASKS)}")
+    domain = PRETEXT_TASKS[task][0]
+    kind = folder_kind(data_dir)
+    if kind == "empty":
+        raise RawrclError(f"{data_dir}: no RAW files or photos found")
+    if domain == "raw":
+        if kind == "raw" and not synthetic:
+            return RawFolderDataset(
+                data_dir,
+                crop=crop,
+                overlap=overlap,
+                augment=augment,
+                cache_dir=cache_dir,
+                clean_dir=clean_dir,
+                seed=seed,
+            )
+        if kind == "photo" and synthetic:
+            return PhotoFolderDataset(
+                data_dir,
+                crop=crop,
+                overlap=overlap,
+                mode="raw",
+                sampler=noise,
+                noise_profile=noise_profile,
+                unprocess=unprocess,
+                augment=augment,
+                seed=seed,
+            )
+        if kind == "photo":
+            raise RawrclError(
+                f"{data_dir}: --task {task} needs RAW/DNG files but the folder holds photos; make DNGs with "
+                "`rawrcl simulate`, pass --synthetic to simulate the mosaic and noise, or use --task denoise"
+            )
+        raise RawrclError(f"{data_dir}: --synthetic needs photos, but the folder holds RAW files")
+    if kind == "raw":
+        raise RawrclError(
+            f"{data_dir}: --task {task} works on photos but the folder holds RAW files; "
+            "use --task jdd or raw-denoise"
+        )
+    return PhotoFolderDataset(
+        data_dir,
+        crop=crop,
+        overlap=overlap,
+        mode="rgb",
+        sampler=noise,
+        noise_profile=noise_profile,
+        augment=augment,
+        seed=seed,
+    )
+
+
+def pretrain(
+    data_dir: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    task: str = "jdd",
+    method: str = "rcl",
+    arch: str = "unet",
+    width: int | None = None,
+    depth: int | None = None,
+    method_options: dict | None = None,
+    data_options: dict | None = None,
+    trainer_options: dict | None = None,
+    command: str | None = None,
+) -> dict:
+    """Self-supervised pre-training (``rawrcl pretrain``). Returns the trainer summary.
+
+    ``method_options`` go to :func:`rawrcl.methods.make_method` (e.g. distance, tau, alpha, encoder);
+    ``data_options`` to :func:`build_dataset` (crop, overlap, augment, synthetic, noise, noise_profile, …);
+    ``trainer_options`` to :class:`Trainer` (steps, batch_size, lr, device, seed, resume, force, …).
+    """
+    from rawrcl.methods import make_method
+    from rawrcl.models import build_model
+
+    topt = {**TRAINER_DEFAULTS, **(trainer_options or {})}
+    seed = int(topt["seed"])
+    dopt = dict(data_options or {})
+    if method == "simclr":
+        arch = "encoder"
+    if method == "m2m" and task != "jdd":
+        raise RawrclError("--method m2m is a JDD method: use --task jdd")
+    if topt.get("resume"):
+        old = load_resume_config(out)
+        model_cfg = old["model"]
+        task = old.get("task", task)
+        method = old.get("method", {}).get("method", method)
+        method_options = {k: v for k, v in old.get("method", {}).items() if k != "method"}
+        dopt = {**old.get("data_options", {}), **{k: v for k, v in dopt.items() if k in ("cache_dir",)}}
+        seed = int(old.get("seed", seed))
+        topt["seed"] = seed
+        for k in ("batch_size", "lr"):
+            if k in old:
+                topt[k] = old[k]
+        data_dir = old.get("data_dir", data_dir)
+    else:
+        domain, in_ch, head = PRETEXT_TASKS.get(task, (None, None, None))
+        if domain is None:
+            raise RawrclError(f"unknown --task {task!r}; expected one of {', '.join(PRETEXT_TASKS)}")
+        model_cfg = {"arch": arch, "in_channels": in_ch, "head": head, "width": width, "depth": depth}
+        if arch == "encoder":
+            model_cfg = {"arch": "encoder", "in_channels": in_ch, "width": width, "depth": depth}
+    dataset = build_dataset(data_dir, task, seed=seed, **dopt)
+    if method == "n2n" and not getattr(dataset, "has_second", False):
+        raise RawrclError(
+            "--method n2n needs two independent noise realisations: only synthetic data has them "
+            "(photos, or --synthetic); use rcl, n2s or m2m on real RAW files"
+        )
+    meth = make_method(method, method_options or {})
+    torch.manual_seed(seed)
+    model = build_model(model_cfg)
+    config = {
+        **topt,
+        "task": task,
+        "data_dir": str(Path(data_dir).resolve()),
+        "data_options": _jsonable(dopt),
+        "command": command or " ".join(sys.argv),
+    }
+    return Trainer(model, meth, dataset, out, config).fit()

@@ -1,0 +1,258 @@
+#!/usr/bin/env python
+"""Reproduce rawrcl's shipped default weights (``rawrcl/weights/{jdd,raw_denoise}_default.pt``).
+
+One recorded command (the numbers used for the shipped files are in ``docs/weights.md``)::
+
+    nice -n 10 python scripts/train_default_weights.py --data ../shared/data/cbsd68 \
+        --work runs/default_weights --pretrain-steps 2000 --finetune-steps 20000 --install
+
+Stages (each is skipped or resumed when its outputs exist, so re-running the same command after an
+interruption continues where it stopped; raise ``--finetune-steps`` / ``--pretrain-steps`` to train more):
+
+1. split: the sorted photos of ``--data``; the last ``--heldout`` are held out for evaluation
+   (``WORK/heldout``), the rest are the training photos (``WORK/train``), as symbolic links.
+2. simulate: ``rawrcl simulate WORK/train WORK/sim --sampler paper --sigma-range 0 SMAX [--no-unprocess]``:
+   one noisy Bayer DNG per training photo (the unlabelled data a user would have).
+3. pretrain: ``rawrcl pretrain WORK/sim --task jdd --method rcl …`` (self-supervised RCL, ``--resume``
+   when a run exists).
+4. finetune, per task (jdd, raw-denoise): ``rawrcl.finetune.finetune`` (the library behind ``rawrcl
+   finetune``) with every training photo as a label, in ``--chunks`` chunks whose learning rate is
+   multiplied by ``--lr-decay`` each time (a step schedule; each chunk starts from the previous one's
+   checkpoint). The library call is used instead of the CLI only to pass a noise sampler that spans the
+   eval presets: the paper sampler with σ ∈ [0, SMAX] (8-bit units) — ``rawrcl finetune --noise``
+   accepts low/high/paper(0–20)/fixed pairs only, and ``high`` (λshot = 0.01) lies outside paper(0–20).
+5. install (``--install``): the final checkpoints, weights stored as float16 (≈ half the size), with a
+   ``provenance`` record in ``extra``, to ``rawrcl/weights/``.
+6. eval: ``rawrcl eval`` on the held-out photos, noise presets low and high, for the new models and
+   the baselines (menon+nlm for jdd, the noisy input for raw-denoise); ``WORK/report.json`` and a
+   Markdown table on stdout.
+
+Environment overrides: ``RAWRCL_PRETRAIN_STEPS``, ``RAWRCL_FINETUNE_STEPS``, ``RAWRCL_DEVICE``,
+``RAWRCL_WIDTH``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TASK_FILES = {"jdd": "jdd_default.pt", "raw-denoise": "raw_denoise_default.pt"}
+BASELINE = {"jdd": "menon+nlm", "raw-denoise": "noisy"}
+PHOTO_EXT = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp"}
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    ap.add_argument("--data", default=os.environ.get("RAWRCL_DATA", str(REPO.parent / "shared/data/cbsd68")))
+    ap.add_argument("--work", default=str(REPO / "runs" / "default_weights"))
+    ap.add_argument("--heldout", type=int, default=10, help="last N sorted photos held out for eval")
+    ap.add_argument("--tasks", default="jdd,raw-denoise")
+    ap.add_argument("--width", type=int, default=_env_int("RAWRCL_WIDTH", 24))
+    ap.add_argument("--depth", type=int, default=3)
+    ap.add_argument("--sigma-max", type=float, default=40.0, help="paper sampler σ max (8-bit units)")
+    ap.add_argument("--unprocess", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--pretrain-steps", type=int, default=_env_int("RAWRCL_PRETRAIN_STEPS", 2000))
+    ap.add_argument("--pretrain-batch", type=int, default=16)
+    ap.add_argument("--pretrain-crop", type=int, default=128)
+    ap.add_argument("--finetune-steps", type=int, default=_env_int("RAWRCL_FINETUNE_STEPS", 20000))
+    ap.add_argument("--chunks", type=int, default=4)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--crop", type=int, default=128, help="fine-tuning crop, clean-photo pixels")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr-decay", type=float, default=0.5)
+    ap.add_argument("--device", default=os.environ.get("RAWRCL_DEVICE", "auto"))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--install", action="store_true", help="copy the results into rawrcl/weights/")
+    ap.add_argument("--no-eval", action="store_true")
+    ap.add_argument("--eval-limit", type=int, default=None)
+    return ap.parse_args(argv)
+
+
+def log(msg: str) -> None:
+    print(f"[{dt.datetime.now():%H:%M:%S}] {msg}", flush=True)
+
+
+def run(cmd: list[str], record: list[str]) -> str:
+    """Run a rawrcl CLI command, echo and record it; return its stdout."""
+    line = shlex.join(cmd)
+    record.append(line)
+    log(f"$ {line}")
+    exe = [sys.executable, "-m", "rawrcl.cli", *cmd[1:]] if cmd[0] == "rawrcl" else cmd
+    res = subprocess.run(exe, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    if res.returncode != 0:
+        raise SystemExit(f"command failed ({res.returncode}): {line}")
+    return res.stdout
+
+
+def split(data: Path, work: Path, heldout: int) -> tuple[Path, Path, list[str], list[str]]:
+    photos = sorted(p for p in data.iterdir() if p.suffix.lower() in PHOTO_EXT)
+    if len(photos) <= heldout:
+        raise SystemExit(f"{data}: {len(photos)} photos, need more than --heldout {heldout}")
+    train, test = photos[:-heldout] if heldout else photos, photos[-heldout:] if heldout else []
+    dirs = []
+    for name, group in (("train", train), ("heldout", test)):
+        d = work / name
+        d.mkdir(parents=True, exist_ok=True)
+        for p in group:
+            link = d / p.name
+            if not link.exists():
+                link.symlink_to(p.resolve())
+        dirs.append(d)
+    return dirs[0], dirs[1], [p.name for p in train], [p.name for p in test]
+
+
+def finetune_task(args, task: str, source: Path, train_dir: Path, work: Path, record: list[str]) -> Path:
+    from rawrcl.finetune import finetune
+    from rawrcl.noise import PaperSampler
+
+    steps = max(args.finetune_steps // args.chunks, 1)
+    ckpt = source
+    for c in range(args.chunks):
+        out = work / f"finetune_{task}" / f"chunk{c}"
+        lr = args.lr * args.lr_decay**c
+        call = (
+            f"rawrcl.finetune.finetune({str(ckpt)!r}, {task!r}, {str(train_dir)!r}, {str(out)!r}, "
+            f"labels='all', protocol='full', steps={steps}, batch_size={args.batch_size}, crop={args.crop}, "
+            f"lr={lr:g}, noise=PaperSampler(0, {args.sigma_max:g}), unprocess={args.unprocess}, "
+            f"seed={args.seed + c + 1}, device={args.device!r})"
+        )
+        record.append(call)
+        done = out / "finetune.json"
+        if done.exists() and json.loads(done.read_text()).get("steps") == steps:
+            log(f"finetune {task} chunk {c}: done before, skipped")
+        else:
+            log(f"finetune {task} chunk {c}/{args.chunks}: {steps} steps, lr {lr:g}")
+            t0 = time.time()
+            finetune(
+                str(ckpt),
+                task,
+                str(train_dir),
+                out,
+                labels="all",
+                protocol="full",
+                steps=steps,
+                batch_size=args.batch_size,
+                crop=args.crop,
+                lr=lr,
+                noise=PaperSampler(0.0, args.sigma_max),
+                unprocess=args.unprocess,
+                seed=args.seed + c + 1,
+                device=None if args.device == "auto" else args.device,
+                force=True,
+                progress=sys.stderr.isatty(),
+            )
+            log(f"finetune {task} chunk {c}: {time.time() - t0:.0f} s")
+        ckpt = out / "checkpoints" / "last.pt"
+    return ckpt
+
+
+def install(ckpt: Path, task: str, provenance: dict) -> Path:
+    import torch
+
+    from rawrcl.models import read_checkpoint
+    from rawrcl.models.registry import atomic_torch_save
+
+    raw = read_checkpoint(ckpt)
+    state = {k: (v.half() if v.is_floating_point() else v) for k, v in raw["state_dict"].items()}
+    dst = REPO / "rawrcl" / "weights" / TASK_FILES[task]
+    extra = {"provenance": json.loads(json.dumps(provenance, default=str)), "weights_dtype": "float16"}
+    atomic_torch_save({"config": raw["config"], "state_dict": state, "extra": extra}, dst)
+    os.chmod(dst, 0o644)  # package data: readable by everyone (the temporary file was 0600)
+    torch.load(dst, weights_only=True)  # must load under the safe loader
+    log(f"installed {dst} ({dst.stat().st_size / 1e6:.2f} MB)")
+    return dst
+
+
+def evaluate(args, models: dict[str, Path], heldout: Path, record: list[str]) -> list[dict]:
+    rows = []
+    for task, ckpt in models.items():
+        for noise in ("low", "high"):
+            for name in (str(ckpt), BASELINE[task]):
+                cmd = ["rawrcl", "eval", name, "--task", task, "--clean-dir", str(heldout), "--noise", noise]
+                cmd += ["--json"] + (["--unprocess"] if args.unprocess else [])
+                if args.eval_limit:
+                    cmd += ["--limit", str(args.eval_limit)]
+                res = json.loads(run(cmd, record))
+                rows.append(
+                    {
+                        "task": task,
+                        "noise": noise,
+                        "model": "default" if name == str(ckpt) else name,
+                        "psnr": round(res["psnr"], 2),
+                        "ssim": round(res["ssim"], 4),
+                        "psnr_linear": round(res.get("psnr_linear", float("nan")), 2),
+                        "n_images": res["n_images"],
+                    }
+                )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    work = Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    record: list[str] = [shlex.join([sys.executable, *sys.argv])]
+    t_start = time.time()
+    train_dir, heldout_dir, train_names, heldout_names = split(Path(args.data), work, args.heldout)
+    log(f"{len(train_names)} training photos, {len(heldout_names)} held out")
+
+    sim = work / "sim"
+    cmd = ["rawrcl", "simulate", str(train_dir), str(sim), "--sampler", "paper"]
+    cmd += ["--sigma-range", "0", f"{args.sigma_max:g}", "--seed", str(args.seed), "--black-level", "2048"]
+    cmd += [] if args.unprocess else ["--no-unprocess"]
+    run(cmd, record)
+
+    pre = work / "pretrain"
+    cmd = ["rawrcl", "pretrain", str(sim), "--out", str(pre), "--task", "jdd", "--method", "rcl"]
+    cmd += ["--width", str(args.width), "--depth", str(args.depth), "--steps", str(args.pretrain_steps)]
+    cmd += ["--batch-size", str(args.pretrain_batch), "--crop", str(args.pretrain_crop)]
+    cmd += ["--device", args.device, "--seed", str(args.seed), "--cache-dir", "none"]
+    cmd += ["--resume"] if (pre / "checkpoints" / "last.pt").exists() else []
+    run(cmd, record)
+    pre_ckpt = pre / "checkpoints" / "last.pt"
+
+    tasks = [t for t in args.tasks.split(",") if t]
+    models = {t: finetune_task(args, t, pre_ckpt, train_dir, work, record) for t in tasks}
+
+    provenance = {
+        "data": {
+            "source": str(Path(args.data)),
+            "dataset": "CBSD68 (BSD68 test split, colour), as distributed in the FFDNet repository's "
+            "testsets/CBSD68",
+            "train_photos": train_names,
+            "heldout_photos": heldout_names,
+        },
+        "settings": {k: v for k, v in vars(args).items() if k not in ("install", "no_eval")},
+        "commands": record,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "train_seconds": round(time.time() - t_start),
+    }
+    if args.install:
+        models = {t: install(p, t, {**provenance, "task": t}) for t, p in models.items()}
+    report: dict = {"provenance": provenance, "checkpoints": {t: str(p) for t, p in models.items()}}
+    if not args.no_eval:
+        rows = evaluate(args, models, heldout_dir, record)
+        report["eval"] = rows
+        print("\n| task | noise | model | PSNR (sRGB, dB) | SSIM | PSNR linear (dB) |")
+        print("|---|---|---|---|---|---|")
+        for r in rows:
+            cells = [r["task"], r["noise"], r["model"], r["psnr"], r["ssim"], r["psnr_linear"]]
+            print("| " + " | ".join(str(c) for c in cells) + " |")
+    (work / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    log(f"report: {work / 'report.json'}")
+
+
+if __name__ == "__main__":
+    main()

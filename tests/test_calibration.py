@@ -1,0 +1,324 @@
+"""Tests of rawrcl.calibration: fits on synthetic data with known parameters (fixed seeds),
+metadata exactness, profiles, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from rawrcl.calibration import (
+    CalibrationResult,
+    add_noise,
+    calibrate_file,
+    convert_noise_profile,
+    estimate_mosaic,
+    fit_nlf,
+    flat_series,
+    load_profile,
+    lookup_profile,
+    map_noise_profile,
+    photo_to_mosaic,
+    photon_transfer,
+    save_profile,
+    write_series_dngs,
+)
+
+from rawrcl.errors import RawrclError
+from rawrcl.noise import NoiseModel
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+IPHONE = SHARED / "data" / "raw" / "iphone12pro_metadata_only.dng"
+
+
+def _std(ls: float, lr: float, x: float) -> float:
+    return float(np.sqrt(ls * x + lr))
+
+
+def _smooth_scene(h: int = 256, w: int = 256, seed: int = 0) -> np.ndarray:
+    """A smooth RAW-like mosaic in [0.01, 0.9]: ramps, a blob and steps (edges)."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w] / max(h, w)
+    img = 0.02 + 0.75 * xx + 0.1 * np.sin(6 * yy) ** 2
+    img += 0.1 * np.exp(-((xx - 0.5) ** 2 + (yy - 0.4) ** 2) / 0.02)
+    img[h // 2 : h // 2 + 20] *= 0.5  # an edge band
+    return np.clip(img + 0.0 * rng.random(), 0.01, 0.95)
+
+
+# ---------------------------------------------------------------------------------- fitting
+
+
+def test_fit_nlf_exact_and_nonnegative():
+    m = np.linspace(0.05, 0.8, 12)
+    ls, lr, _ = fit_nlf(m, 2e-3 * m + 1e-4, np.full(12, 100))
+    assert ls == pytest.approx(2e-3, rel=1e-6) and lr == pytest.approx(1e-4, rel=1e-5)
+    # data implying a negative read noise: the constrained fit returns λread = 0, λshot > 0
+    ls, lr, _ = fit_nlf(m, 2e-3 * m - 5e-5, np.full(12, 100))
+    assert lr == 0.0 and ls > 0
+
+
+def test_fit_nlf_rejects_outlier_bins():
+    m = np.linspace(0.05, 0.8, 16)
+    v = 1e-3 * m + 2e-5
+    v[[3, 9]] *= 4.0  # textured bins
+    ls, lr, w = fit_nlf(m, v, np.full(16, 200))
+    assert ls == pytest.approx(1e-3, rel=0.03) and lr == pytest.approx(2e-5, rel=0.1)
+    assert w[3] < 0.1 and w[9] < 0.1
+
+
+# ------------------------------------------------------------------------------ single image
+
+
+@pytest.mark.parametrize("ls,lr", [(1e-3, 1e-5), (2e-4, 4e-6), (3e-3, 1e-3)])
+def test_single_image_smooth_scene(ls, lr):
+    rng = np.random.default_rng(1)
+    noisy = add_noise(_smooth_scene(), ls, lr, rng)
+    res = estimate_mosaic(noisy, "GRBG", bootstrap=8)
+    for x in (0.1, 0.5):
+        assert res.std_at(x) == pytest.approx(_std(ls, lr, x), rel=0.06)
+        for c in ("R", "G1", "G2", "B"):
+            assert res.std_at(x, c) == pytest.approx(_std(ls, lr, x), rel=0.12)
+    assert all(e[0] > 0 and e[1] > 0 for e in res.per_plane_err.values())
+    assert res.method == "image" and set(res.bins) == {"R", "G1", "G2", "B"}
+
+
+def test_single_image_per_plane_differences():
+    """Planes with different parameters are told apart (per-plane fits)."""
+    from rawrcl.cfa import pack, unpack
+
+    clean = pack(_smooth_scene(), "RGGB")
+    model = NoiseModel([2e-3, 5e-4, 5e-4, 1e-3], [1e-5, 1e-5, 1e-5, 4e-5])
+    import torch
+
+    noisy = model.sample(torch.from_numpy(clean).float(), torch.Generator().manual_seed(0)).numpy()
+    res = estimate_mosaic(unpack(noisy, "RGGB"), "RGGB", bootstrap=0)
+    for i, c in enumerate(("R", "G1", "G2", "B")):
+        true = _std(model.lambda_shot[i], model.lambda_read[i], 0.5)
+        assert res.std_at(0.5, c) == pytest.approx(true, rel=0.12)
+
+
+def test_single_image_natural_photo_with_clipping():
+    """A natural photo (skimage astronaut, lightly blurred), noise clipped to [0, 1] like read_raw."""
+    from scipy.ndimage import gaussian_filter
+    from skimage import data
+
+    photo = gaussian_filter(data.astronaut().astype(np.float64) / 255, (1, 1, 0))
+    clean = photo_to_mosaic(photo)
+    rng = np.random.default_rng(3)
+    ls, lr = 1.5e-3, 4e-4
+    res = estimate_mosaic(add_noise(clean, ls, lr, rng, clip=True), "RGGB", bootstrap=0)
+    for x in (0.1, 0.5):
+        assert res.std_at(x) == pytest.approx(_std(ls, lr, x), rel=0.15)
+
+
+def test_single_image_bad_inputs():
+    rng = np.random.default_rng(4)
+    with pytest.raises(RawrclError, match="too small"):
+        estimate_mosaic(rng.random((20, 20)), "RGGB")
+    with pytest.raises(RawrclError, match="clipped"):
+        estimate_mosaic(np.ones((128, 128), np.float32), "RGGB")
+    with pytest.raises(RawrclError):
+        estimate_mosaic(rng.random((3, 64, 64)), "RGGB")
+
+
+# --------------------------------------------------------------------------- photon transfer
+
+
+@pytest.mark.parametrize("ls,lr", [(1e-3, 1e-5), (4e-3, 5e-4)])
+def test_photon_transfer_prnu(ls, lr):
+    s = flat_series(ls, lr, prnu=0.01, dsnu=0.002, shape=(128, 128), seed=5)
+    res = photon_transfer(s["flats"], s["darks"], s["pattern"])
+    for c, (es, er) in res.per_plane.items():
+        assert es == pytest.approx(ls, rel=0.05), c
+        assert er == pytest.approx(lr, rel=0.05), c
+    fw = res.extra["full_well"]["G1"]
+    assert fw is not None and 0.7 < fw < 1.0
+    lo, hi = res.extra["linear_range"]["G1"]
+    assert lo == 0.0 and hi < fw
+    assert not res.bins["G1"].used[-1]  # the saturated levels are out of the fit
+
+
+def test_photon_transfer_per_plane_and_errors():
+    s = flat_series(
+        [1e-3, 2e-3, 2e-3, 3e-3], [1e-5, 2e-5, 2e-5, 3e-5], shape=(96, 96), seed=6, pattern="BGGR"
+    )
+    res = photon_transfer(s["flats"], s["darks"], "BGGR")
+    assert res.per_plane["R"][0] == pytest.approx(1e-3, rel=0.05)
+    assert res.per_plane["B"][0] == pytest.approx(3e-3, rel=0.05)
+    with pytest.raises(RawrclError):
+        photon_transfer(s["flats"][:1], s["darks"], "BGGR")
+    with pytest.raises(RawrclError):
+        photon_transfer(s["flats"][-3:], s["darks"], "BGGR")  # all saturated
+
+
+# ---------------------------------------------------------------------------------- metadata
+
+
+def test_map_and_convert_noise_profile():
+    one = map_noise_profile([(1e-3, 1e-6)])
+    assert set(one) == {"R", "G1", "G2", "B"} and one["B"] == (1e-3, 1e-6)
+    three = map_noise_profile([(1, 2), (3, 4), (5, 6)])
+    assert three == {"R": (1, 2), "G1": (3, 4), "G2": (3, 4), "B": (5, 6)}
+    four = map_noise_profile([(1, 0), (2, 0), (3, 0), (4, 0)], "GRBG")  # G R / B G
+    assert four == {"G1": (1, 0), "R": (2, 0), "B": (3, 0), "G2": (4, 0)}
+    with pytest.raises(RawrclError):
+        map_noise_profile([(1, 2), (3, 4)])
+    # file normalised to white 4095, rawrcl to 16383 (same black 0): x_file = 4·x
+    s, o = convert_noise_profile((1e-3, 1e-5), 0, 4095, 0, 16383)
+    k = 16383 / 4095
+    assert s == pytest.approx(1e-3 / k) and o == pytest.approx(1e-5 / k**2)
+    # the converted profile predicts the same DN variance
+    raw = 1000.0
+    var_dn_file = (1e-3 * raw / 4095 + 1e-5) * 4095**2
+    var_dn_ours = (s * raw / 16383 + o) * 16383**2
+    assert var_dn_ours == pytest.approx(var_dn_file)
+    # different black level: O absorbs S·c
+    s2, o2 = convert_noise_profile((1e-3, 1e-5), 0, 4095, 64, 4095)
+    raw = 2000.0
+    assert (s2 * (raw - 64) / 4031 + o2) * 4031**2 == pytest.approx((1e-3 * raw / 4095 + 1e-5) * 4095**2)
+
+
+def _write_noisy_dng(path: Path, ls: float, lr: float, noise_profile=None, iso=200, seed=0) -> Path:
+    from rawrcl.dng import write_dng
+
+    rng = np.random.default_rng(seed)
+    x = add_noise(_smooth_scene(192, 192), ls, lr, rng, clip=False, bits=None)
+    black, white = 512, 16383
+    dn = np.clip(np.round(black + x * (white - black)), 0, white).astype(np.uint16)
+    return write_dng(
+        path, dn, "RGGB", black, white, iso=iso, noise_profile=noise_profile, make="Acme", model="Cam 1"
+    )
+
+
+def test_metadata_exact_from_written_dng(tmp_path):
+    p1 = _write_noisy_dng(tmp_path / "one.dng", 1e-3, 1e-5, noise_profile=(1.234567e-3, 8.765e-6))
+    r = calibrate_file(p1, "metadata")
+    assert r.status == "ok" and r.method == "metadata"
+    assert all(v == (1.234567e-3, 8.765e-6) for v in r.per_plane.values())
+    assert r.iso == 200 and r.make == "Acme"
+    p3 = _write_noisy_dng(
+        tmp_path / "three.dng", 1e-3, 1e-5, noise_profile=[(1e-3, 1e-6), (2e-3, 2e-6), (3e-3, 3e-6)]
+    )
+    r = calibrate_file(p3, "metadata")
+    assert r.per_plane == {"R": (1e-3, 1e-6), "G1": (2e-3, 2e-6), "G2": (2e-3, 2e-6), "B": (3e-3, 3e-6)}
+    # the image estimate on the same file carries the metadata for comparison
+    r = calibrate_file(p1, "image", bootstrap=0)
+    assert r.method == "image" and r.metadata["R"] == (1.234567e-3, 8.765e-6)
+    assert r.std_at(0.5) == pytest.approx(_std(1e-3, 1e-5, 0.5), rel=0.08)
+
+
+def test_no_metadata_and_auto_fallback(tmp_path):
+    p = _write_noisy_dng(tmp_path / "plain.dng", 2e-3, 2e-5)
+    r = calibrate_file(p, "metadata")
+    assert r.status == "no-metadata" and r.lambda_shot is None and not r.per_plane
+    r = calibrate_file(p, "auto", bootstrap=0)
+    assert r.method == "image" and r.extra["fallback"] == "no-metadata"
+    assert r.std_at(0.1) == pytest.approx(_std(2e-3, 2e-5, 0.1), rel=0.08)
+
+
+@pytest.mark.skipif(not IPHONE.exists(), reason="shared iPhone DNG not available")
+def test_metadata_iphone_real_noise_profile():
+    r = calibrate_file(IPHONE, "metadata")
+    assert r.status == "ok" and r.iso == 32
+    assert all(v == (3e-05, 3e-08) for v in r.per_plane.values())
+    with pytest.raises(RawrclError):  # linear DNG: no image estimate
+        calibrate_file(IPHONE, "image")
+
+
+# ---------------------------------------------------------------------------------- profiles
+
+
+def _result(iso: float, ls: float, lr: float) -> CalibrationResult:
+    planes = {c: (ls, lr) for c in ("R", "G1", "G2", "B")}
+    return CalibrationResult(
+        path=f"iso{iso}", method="flats", per_plane=planes, iso=iso, make="Acme", model="Cam 1"
+    )
+
+
+def test_profiles_interpolate_log_linear(tmp_path):
+    p = tmp_path / "prof.json"
+    save_profile(p, [_result(100, 1e-4, 1e-6), _result(800, 8e-4, 6.4e-5)])
+    save_profile(p, [_result(3200, 3.2e-3, 1.024e-3)])  # merged into the same file
+    planes, info = lookup_profile(p, "Acme", "Cam 1", 400)
+    assert planes["G1"][0] == pytest.approx(4e-4, rel=1e-9) and planes["G1"][1] == pytest.approx(
+        1.6e-5, rel=1e-9
+    )
+    assert info["interpolated"] and not info["extrapolated"]
+    planes, info = lookup_profile(p, "ACME", "Acme Cam 1", 6400)  # case/prefix-insensitive camera key
+    assert info["extrapolated"] and planes["R"][0] == pytest.approx(6.4e-3, rel=1e-9)
+    nm = load_profile(p, "Acme", "Cam 1", 800)
+    assert isinstance(nm, NoiseModel) and nm.lambda_shot == [8e-4] * 4
+    with pytest.raises(RawrclError, match="no camera"):
+        lookup_profile(p, "Other", "X", 100)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(RawrclError):
+        load_profile(bad, "Acme", "Cam 1", 100)
+
+
+# ----------------------------------------------------------------------------------------- CLI
+
+
+def _cli(args: list[str]):
+    from rawrcl.cli import main
+
+    return CliRunner().invoke(main, args, catch_exceptions=False)
+
+
+def test_cli_json_plot_profile(tmp_path):
+    a = _write_noisy_dng(tmp_path / "a.dng", 1e-3, 1e-5, noise_profile=(1e-3, 1e-5), iso=100)
+    b = _write_noisy_dng(tmp_path / "b.dng", 2e-3, 4e-5, iso=400, seed=1)
+    png, prof = tmp_path / "nlf.png", tmp_path / "prof.json"
+    res = _cli(["calibrate", str(a), str(b), "--json", "--plot", str(png), "--save-profile", str(prof)])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert [o["path"] for o in out] == [str(a), str(b)]
+    for o in out:
+        assert {"path", "method", "lambda_shot", "lambda_read", "per_plane", "iso", "status"} <= set(o)
+        assert set(o["per_plane"]) == {"R", "G1", "G2", "B"}
+    assert out[0]["method"] == "metadata" and out[0]["lambda_shot"] == 1e-3 and out[0]["iso"] == 100
+    assert out[1]["method"] == "image" and out[1]["lambda_shot"] == pytest.approx(2e-3, rel=0.25)
+    pngs = sorted(tmp_path.glob("nlf_*.png"))
+    assert len(pngs) == 2 and pngs[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    planes, info = lookup_profile(prof, "Acme", "Cam 1", 200)
+    assert info["interpolated"] and 1e-3 < planes["R"][0] < 2.5e-3
+    # existing outputs are not overwritten without --force
+    res = CliRunner().invoke(
+        __import__("rawrcl.cli", fromlist=["main"]).main, ["calibrate", str(a), str(b), "--plot", str(png)]
+    )
+    assert res.exit_code == 1 and "--force" in res.output
+
+
+def test_cli_bad_inputs(tmp_path):
+    from rawrcl.cli import main
+
+    junk = tmp_path / "junk.dng"
+    junk.write_bytes(b"not a raw file at all" * 10)
+    res = CliRunner().invoke(main, ["calibrate", str(junk), "--json"])
+    assert res.exit_code == 1 and "Traceback" not in res.output and "junk.dng" in res.output
+    res = CliRunner().invoke(main, ["calibrate", str(tmp_path / "missing.dng")])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    res = CliRunner().invoke(main, ["calibrate", "--flats", str(tmp_path)])
+    assert res.exit_code == 1 and "--darks" in res.output
+    if IPHONE.exists():
+        res = CliRunner().invoke(main, ["calibrate", str(IPHONE), "--method", "image"])
+        assert res.exit_code == 1 and ("Bayer" in res.output or "CFA" in res.output)
+
+
+def test_cli_flats_darks(tmp_path):
+    s = flat_series(
+        1e-3, 2e-5, prnu=0.01, shape=(96, 96), seed=7, levels=(0.05, 0.15, 0.3, 0.5, 0.7, 0.95, 1.2)
+    )
+    write_series_dngs(s, tmp_path / "flats", tmp_path / "darks")
+    res = _cli(
+        ["calibrate", "--flats", str(tmp_path / "flats"), "--darks", str(tmp_path / "darks"), "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    (o,) = json.loads(res.output)
+    assert o["method"] == "flats" and o["iso"] == 100
+    assert o["lambda_shot"] == pytest.approx(1e-3, rel=0.1) and o["lambda_read"] == pytest.approx(
+        2e-5, rel=0.15
+    )
+    assert o["extra"]["full_well"]["G1"] is not None

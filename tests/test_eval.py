@@ -1,0 +1,112 @@
+"""Metrics, classical baselines (incl. OpenCV Bayer naming), evaluate() and the eval CLI."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from skimage import data
+from skimage.io import imsave
+from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+
+from rawrcl.cfa import mosaic_packed
+from rawrcl.errors import RawrclError
+from rawrcl.eval import BASELINES, _demosaic, evaluate, psnr, ssim, to_uint8
+from rawrcl.tasks import TASKS
+
+
+@pytest.fixture(scope="module")
+def photos():
+    return [("astronaut", data.astronaut()[60:188, 160:288]), ("chelsea", data.chelsea()[40:168, 100:228])]
+
+
+def test_metrics_are_skimage_defaults_on_cropped_uint8():
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)
+    b = np.clip(a.astype(int) + rng.integers(-9, 10, a.shape), 0, 255).astype(np.uint8)
+    c = (slice(8, -8), slice(8, -8))
+    assert psnr(b, a) == pytest.approx(peak_signal_noise_ratio(a[c], b[c], data_range=255))
+    assert ssim(b, a) == pytest.approx(structural_similarity(a[c], b[c], data_range=255, channel_axis=2))
+    assert psnr(a, a) == float("inf")
+    b2 = b.copy()
+    b2[:8] = 0  # the border does not count
+    assert psnr(b2, a) == psnr(b, a)
+    u8 = to_uint8(torch.tensor([[[0.0, 0.5, 1.2]]] * 3))
+    assert u8.tolist()[0] == [[0, 0, 0], [128, 128, 128], [255, 255, 255]]
+
+
+@pytest.mark.parametrize("name", ["bilinear", "malvar", "menon", "vng", "ea"])
+def test_demosaicers_get_rggb_colours_right(name):
+    """A flat orange RGGB mosaic must come back orange (catches OpenCV's BayerBG/RG naming)."""
+    rgb = torch.zeros(3, 32, 32)
+    rgb[0], rgb[1], rgb[2] = 0.9, 0.5, 0.1
+    out = _demosaic(name, mosaic_packed(rgb, "RGGB"))
+    assert out.shape == (3, 32, 32)
+    centre = out[:, 8:-8, 8:-8].mean(dim=(1, 2))
+    assert torch.allclose(centre, torch.tensor([0.9, 0.5, 0.1]), atol=0.01)
+
+
+def test_noise_free_demosaicing_quality(photos):
+    names = ("bilinear", "malvar", "menon", "vng", "ea")
+    res = {b: evaluate(b, "jdd", photos, noise="none")["psnr"] for b in names}
+    assert res["bilinear"] > 28 and res["menon"] > res["bilinear"] + 4
+    assert res["malvar"] > res["bilinear"] + 2 and res["vng"] > res["bilinear"] + 2
+    assert res["ea"] > 28
+
+
+def test_evaluate_is_deterministic_and_nlm_helps(photos):
+    r1 = evaluate("menon", "jdd", photos, noise="high", seed=1)
+    r2 = evaluate("menon", "jdd", photos, noise="high", seed=1)
+    assert r1["psnr"] == r2["psnr"] and r1["n_images"] == 2 and "psnr_linear" in r1
+    assert evaluate("menon+nlm", "jdd", photos, noise="high", seed=1)["psnr"] > r1["psnr"] + 1.5
+    noisy = evaluate("noisy", "denoise", photos, noise="high")
+    assert evaluate("nlm", "denoise", photos, noise="high")["psnr"] > noisy["psnr"] + 3
+    assert evaluate("bicubic", "sr", photos)["psnr"] > 22
+
+
+def test_evaluate_module_matches_baseline(photos):
+    class Identity(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    a = evaluate(Identity(), "denoise", photos, noise="low")
+    b = evaluate("noisy", "denoise", photos, noise="low")
+    assert a["psnr"] == pytest.approx(b["psnr"]) and a["ssim"] == pytest.approx(b["ssim"])
+
+
+def test_baselines_refuse_wrong_tasks(photos):
+    with pytest.raises(RawrclError):
+        evaluate("nlm", "jdd", photos)
+    with pytest.raises(RawrclError):
+        evaluate("menon", "denoise", photos)
+    with pytest.raises(RawrclError):
+        evaluate("/no/such/ckpt.pt", "jdd", photos)
+    assert set(BASELINES) >= {"bilinear", "malvar", "menon", "vng", "ea", "menon+nlm", "nlm", "bicubic"}
+    assert TASKS["jdd"].head == "jdd"
+
+
+def test_eval_cli_json_and_errors(tmp_path, photos):
+    from rawrcl.cli import main
+
+    for name, img in photos:
+        imsave(tmp_path / f"{name}.png", img, check_contrast=False)
+    r = CliRunner().invoke(
+        main,
+        [
+            "eval",
+            "bilinear",
+            "--task",
+            "jdd",
+            "--clean-dir",
+            str(tmp_path),
+            "--noise",
+            "0.01,0.0016",
+            "--json",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert {"psnr", "ssim", "n_images", "task", "model"} <= set(out) and out["n_images"] == 2
+    r = CliRunner().invoke(main, ["eval", "menon", "--task", "jdd", "--clean-dir", str(tmp_path / "nope")])
+    assert r.exit_code == 1 and "Traceback" not in r.output

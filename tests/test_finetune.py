@@ -1,0 +1,162 @@
+"""Fine-tuning: label choice, datasets, linear/full/scratch protocols, the supervised method, the CLI."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from skimage import data
+from skimage.io import imsave
+
+from rawrcl.cfa import mosaic_packed
+from rawrcl.errors import RawrclError
+from rawrcl.eval import evaluate
+from rawrcl.finetune import LabelledCrops, finetune, prepare_model, select_labels
+from rawrcl.methods.supervised import supervised
+from rawrcl.tasks import TASKS
+
+TINY = {"width": 8, "depth": 2}
+
+
+@pytest.fixture(scope="module")
+def photos():
+    imgs = [data.astronaut(), data.chelsea(), data.coffee(), data.rocket()]
+    return [
+        (f"p{i}", (im[:96, :96].astype(np.float32) / 255).transpose(2, 0, 1)) for i, im in enumerate(imgs)
+    ]
+
+
+def test_select_labels_deterministic(photos):
+    a = [n for n, _ in select_labels(photos, 2, seed=0)]
+    assert a == [n for n, _ in select_labels(photos, 2, seed=0)] and len(set(a)) == 2
+    assert {tuple(n for n, _ in select_labels(photos, 2, seed=s)) for s in range(6)} != {tuple(a)}
+    assert len(select_labels(photos, "all", 0)) == 4
+    with pytest.raises(RawrclError):
+        select_labels(photos, 5, 0)
+
+
+def test_labelled_crops_rggb_phase_and_determinism(photos):
+    ds = LabelledCrops(photos, TASKS["jdd"], crop=33, seed=1, noise="none")
+    assert ds.crop == 32 and len(ds) == 4
+    s = ds[(2, 12345)]
+    assert s["input"].shape == (4, 16, 16) and s["target"].shape == (3, 32, 32)
+    assert torch.equal(s["input"], mosaic_packed(s["target"], "RGGB"))
+    assert torch.equal(ds[(2, 12345)]["target"], s["target"])
+    full = torch.from_numpy(photos[2][1])
+    hits = [
+        (y, x)
+        for y in range(0, 65)
+        for x in range(0, 65)
+        if torch.equal(full[:, y : y + 32, x : x + 32], s["target"])
+    ]
+    assert hits and all(y % 2 == 0 and x % 2 == 0 for y, x in hits)
+
+
+def test_supervised_is_l1():
+    model = torch.nn.Conv2d(3, 3, 1)
+    batch = {"input": torch.rand(2, 3, 8, 8), "target": torch.rand(2, 3, 8, 8)}
+    out = supervised(batch, model)
+    assert out["loss"].item() == pytest.approx((model(batch["input"]) - batch["target"]).abs().mean().item())
+    out["loss"].backward()
+    with pytest.raises(RawrclError):
+        supervised({"input": batch["input"]}, model)
+
+
+def test_linear_protocol_freezes_all_but_a_fresh_head(tmp_path):
+    from rawrcl.models import build_model, save_checkpoint
+
+    src = build_model({"arch": "unet", "in_channels": 4, "head": "jdd", **TINY})
+    save_checkpoint(tmp_path / "pre.pt", src)
+    model, info = prepare_model(str(tmp_path / "pre.pt"), TASKS["jdemsr"], "linear", seed=0)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(n.startswith("head.") for n in trainable) and info["head_replaced"]
+    assert model(torch.rand(1, 4, 8, 8)).shape == (1, 3, 32, 32)
+    model, _ = prepare_model(str(tmp_path / "pre.pt"), TASKS["jdd"], "linear", seed=0)
+    assert not torch.equal(model.head.conv.weight, src.head.conv.weight)  # fresh head
+    model, info = prepare_model(str(tmp_path / "pre.pt"), TASKS["jdd"], "full", seed=0)
+    assert all(p.requires_grad for p in model.parameters()) and not info["head_replaced"]
+    assert torch.equal(model.head.conv.weight, src.head.conv.weight)
+    with pytest.raises(RawrclError):
+        prepare_model(str(tmp_path / "pre.pt"), TASKS["denoise"], "full")
+
+
+def test_finetune_scratch_trains_and_evaluates(tmp_path, photos):
+    kw = dict(labels=2, steps=12, batch_size=2, crop=32, noise="low", seed=0, **TINY)
+    res = finetune("scratch", "denoise", photos, tmp_path / "run", protocol="full", **kw)
+    ck = tmp_path / "run" / "checkpoints" / "last.pt"
+    assert ck.exists() and np.isfinite(res["final_loss"]) and len(res["labels"]) == 2
+    assert json.loads((tmp_path / "run" / "finetune.json").read_text())["n_labels"] == 2
+    r = evaluate(str(tmp_path / "run"), "denoise", photos[:1], noise="low")
+    assert np.isfinite(r["psnr"]) and r["n_images"] == 1
+    with pytest.raises(RawrclError):
+        finetune("scratch", "denoise", photos, tmp_path / "run", protocol="full", **kw)  # exists, no force
+
+
+def test_finetune_cli(tmp_path, photos):
+    from rawrcl.cli import main
+
+    d = tmp_path / "photos"
+    d.mkdir()
+    for name, img in photos[:2]:
+        imsave(d / f"{name}.png", (img.transpose(1, 2, 0) * 255).astype(np.uint8), check_contrast=False)
+    args = [
+        "finetune",
+        "scratch",
+        "--task",
+        "jdd",
+        "--clean-dir",
+        str(d),
+        "--labels",
+        "1",
+        "--steps",
+        "3",
+        "--batch-size",
+        "2",
+        "--crop",
+        "32",
+        "--width",
+        "8",
+        "--depth",
+        "2",
+        "--out",
+        str(tmp_path / "r"),
+        "--json",
+    ]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output[r.output.index("{") :])["protocol"] == "scratch"
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 1 and "exists" in r.output and "Traceback" not in r.output
+
+
+def test_bench_minimal_grid_writes_report(tmp_path, photos):
+    """The bench machinery end to end without pre-training (pretexts are exercised by the real bench)."""
+    from rawrcl.bench import Protocol, run_bench
+
+    for sub, items in (("train", photos[:3]), ("test", photos[3:])):
+        (tmp_path / sub).mkdir()
+        for name, img in items:
+            imsave(tmp_path / sub / f"{name}.png", (img.transpose(1, 2, 0) * 255).astype(np.uint8))
+    proto = Protocol(
+        "tiny",
+        tasks=("denoise",),
+        pretexts=(),
+        width=8,
+        depth=2,
+        crop=32,
+        finetune_batch=2,
+        finetune_steps=3,
+        labels=1,
+        sweep=(2,),
+        seeds=1,
+        linear=False,
+    )
+    res = run_bench(proto, tmp_path / "train", tmp_path / "test", tmp_path / "rep", log=lambda m: None)
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert "SL1 (scratch)" in report and "Oracle" in report and "rawrcl finetune scratch" in report
+    methods = {(r["method"], r["labels"]) for r in res["records"]}
+    assert {("nlm", 0), ("noisy", 0), ("scratch", 1), ("scratch", 2), ("scratch", "all")} <= methods
+    assert json.loads((tmp_path / "rep" / "results.json").read_text())["test_files"] == ["p3.png"]
+    with pytest.raises(RawrclError):
+        run_bench(proto, tmp_path / "train", tmp_path / "test", tmp_path / "rep")

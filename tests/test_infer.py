@@ -1,0 +1,318 @@
+"""Tiled inference, grid alignment of every Bayer phase, writers, DNG round trip, `rawrcl jdd/denoise` CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from rawrcl.cfa import PATTERNS, mosaic, pack
+from rawrcl.errors import RawrclError
+from rawrcl.infer import (
+    TileOptions,
+    denoise_cfa,
+    jdd_cfa,
+    requantize_cfa,
+    write_image,
+)
+from rawrcl.tiling import tile_starts, tiled_apply, whole_apply
+
+torch.set_num_threads(1)
+
+
+def _small_cnn(cin: int = 4, cout: int = 3, scale: int = 2, seed: int = 0) -> nn.Module:
+    """Three 3×3 convs: receptive-field radius 3 input pixels."""
+    torch.manual_seed(seed)
+    last = [nn.Conv2d(8, cout * scale * scale, 3, padding=1)] + (
+        [nn.PixelShuffle(scale)] if scale > 1 else []
+    )
+    return nn.Sequential(
+        nn.Conv2d(cin, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), *last
+    ).eval()
+
+
+class SparseJDD(nn.Module):
+    """Packed RGGB (B, 4, h, w) → sparse full-res RGB (B, 3, 2h, 2w): each sample at its CFA site."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, _, h, w = x.shape
+        out = x.new_zeros(b, 3, 2 * h, 2 * w)
+        out[:, 0, 0::2, 0::2] = x[:, 0]
+        out[:, 1, 0::2, 1::2] = x[:, 1]
+        out[:, 1, 1::2, 0::2] = x[:, 2]
+        out[:, 2, 1::2, 1::2] = x[:, 3]
+        return out
+
+
+class ChannelGain(nn.Module):
+    """Packed → packed, channel k multiplied by (k + 1): tells R, G1, G2, B apart."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.arange(1, 5, dtype=x.dtype, device=x.device).view(1, 4, 1, 1)
+
+
+# --------------------------------------------------------------------------------------- tiling
+
+
+@pytest.mark.parametrize("shape", [(101, 77), (64, 64), (33, 150)])
+def test_tiled_equals_whole_for_small_receptive_field(shape):
+    net = _small_cnn()
+    x = torch.rand(1, 4, *shape, generator=torch.Generator().manual_seed(1))
+    ref = whole_apply(net, x, scale=2)
+    out = tiled_apply(net, x, tile=32, overlap=12, scale=2, batch_tiles=3, device="cpu", precision="fp32")
+    assert out.shape == (1, 3, 2 * shape[0], 2 * shape[1])
+    assert torch.allclose(out, ref, atol=1e-5), (out - ref).abs().max()
+
+
+def test_tiled_differs_when_overlap_below_receptive_field():
+    """The equivalence test above can fail: with a too-small overlap the tile borders show."""
+    net = _small_cnn()
+    x = torch.rand(1, 4, 90, 90, generator=torch.Generator().manual_seed(2))
+    ref = whole_apply(net, x, scale=2)
+    out = tiled_apply(net, x, tile=32, overlap=4, scale=2, device="cpu", precision="fp32")
+    assert (out - ref).abs().max() > 1e-4
+
+
+def test_tiled_unet_close_to_whole_and_memory_bounded():
+    from rawrcl.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model({"arch": "unet", "in_channels": 4, "head": "jdd", "width": 8, "depth": 3}).eval()
+    shapes: list[tuple[int, ...]] = []
+    model.register_forward_pre_hook(lambda m, args: shapes.append(tuple(args[0].shape)))
+    x = torch.rand(1, 4, 150, 203, generator=torch.Generator().manual_seed(3)) * 0.6
+    ref = whole_apply(model, x, scale=2)
+    shapes.clear()
+    out = tiled_apply(model, x, tile=80, overlap=32, scale=2, batch_tiles=2, device="cpu", precision="fp32")
+    # every forward pass holds at most batch_tiles tiles of at most tile² pixels
+    assert shapes and all(s[0] <= 2 and s[2] <= 80 and s[3] <= 80 for s in shapes)
+    err = (out - ref).abs().max().item()
+    assert err < 1e-3 * max(ref.abs().max().item(), 1e-3), err
+
+
+def test_tile_starts_cover_and_align():
+    for length, tile, ov, m in [(1000, 256, 32, 8), (257, 256, 32, 1), (64, 64, 16, 8), (520, 64, 32, 8)]:
+        starts = tile_starts(length, min(tile, length), ov, m)
+        assert starts[0] == 0 and starts[-1] + min(tile, length) == length
+        assert all(s % m == 0 for s in starts)
+        assert all(b - a <= tile - ov for a, b in zip(starts, starts[1:], strict=False))
+
+
+def test_tiled_rejects_bad_options():
+    with pytest.raises(RawrclError):
+        tiled_apply(_small_cnn(), torch.rand(1, 4, 40, 40), tile=16, overlap=9, scale=2, device="cpu")
+    with pytest.raises(RawrclError):
+        tiled_apply(_small_cnn(), torch.rand(4, 40, 40), tile=32, overlap=8, scale=2, device="cpu")
+
+
+# ------------------------------------------------------------------------------ grid alignment
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("shape", [(40, 56), (37, 51), (38, 45)])
+def test_jdd_output_on_input_grid(pattern, shape):
+    rng = np.random.default_rng(4)
+    rgb = rng.random((3, *shape), dtype=np.float32)
+    cfa = mosaic(rgb, pattern)[0]
+    opts = TileOptions(tile=16, overlap=4, batch_tiles=3, device="cpu", precision="fp32")
+    out = jdd_cfa(SparseJDD(), cfa, pattern, opts)
+    assert out.shape == (3, *shape)
+    # each CFA sample comes back at its own pixel, in its own colour channel
+    np.testing.assert_allclose(mosaic(out, pattern)[0], cfa, atol=1e-6)
+    np.testing.assert_allclose(out.sum(axis=0), cfa, atol=1e-6)  # and nowhere else
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("shape", [(40, 56), (37, 51)])
+def test_denoise_output_on_input_grid(pattern, shape):
+    rng = np.random.default_rng(5)
+    cfa = rng.random(shape, dtype=np.float32)
+    opts = TileOptions(tile=16, overlap=4, device="cpu", precision="fp32")
+    out = denoise_cfa(ChannelGain(), cfa, pattern, opts)
+    assert out.shape == shape
+    gain = pack(np.ones(shape, np.float32), pattern) * np.arange(1, 5, dtype=np.float32)[:, None, None]
+    from rawrcl.cfa import unpack
+
+    np.testing.assert_allclose(out, cfa * unpack(gain, pattern, shape), rtol=1e-6)
+
+
+def test_requantize_per_position_black_levels():
+    cfa = np.array([[0.0, 1.0], [0.5, 0.25]], dtype=np.float32)
+    dn = requantize_cfa(cfa, "RGGB", (100, 200, 300, 400), 1100)
+    assert dn.dtype == np.uint16
+    np.testing.assert_array_equal(dn, [[100, 1100], [700, 575]])
+
+
+def test_write_image_atomic_and_no_overwrite(tmp_path: Path):
+    import tifffile
+
+    img = np.random.default_rng(0).random((3, 9, 7)).astype(np.float32)
+    p = write_image(tmp_path / "a.tiff", img)
+    back = tifffile.imread(p)
+    assert back.shape == (9, 7, 3) and back.dtype == np.uint16
+    np.testing.assert_allclose(back.transpose(2, 0, 1) / 65535.0, img, atol=1e-5)
+    with pytest.raises(RawrclError, match="exists"):
+        write_image(tmp_path / "a.tiff", img)
+    write_image(tmp_path / "a.tiff", img * 0.5, overwrite=True)
+    assert [f.name for f in tmp_path.iterdir()] == ["a.tiff"]  # no temporary left behind
+
+
+# ------------------------------------------------------------------------- files, DNG, CLI
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """Two noisy DNGs (GRBG odd size, RGGB), a corrupt 'DNG', an identity RAW denoiser, a tiny JDD model."""
+    from rawrcl.dng import write_dng
+    from rawrcl.models import build_model, save_checkpoint
+
+    d = tmp_path_factory.mktemp("infer")
+    rng = np.random.default_rng(6)
+    for name, pattern, shape in (("a", "GRBG", (45, 63)), ("b", "RGGB", (40, 48))):
+        cfa = rng.integers(512, 16383, shape).astype(np.uint16)
+        write_dng(
+            d / f"{name}.dng",
+            cfa,
+            pattern,
+            (512, 510, 514, 512),
+            16383,
+            wb=(2.0, 1.0, 1.5),
+            color_matrix=np.array([[0.9, -0.2, -0.1], [-0.4, 1.2, 0.2], [-0.1, 0.2, 0.6]]),
+            iso=800,
+            noise_profile=[(1e-3, 1e-5)] * 3,
+            make="TestMake",
+            model="TestModel",
+        )
+    (d / "bad.dng").write_bytes(b"this is not a raw file")
+    torch.manual_seed(0)
+    ident = build_model({"arch": "dncnn", "in_channels": 4, "head": "raw", "width": 4, "depth": 2}).eval()
+    nn.init.zeros_(ident.head.conv.weight)  # DnCNN returns x − head(body(x)) = x
+    nn.init.zeros_(ident.head.conv.bias)
+    save_checkpoint(d / "identity_raw.pt", ident)
+    jdd = build_model({"arch": "unet", "in_channels": 4, "head": "jdd", "width": 4, "depth": 2}).eval()
+    save_checkpoint(d / "jdd.pt", jdd)
+    rgb = build_model({"arch": "unet", "in_channels": 3, "head": "rgb", "width": 4, "depth": 2}).eval()
+    save_checkpoint(d / "rgb.pt", rgb)
+    return d
+
+
+def _cli(args: list[str]):
+    from click.testing import CliRunner
+    from rawrcl.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_denoise_dng_round_trip_through_rawpy(workdir: Path, tmp_path: Path):
+    import rawpy
+
+    from rawrcl.raw import read_raw
+
+    res = _cli(
+        ["denoise", workdir / "a.dng", "-o", tmp_path / "a_out.dng", "--model", workdir / "identity_raw.pt"]
+    )
+    assert res.exit_code == 0, res.output
+    src, out = read_raw(workdir / "a.dng"), read_raw(tmp_path / "a_out.dng")
+    assert out.pattern == src.pattern == "GRBG" and out.cfa.shape == src.cfa.shape == (45, 63)
+    assert out.black_level == src.black_level and out.white_level == src.white_level
+    assert out.iso == 800 and out.noise_profile == src.noise_profile
+    np.testing.assert_allclose(out.wb, src.wb, rtol=1e-4)
+    np.testing.assert_allclose(out.xyz_to_cam, src.xyz_to_cam, atol=1e-4)
+    with rawpy.imread(str(workdir / "a.dng")) as r0, rawpy.imread(str(tmp_path / "a_out.dng")) as r1:
+        # identity model: the re-quantised DN are exactly the input's
+        np.testing.assert_array_equal(r1.raw_image_visible, r0.raw_image_visible)
+        assert r1.postprocess(output_bps=8).shape == (45, 63, 3)
+
+
+def test_jdd_cli_batch_with_bad_file(workdir: Path, tmp_path: Path):
+    import cv2
+    import tifffile
+
+    out = tmp_path / "rgb"
+    args = [
+        "jdd",
+        workdir / "a.dng",
+        workdir / "bad.dng",
+        workdir / "b.dng",
+        "-o",
+        out,
+        "--model",
+        workdir / "jdd.pt",
+    ]
+    res = _cli([*args, "--tile", "16", "--overlap", "4", "--quiet"])
+    assert res.exit_code == 1
+    assert "bad.dng" in res.stderr and "Traceback" not in res.output
+    assert sorted(p.name for p in out.iterdir()) == ["a.tiff", "b.tiff"]
+    a = tifffile.imread(out / "a.tiff")
+    assert a.shape == (45, 63, 3) and a.dtype == np.uint16  # exactly the CFA's grid
+    res = _cli(["jdd", workdir / "b.dng", "-o", tmp_path / "b.png", "--model", workdir / "jdd.pt", "-q"])
+    assert res.exit_code == 0, res.output
+    png = cv2.imread(str(tmp_path / "b.png"), cv2.IMREAD_UNCHANGED)
+    assert png.shape == (40, 48, 3) and png.dtype == np.uint8
+
+
+def test_cli_never_overwrites_without_force(workdir: Path, tmp_path: Path):
+    dst = tmp_path / "b.tiff"
+    base = ["denoise", workdir / "b.dng", "-o", dst, "--model", workdir / "identity_raw.pt", "-q"]
+    assert _cli(base).exit_code == 0
+    dst.write_bytes(b"sentinel")
+    res = _cli(base)
+    assert res.exit_code == 1 and "exists" in res.stderr and "--force" in res.stderr
+    assert dst.read_bytes() == b"sentinel"
+    assert _cli([*base, "--force"]).exit_code == 0
+    assert dst.read_bytes() != b"sentinel"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind
+
+
+def test_cli_errors_are_one_line(workdir: Path, tmp_path: Path):
+    res = _cli(["jdd", workdir / "a.dng", "-o", tmp_path / "x.tiff", "--model", workdir / "identity_raw.pt"])
+    assert res.exit_code == 1 and "head" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    res = _cli(["jdd", workdir / "missing.dng", "-o", tmp_path / "y", "--model", workdir / "jdd.pt", "-q"])
+    assert res.exit_code == 1 and "missing.dng" in res.stderr
+
+
+def test_denoise_rgb_photo(workdir: Path, tmp_path: Path):
+    import cv2
+
+    img = (np.random.default_rng(7).random((30, 41, 3)) * 255).astype(np.uint8)
+    cv2.imwrite(str(tmp_path / "p.png"), img)
+    res = _cli(
+        ["denoise", tmp_path / "p.png", "-o", tmp_path / "out", "--model", workdir / "identity_raw.pt", "-q"]
+    )
+    assert res.exit_code == 1 and "rgb" in res.stderr.lower()
+    res = _cli(["denoise", tmp_path / "p.png", "-o", tmp_path / "out", "--model", workdir / "rgb.pt", "-q"])
+    assert res.exit_code == 0, res.output
+    assert cv2.imread(str(tmp_path / "out" / "p.png")).shape == (30, 41, 3)
+
+
+def test_jdd_on_real_grbg_raw(workdir: Path, tmp_path: Path):
+    import tifffile
+
+    kdc = Path(__file__).resolve().parents[2] / "shared" / "data" / "raw" / "kodak_dc50.kdc"
+    if not kdc.is_file():
+        pytest.skip("shared RAW sample not present")
+    res = _cli(
+        ["jdd", kdc, "-o", tmp_path / "dc50.tiff", "--model", workdir / "jdd.pt", "--render", "linear", "-q"]
+    )
+    assert res.exit_code == 0, res.output
+    from rawrcl.raw import read_raw
+
+    raw = read_raw(kdc)
+    assert tifffile.imread(tmp_path / "dc50.tiff").shape == (raw.height, raw.width, 3)
+
+
+def test_bf16_autocast_keeps_full_precision_output():
+    """Under bf16 autocast the head runs in fp32: an identity DnCNN stays exact (a bf16 output would not)."""
+    from rawrcl.models import build_model
+
+    torch.manual_seed(0)
+    ident = build_model({"arch": "dncnn", "in_channels": 4, "head": "raw", "width": 4, "depth": 2}).eval()
+    nn.init.zeros_(ident.head.conv.weight)
+    nn.init.zeros_(ident.head.conv.bias)
+    cfa = np.random.default_rng(8).random((40, 44), dtype=np.float32)
+    out = denoise_cfa(ident, cfa, "BGGR", TileOptions(tile=16, overlap=4, device="cpu", precision="bf16"))
+    np.testing.assert_allclose(out, cfa, atol=1e-6)  # a bf16 output would be off by ~1e-3
+    assert isinstance(ident.head, nn.Module) and type(ident.head).__name__ == "Head"  # restored

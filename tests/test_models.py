@@ -1,0 +1,90 @@
+"""Models: shapes for every arch/head, odd sizes, heads, registry and checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rawrcl.errors import RawrclError
+from rawrcl.models import build_model, load_checkpoint, model_config, save_checkpoint
+
+SMALL = {"width": 8, "depth": 2}
+
+
+@pytest.mark.parametrize("arch", ["unet", "dncnn"])
+@pytest.mark.parametrize(
+    "in_ch,head,scale,out_ch",
+    [
+        (4, "jdd", 2, 3),
+        (4, "raw", 1, 4),
+        (3, "rgb", 1, 3),
+        (3, "sr2", 2, 3),
+        (3, "sr4", 4, 3),
+        (4, "rgb", 1, 3),
+    ],
+)
+def test_shapes_uneven_sizes(arch, in_ch, head, scale, out_ch):
+    torch.manual_seed(0)
+    m = build_model({"arch": arch, "in_channels": in_ch, "head": head, **SMALL})
+    x = torch.rand(2, in_ch, 13, 22)
+    y = m(x)
+    assert y.shape == (2, out_ch, 13 * scale, 22 * scale)
+    assert torch.isfinite(y).all()
+
+
+def test_dncnn_predicts_residual():
+    m = build_model({"arch": "dncnn", "in_channels": 3, "head": "rgb", **SMALL})
+    torch.nn.init.zeros_(m.head.conv.weight)
+    torch.nn.init.zeros_(m.head.conv.bias)
+    x = torch.rand(1, 3, 9, 11)
+    assert torch.equal(m(x), x)  # zero noise estimate -> the input itself
+
+
+def test_replace_head_and_freeze():
+    torch.manual_seed(0)
+    m = build_model({"arch": "unet", "in_channels": 3, "head": "rgb", **SMALL})
+    old = m.head.conv.weight.clone()
+    m.replace_head("sr2")
+    assert m.config["head"] == "sr2" and m.head_name == "sr2"
+    assert m(torch.rand(1, 3, 8, 8)).shape == (1, 3, 16, 16)
+    m.replace_head()
+    assert m.head.conv.weight.shape != old.shape or not torch.equal(m.head.conv.weight, old)
+    m.freeze_body()
+    trainable = {n for n, p in m.named_parameters() if p.requires_grad}
+    assert trainable and all(n.startswith("head.") for n in trainable)
+
+
+def test_config_validation():
+    with pytest.raises(RawrclError):
+        model_config({"arch": "unet", "in_channels": 3, "head": "jdd"})
+    with pytest.raises(RawrclError):
+        model_config({"arch": "nope"})
+    with pytest.raises(RawrclError):
+        model_config({"arch": "unet", "in_channels": 4, "head": "sr3"})
+    cfg = model_config({"arch": "unet", "in_channels": 4})
+    assert cfg["head"] == "jdd" and cfg["width"] == 32 and cfg["depth"] == 3
+
+
+def test_checkpoint_roundtrip(tmp_path):
+    torch.manual_seed(0)
+    m = build_model({"arch": "unet", "in_channels": 4, "head": "jdd", **SMALL})
+    m.replace_head("raw")
+    path = tmp_path / "m.pt"
+    save_checkpoint(path, m, extra={"step": 3, "note": "x"})
+    m2, cfg = load_checkpoint(path)
+    assert cfg["head"] == "raw" and cfg["width"] == 8
+    x = torch.rand(1, 4, 10, 10)
+    m.eval()
+    assert torch.equal(m(x), m2(x))
+    raw = torch.load(path, weights_only=True)
+    assert raw["extra"]["step"] == 3
+    assert not list(tmp_path.glob(".*tmp"))  # atomic write left no temp file
+
+
+def test_bad_checkpoint(tmp_path):
+    p = tmp_path / "bad.pt"
+    p.write_bytes(b"not a checkpoint")
+    with pytest.raises(RawrclError, match="bad.pt"):
+        load_checkpoint(p)
+    with pytest.raises(RawrclError, match="not found"):
+        load_checkpoint(tmp_path / "missing.pt")

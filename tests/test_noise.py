@@ -1,0 +1,148 @@
+"""Noise model (variance = λshot·x + λread, [0, 1] units) and samplers (paper C.1, Brooks 2019, fixed)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rawrcl.errors import RawrclError
+from rawrcl.noise import (
+    PRESETS,
+    BrooksSampler,
+    FixedSampler,
+    NoiseModel,
+    PaperSampler,
+    make_sampler,
+    sigma8_to_unit,
+)
+
+
+def _fit_variance(clean: np.ndarray, noise: np.ndarray, bins: int = 40) -> tuple[float, float]:
+    """Regress the per-bin noise variance on the clean value: returns (slope, intercept)."""
+    edges = np.linspace(clean.min(), clean.max(), bins + 1)
+    which = np.clip(np.digitize(clean, edges) - 1, 0, bins - 1)
+    xs, vs = [], []
+    for b in range(bins):
+        sel = which == b
+        if sel.sum() > 1000:
+            xs.append(clean[sel].mean())
+            vs.append(noise[sel].var(ddof=1))
+    slope, intercept = np.polyfit(xs, vs, 1)
+    return float(slope), float(intercept)
+
+
+def _ramp(n: int = 1_000_000, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(1, 1, n, generator=g, dtype=torch.float64)  # (C=1, H=1, W=n) uniform in [0, 1]
+
+
+@pytest.mark.parametrize("poisson", [False, True])
+def test_sample_variance_matches_nlf(poisson):
+    ls, lr = 0.01, 4e-4
+    clean = _ramp()
+    model = NoiseModel(ls, lr, poisson=poisson)
+    noisy = model.sample(clean, generator=torch.Generator().manual_seed(1))
+    noise = (noisy - clean).numpy().ravel()
+    slope, intercept = _fit_variance(clean.numpy().ravel(), noise)
+    assert abs(slope / ls - 1) < 0.03, slope
+    assert abs(intercept / lr - 1) < 0.05, intercept
+    assert abs(noise.mean()) < 5e-4  # zero-mean
+
+
+def test_variance_and_std_formula():
+    model = NoiseModel(0.02, 1e-3)
+    x = torch.tensor([[[0.0, 0.5, 1.0, -0.1]]])
+    assert torch.allclose(model.variance(x), torch.tensor([[[1e-3, 0.011, 0.021, 1e-3]]]))
+    assert torch.allclose(model.std(x) ** 2, model.variance(x))
+
+
+def test_per_channel_parameters_apply_along_channel_axis():
+    ls = [0.001, 0.004, 0.004, 0.016]
+    model = NoiseModel(ls, 1e-4)
+    clean = torch.full((4, 200, 200), 0.5, dtype=torch.float64)
+    noisy = model.sample(clean, generator=torch.Generator().manual_seed(2))
+    var = (noisy - clean).var(dim=(1, 2)).numpy()
+    assert np.allclose(var, [0.5 * v + 1e-4 for v in ls], rtol=0.05)
+    with pytest.raises(RawrclError, match="per-channel"):
+        model.sample(torch.zeros(3, 4, 4))
+
+
+def test_seeded_generator_is_reproducible_and_clip_works():
+    model = NoiseModel(0.05, 0.01, clip=True)
+    clean = _ramp(10_000)
+    a = model.sample(clean, generator=torch.Generator().manual_seed(3))
+    b = model.sample(clean, generator=torch.Generator().manual_seed(3))
+    c = model.sample(clean, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert a.min() >= 0 and a.max() <= 1
+    unclipped = NoiseModel(0.05, 0.01).sample(clean, generator=torch.Generator().manual_seed(3))
+    assert unclipped.min() < 0 and unclipped.max() > 1
+
+
+def test_invalid_parameters_are_refused():
+    with pytest.raises(RawrclError):
+        NoiseModel(-1e-3, 0.0)
+    with pytest.raises(RawrclError):
+        NoiseModel(1e-3, float("nan"))
+
+
+def test_sigma8_conversion():
+    assert sigma8_to_unit(255) == 1.0
+    assert math.isclose(sigma8_to_unit(20), 20 / 255)
+
+
+def test_paper_sampler_range_and_distribution():
+    sampler = PaperSampler(5.0, 20.0)
+    a, b = sampler.bounds()
+    assert math.isclose(a, math.sqrt(2 * (5 / 255 / 2) ** 2))
+    assert math.isclose(b, math.sqrt(2 * (20 / 255 / 2) ** 2))
+    rng = np.random.default_rng(0)
+    draws = [sampler(rng) for _ in range(4000)]
+    s_shot = np.sqrt([d.lambda_shot for d in draws])
+    s_read = np.sqrt([d.lambda_read for d in draws])
+    for s in (s_shot, s_read):
+        assert s.min() >= a and s.max() <= b
+        assert abs(s.mean() - (a + b) / 2) < 0.02 * (b - a)  # uniform in sqrt-space
+        assert abs(s.std() - (b - a) / math.sqrt(12)) < 0.03 * (b - a)
+    assert np.corrcoef(s_shot, s_read)[0, 1] < 0.05  # drawn independently
+    total_sigma8 = np.sqrt(s_shot**2 + s_read**2) * 255  # std at x = 1
+    assert total_sigma8.min() >= 5 - 1e-9 and total_sigma8.max() <= 20 + 1e-9
+    with pytest.raises(RawrclError):
+        PaperSampler(10, 5)
+
+
+def test_brooks_sampler_log_linear():
+    rng = np.random.default_rng(1)
+    draws = [BrooksSampler()(rng) for _ in range(4000)]
+    log_shot = np.log([d.lambda_shot for d in draws])
+    log_read = np.log([d.lambda_read for d in draws])
+    assert log_shot.min() >= math.log(1e-4) and log_shot.max() <= math.log(0.012)
+    assert abs(log_shot.mean() - (math.log(1e-4) + math.log(0.012)) / 2) < 0.1
+    residual = log_read - (2.18 * log_shot + 1.2)
+    assert abs(residual.mean()) < 0.02
+    assert abs(residual.std() - 0.26) < 0.015
+
+
+def test_fixed_and_presets_and_make_sampler():
+    rng = np.random.default_rng(0)
+    m = make_sampler("fixed", lambda_shot=0.003, lambda_read=2e-4)(rng)
+    assert (m.lambda_shot, m.lambda_read) == (0.003, 2e-4)
+    assert isinstance(make_sampler("paper", sigma_range=(1, 2)), PaperSampler)
+    assert isinstance(make_sampler("brooks"), BrooksSampler)
+    high = make_sampler("high")(rng)
+    assert (high.lambda_shot, high.lambda_read) == PRESETS["high"]
+    assert FixedSampler(1e-3, 1e-4)(rng).to_dict()["lambda_shot"] == 1e-3
+    with pytest.raises(RawrclError, match="lambda"):
+        make_sampler("fixed", lambda_shot=0.1)
+    with pytest.raises(RawrclError, match="unknown"):
+        make_sampler("gaussian")
+
+
+def test_samplers_are_reproducible():
+    for s in (PaperSampler(), BrooksSampler()):
+        a = s(np.random.default_rng(42))
+        b = s(np.random.default_rng(42))
+        assert a == b

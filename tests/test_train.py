@@ -1,0 +1,216 @@
+"""Trainer: run dir, exact kill-and-resume, errors, two-rank gloo DDP, CLI pretrain/inspect."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import skimage.data
+import torch
+import torch.multiprocessing as mp
+
+from rawrcl.data import PhotoFolderDataset
+from rawrcl.errors import RawrclError
+from rawrcl.methods import make_method
+from rawrcl.models import build_model, load_checkpoint
+from rawrcl.train import Trainer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _dataset():
+    photos = [
+        skimage.data.astronaut()[:64, :64],
+        skimage.data.chelsea()[:64, :64],
+        skimage.data.coffee()[:64, :64],
+        skimage.data.rocket()[:64, :64],
+    ]
+    return PhotoFolderDataset(images=photos, crop=32, mode="raw", seed=1)
+
+
+def _fit(run_dir, steps, resume=False, method="rcl", **cfg):
+    torch.manual_seed(0)
+    model = build_model({"arch": "unet", "in_channels": 4, "head": "jdd", "width": 8, "depth": 2})
+    conf = {
+        "steps": steps,
+        "batch_size": 4,
+        "log_every": 1,
+        "save_every": 1,
+        "resume": resume,
+        "seed": 3,
+        **cfg,
+    }
+    return Trainer(model, make_method(method), _dataset(), run_dir, conf).fit()
+
+
+def _losses(run_dir):
+    return [json.loads(x)["loss"] for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_run_dir_and_resume_exact(tmp_path):
+    torch.set_num_threads(1)
+    full = _fit(tmp_path / "a", 6)
+    assert full["steps"] == 6
+    for name in ("config.json", "metrics.jsonl", "checkpoints/last.pt", "checkpoints/init.pt"):
+        assert (tmp_path / "a" / name).exists()
+    cfg = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert cfg["model"]["head"] == "jdd" and cfg["method"]["method"] == "rcl" and cfg["lr"] == 1e-3
+    assert cfg["eps"] == 1e-7 and "command" in cfg
+    rec = json.loads((tmp_path / "a" / "metrics.jsonl").read_text().splitlines()[0])
+    assert {"step", "loss", "lr", "patches_per_s", "contrast", "consistency"} <= set(rec)
+    _fit(tmp_path / "b", 3)
+    _fit(tmp_path / "b", 6, resume=True)
+    assert _losses(tmp_path / "b") == _losses(tmp_path / "a")  # exact, not approximately
+    m1, _ = load_checkpoint(tmp_path / "a" / "checkpoints" / "last.pt")
+    m2, _ = load_checkpoint(tmp_path / "b" / "checkpoints" / "last.pt")
+    assert all(
+        torch.equal(p, q) for p, q in zip(m1.state_dict().values(), m2.state_dict().values(), strict=True)
+    )
+
+
+def test_run_dir_errors(tmp_path):
+    _fit(tmp_path / "r", 1, method="n2s")
+    with pytest.raises(RawrclError, match="--resume"):
+        _fit(tmp_path / "r", 1, method="n2s")
+    _fit(tmp_path / "r", 1, method="n2s", force=True)
+    with pytest.raises(RawrclError, match="last.pt"):
+        _fit(tmp_path / "empty", 1, resume=True)
+
+
+KILL_SCRIPT = textwrap.dedent(
+    """
+    import sys, torch
+    sys.path.insert(0, {tests!r})
+    torch.set_num_threads(1)
+    from test_train import _fit
+    _fit({run!r}, 10000, method="n2s")
+    """
+)
+
+
+def test_sigkill_and_resume(tmp_path):
+    torch.set_num_threads(1)
+    run = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT.format(tests=str(REPO / "tests"), run=str(run))]
+    )
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            m = run / "metrics.jsonl"
+            if m.exists() and len(m.read_text().splitlines()) >= 4:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    ckpt = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
+    k = ckpt["extra"]["step"]
+    assert k >= 3
+    _fit(run, k + 3, resume=True, method="n2s")
+    _fit(tmp_path / "ref", k + 3, method="n2s")
+    assert _losses(run) == _losses(tmp_path / "ref")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ddp_worker(rank, world, port, out):
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+    )
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+
+    try:
+        torch.manual_seed(0)
+        model = build_model({"arch": "unet", "in_channels": 4, "head": "jdd", "width": 4, "depth": 1})
+        conf = {"steps": 2, "batch_size": 2, "log_every": 1, "device": "cpu"}
+        Trainer(model, make_method("rcl"), _dataset(), out, conf).fit()
+        flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+        torch.save(flat, Path(out).parent / f"params{rank}.pt")
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def test_ddp_two_ranks_gloo(tmp_path):
+    out = tmp_path / "ddp"
+    # fork: the workers inherit the imported modules (spawn would re-import torch in each rank)
+    mp.start_processes(
+        _ddp_worker, args=(2, _free_port(), str(out)), nprocs=2, join=True, start_method="fork"
+    )
+    p0, p1 = torch.load(tmp_path / "params0.pt"), torch.load(tmp_path / "params1.pt")
+    assert torch.equal(p0, p1)  # gradients were all-reduced
+    recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs] == [1, 2]  # only rank 0 wrote
+    assert json.loads((out / "config.json").read_text())["world_size"] == 2
+    assert (out / "checkpoints" / "last.pt").exists()
+
+
+def test_cli_pretrain_and_inspect(tmp_path):
+    from click.testing import CliRunner
+    from rawrcl.cli import main
+
+    from rawrcl.sample_data import write_bundled_photos
+
+    photos = tmp_path / "photos"
+    for p in write_bundled_photos(photos, 3):
+        import cv2
+
+        cv2.imwrite(str(p), cv2.imread(str(p))[:96, :96])
+    runner = CliRunner()
+    run = tmp_path / "run"
+    args = [
+        "pretrain",
+        str(photos),
+        "--out",
+        str(run),
+        "--task",
+        "denoise",
+        "--steps",
+        "3",
+        "--batch-size",
+        "3",
+        "--crop",
+        "32",
+        "--width",
+        "8",
+        "--depth",
+        "2",
+        "--encoder",
+        "none",
+        "--log-every",
+        "1",
+    ]
+    res = runner.invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert len(_losses(run)) == 3
+    res = runner.invoke(main, args)
+    assert res.exit_code == 1 and "--resume" in res.output and "Traceback" not in res.output
+    res = runner.invoke(main, ["pretrain", str(photos), "--out", str(tmp_path / "r2"), "--task", "jdd"])
+    assert res.exit_code == 1 and "RAW" in res.output
+    res = runner.invoke(
+        main, ["inspect", str(run), "--json", "--rounds", "1", "--plot", str(tmp_path / "g.png")]
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert {"gap_before", "gap_after", "gap_true", "unit"} <= set(out) and out["gap_true"] is not None
+    assert (tmp_path / "g.png").stat().st_size > 1000
