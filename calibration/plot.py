@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from rawrcl.cfa import CHANNELS
+from rawrcl.io import atomic_path
 
 from .result import CalibrationResult
 
@@ -82,15 +81,9 @@ def plot_nlf(result: CalibrationResult, path: str | Path) -> Path:
     name = Path(result.path).name if result.path else "in-memory data"
     iso = f", ISO {result.iso:g}" if result.iso else ""
     fig.suptitle(f"Noise level function — {name} ({result.method}, {result.status}{iso})")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        with atomic_path(path, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
     finally:
         plt.close(fig)
     return path

@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from rawrcl.cfa import CHANNELS
 from rawrcl.errors import RawrclError
+from rawrcl.io import atomic_write_text
 from rawrcl.noise import NoiseModel
 
 from .result import UNITS, CalibrationResult
@@ -69,18 +68,6 @@ def read_profile(path: str | Path) -> dict:
     return data
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_profile(path: str | Path, results: Iterable[CalibrationResult]) -> dict:
     """Add calibrations to a profile file (created if absent; an entry with the same camera and ISO
     is replaced — the file is a profile database, updating it is its purpose). Written atomically.
@@ -108,7 +95,7 @@ def save_profile(path: str | Path, results: Iterable[CalibrationResult]) -> dict
         cam["entries"] = [e for e in cam["entries"] if abs(float(e["iso"]) - float(r.iso)) > 1e-9]
         cam["entries"].append(entry)
         cam["entries"].sort(key=lambda e: e["iso"])
-    _write_atomic(p, json.dumps(data, indent=2) + "\n")
+    atomic_write_text(p, json.dumps(data, indent=2) + "\n")
     return data
 
 

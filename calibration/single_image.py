@@ -42,6 +42,7 @@ from scipy.optimize import nnls
 from rawrcl.cfa import CHANNELS, check_pattern, pack
 from rawrcl.errors import RawrclError
 
+from .pca_noise import binned_pca_variance, extract_patches
 from .result import CalibrationResult, PlaneBins
 
 #: Default estimator settings (tuned on CBSD68-simulated mosaics, see benchmarks/calibration.py).
@@ -55,6 +56,10 @@ DEFAULTS = {
     "tile_stat": "mean",
     "order": 4,
     "mixture": True,
+    "estimator": "pca",
+    "patch": 5,
+    "max_patches": 150000,
+    "min_patches": 400,
 }
 
 
@@ -319,9 +324,72 @@ def _fit_with_bootstrap(
 
 def _settings(kwargs: dict) -> dict:
     unknown = set(kwargs) - set(DEFAULTS)
+    if kwargs.get("estimator", "pca") not in ("pca", "tiles"):
+        raise RawrclError(f"estimator must be 'pca' or 'tiles', got {kwargs['estimator']!r}")
     if unknown:
         raise TypeError(f"unknown estimator settings: {sorted(unknown)}")
     return {**DEFAULTS, **kwargs}
+
+
+def _plane_patches(plane: np.ndarray, st: dict, name: str):
+    """(means, patches, gradient energies) of one plane for the PCA estimator, with the same
+    input checks as the tile estimator (too small, mostly clipped)."""
+    plane = np.asarray(plane, dtype=np.float64)
+    block, order = st["block"], st["order"]
+    if plane.ndim != 2 or min(plane.shape) < 2 * block + order:
+        raise RawrclError(
+            f"{name}: plane of shape {plane.shape} is too small for a noise estimate "
+            f"(need at least {2 * block + order}×{2 * block + order} per CFA plane)"
+        )
+    clipped = clipped_mask(plane)
+    mu, x, g = extract_patches(plane, clipped, st["patch"], st["max_patches"])
+    finite = np.isfinite(mu) & np.isfinite(g)
+    mu, x, g = mu[finite], x[finite], g[finite]
+    if mu.size < 2 * st["min_patches"]:
+        frac = float(clipped.mean())
+        if frac > 0.5:
+            raise RawrclError(
+                f"{name}: {100 * frac:.0f}% of the image is clipped (saturated or black); "
+                "no usable region for a noise estimate"
+            )
+        raise RawrclError(
+            f"{name}: too few usable regions ({mu.size} unclipped {st['patch']}×{st['patch']} patches) "
+            "for a noise estimate; the image is too small"
+        )
+    return mu, x, g
+
+
+def _fit_patches(mu: np.ndarray, x: np.ndarray, g: np.ndarray, st: dict):
+    kw = {"patch": st["patch"], "min_count": st["min_patches"], "max_bins": st["max_bins"]}
+    m, var, cnt = binned_pca_variance(mu, x, g, **kw)
+    ls, lr, rob = fit_nlf(m, var, cnt)
+    if ls + lr > 0:
+        model = np.maximum(ls * np.maximum(mu, 0) + lr, 1e-20)
+        m, var, cnt = binned_pca_variance(mu, x, g, model=model, **kw)
+        ls, lr, rob = fit_nlf(m, var, cnt)
+    return ls, lr, PlaneBins(mean=m, var=var, count=cnt, used=rob > 0.05)
+
+
+def _pca_with_bootstrap(mu, x, g, st: dict, seed: int):
+    ls, lr, bins = _fit_patches(mu, x, g, st)
+    err = (0.0, 0.0)
+    if st["bootstrap"] > 0 and bins.mean.size >= 3:
+        # bootstrap over the signal-level bins (each bin estimate is an independent measurement)
+        rng = np.random.default_rng(seed)
+        draws = []
+        for _ in range(st["bootstrap"]):
+            i = rng.integers(0, bins.mean.size, bins.mean.size)
+            if np.unique(bins.mean[i]).size < 2:
+                continue
+            try:
+                s, r, _ = fit_nlf(bins.mean[i], bins.var[i], bins.count[i])
+            except RawrclError:
+                continue
+            draws.append((s, r))
+        if len(draws) >= 2:
+            sd = np.std(np.array(draws), axis=0, ddof=1)
+            err = (float(sd[0]), float(sd[1]))
+    return (ls, lr), err, bins
 
 
 def estimate_plane(
@@ -336,6 +404,8 @@ def estimate_plane(
     Raises :class:`RawrclError` when the plane is too small or almost entirely clipped.
     """
     st = _settings(settings)
+    if st["estimator"] == "pca":
+        return _pca_with_bootstrap(*_plane_patches(plane, st, name), st, seed)
     mu, v = _plane_tiles(
         plane, st["block"], st["tile_stat"], st["max_clipped"], st["min_count"], name, st["order"]
     )
@@ -358,7 +428,13 @@ def estimate_packed(packed: np.ndarray, *, name: str = "image", **settings) -> C
         raise RawrclError(f"{name}: expected a packed mosaic (4, h, w), got shape {packed.shape}")
     res = CalibrationResult(path=None, method="image")
     all_mu, all_v = [], []
-    for i, c in enumerate(CHANNELS):
+    if st["estimator"] == "pca":
+        parts = [_plane_patches(packed[i], st, name) for i in range(4)]
+        for i, c in enumerate(CHANNELS):
+            lam, err, bins = _pca_with_bootstrap(*parts[i], st, seed=i)
+            res.per_plane[c], res.per_plane_err[c], res.bins[c] = lam, err, bins
+        lam, err, _ = _pca_with_bootstrap(*(np.concatenate(v) for v in zip(*parts, strict=True)), st, seed=4)
+    for i, c in enumerate(CHANNELS if st["estimator"] != "pca" else ()):
         mu, v = _plane_tiles(
             packed[i], st["block"], st["tile_stat"], st["max_clipped"], st["min_count"], name, st["order"]
         )
@@ -366,9 +442,10 @@ def estimate_packed(packed: np.ndarray, *, name: str = "image", **settings) -> C
         res.per_plane[c], res.per_plane_err[c], res.bins[c] = lam, err, bins
         all_mu.append(mu)
         all_v.append(v)
-    lam, err, _ = _fit_with_bootstrap(
-        np.concatenate(all_mu), np.concatenate(all_v), st, st["bootstrap"], seed=4
-    )
+    if st["estimator"] != "pca":
+        lam, err, _ = _fit_with_bootstrap(
+            np.concatenate(all_mu), np.concatenate(all_v), st, st["bootstrap"], seed=4
+        )
     res.pooled, res.pooled_err = lam, err
     rel = []
     for x in (0.1, 0.5):

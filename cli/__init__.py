@@ -41,13 +41,7 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module_name, attr = target.split(":")
-        try:
-            module = importlib.import_module(f"rawrcl.cli.{module_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"rawrcl.cli.{module_name}":
-                return None  # command not built yet
-            raise
-        return getattr(module, attr)
+        return getattr(importlib.import_module(f"rawrcl.cli.{module_name}"), attr)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

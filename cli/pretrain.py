@@ -61,6 +61,12 @@ def _default_cache() -> str:
     help="Residual normalisation before the distance (rcl; none = paper).",
 )
 @click.option(
+    "--center/--no-center",
+    default=True,
+    show_default=True,
+    help="Subtract each residual's per-channel mean before the distance (rcl; --no-center = paper form).",
+)
+@click.option(
     "--encoder", default=None, help="Perceptual encoder for RGB rcl: auto | imagenet | none | CKPT."
 )
 @click.option("--synthetic", is_flag=True, help="RAW tasks on photos: simulate mosaic + noise.")
@@ -112,6 +118,7 @@ def pretrain(
     alpha,
     tau,
     normalize,
+    center,
     encoder,
     synthetic,
     noise,
@@ -147,6 +154,7 @@ def pretrain(
             "tau": tau,
             "alpha": alpha,
             "normalize": normalize,
+            "center": center,
             "encoder": encoder,
         }
     data_options = {

@@ -25,7 +25,6 @@ import platform
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,8 +33,9 @@ from typing import Any
 import numpy as np
 
 from rawrcl.errors import RawrclError
-from rawrcl.eval import baseline_applies, evaluate, list_images, load_images
+from rawrcl.eval import baseline_applies, evaluate, load_images
 from rawrcl.finetune import finetune
+from rawrcl.io import atomic_write_text, list_photos
 from rawrcl.tasks import TASKS
 
 
@@ -122,14 +122,6 @@ PROTOCOLS: dict[str, Protocol] = {
 RAW_PRETRAIN_TASK, RGB_PRETRAIN_TASK = "jdd", "denoise"
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
 def _cmd(args: list[str]) -> str:
     return " ".join(shlex.quote(str(a)) for a in args)
 
@@ -157,7 +149,7 @@ class Bench:
         self.commands: list[str] = []
         self.t_start = time.perf_counter()
         self.test_images = load_images(test_dir, limit)
-        self.train_files = [f.name for f in list_images(train_dir)]
+        self.train_files = [f.name for f in list_photos(train_dir)]
         self.samples: dict[str, dict[str, Any]] = {}
 
     # -------------------------------------------------------------------------------------- caching
@@ -168,7 +160,7 @@ class Bench:
         return None
 
     def _store(self, key: str, rec: dict) -> dict:
-        _atomic_write(self.runs_dir / key / "result.json", json.dumps(rec, indent=2, default=str))
+        atomic_write_text(self.runs_dir / key / "result.json", json.dumps(rec, indent=2, default=str))
         self.records.append(rec)
         return rec
 
@@ -292,7 +284,7 @@ class Bench:
             self.log(f"[bench] pretrain {pretext} ({task}) FAILED: {info['error']}")
             return None, info
         info["ok"] = True
-        _atomic_write(done, json.dumps(info, indent=2))
+        atomic_write_text(done, json.dumps(info, indent=2))
         self.log(f"[bench] pretrain {pretext} ({task}) done in {info['wall_s']} s")
         return ckpt, info
 
@@ -866,7 +858,7 @@ def run_bench(
     train_dir, test_dir = Path(train_dir).resolve(), Path(test_dir).resolve()
     if train_dir == test_dir:
         raise RawrclError("--train-dir and --test-dir must differ (held-out test photos)")
-    overlap = {f.name for f in list_images(train_dir)} & {f.name for f in list_images(test_dir)}
+    overlap = {f.name for f in list_photos(train_dir)} & {f.name for f in list_photos(test_dir)}
     if overlap:
         log(f"[bench] warning: {len(overlap)} file names appear in both train and test folders")
     t0 = time.perf_counter()
@@ -899,6 +891,7 @@ def run_bench(
         "density": extra["density"],
         "command": command,
     }
-    _atomic_write(out / "results.json", json.dumps(results, indent=2, default=str))
-    _atomic_write(out / "report.md", write_report(out, proto, bench, extra, summary, figures, wall, command))
+    atomic_write_text(out / "results.json", json.dumps(results, indent=2, default=str))
+    report = write_report(out, proto, bench, extra, summary, figures, wall, command)
+    atomic_write_text(out / "report.md", report)
     return results

@@ -33,7 +33,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -41,8 +40,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rawrcl.cfa import align_rggb, mosaic_packed, pack, rggb_offset, shift_pattern, unpack
+from rawrcl import isp
+from rawrcl.cfa import CHANNELS, align_rggb, mosaic_packed, pack, rggb_offset, shift_pattern, unpack
 from rawrcl.errors import RawrclError
+from rawrcl.io import PHOTO_EXTENSIONS, atomic_path, read_photo
 from rawrcl.noise import NoiseModel, PaperSampler, make_sampler
 
 log = logging.getLogger("rawrcl.data")
@@ -53,7 +54,6 @@ RAW_EXTENSIONS = frozenset(
         " .3fr .iiq .rwl .raw .dcr .kdc .mrw .erf .mos"
     ).split()
 )
-PHOTO_EXTENSIONS = frozenset(".png .jpg .jpeg .tif .tiff .bmp .webp .ppm .pgm".split())
 
 Key = tuple[int, int]  # (image index, sample seed)
 
@@ -93,19 +93,6 @@ def file_key(path: str | os.PathLike) -> str:
     return hashlib.sha1(f"{st.st_size}:{st.st_mtime_ns}:{h.hexdigest()}".encode()).hexdigest()
 
 
-def _atomic_npy(path: Path, arr: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.save(fh, arr)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def load_packed_raw(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> np.ndarray:
     """Decode a RAW file to packed float16 (4, ceil(H'/2), ceil(W'/2)) in RGGB geometry, [0, 1] units.
 
@@ -127,27 +114,10 @@ def load_packed_raw(path: str | os.PathLike, cache_dir: str | os.PathLike | None
     cfa, _ = align_rggb(np.asarray(raw.cfa, dtype=np.float32), raw.pattern)
     packed = pack(cfa, "RGGB").astype(np.float16)
     if cache_file is not None:
-        _atomic_npy(cache_file, packed)
+        with atomic_path(cache_file) as tmp, open(tmp, "wb") as fh:
+            np.save(fh, packed)
         return np.load(cache_file, mmap_mode="r")
     return packed
-
-
-def load_photo(path: str | os.PathLike) -> np.ndarray:
-    """Read a photo as float32 RGB (3, H, W) in [0, 1] (8- or 16-bit files).
-
-    Raises :class:`RawrclError` if unreadable."""
-    import cv2
-
-    img = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
-    if img is None:
-        raise RawrclError(f"{path}: not a readable image")
-    scale = 65535.0 if img.dtype == np.uint16 else 255.0 if img.dtype == np.uint8 else 1.0
-    if img.ndim == 2:
-        img = np.repeat(img[..., None], 3, axis=2)
-    elif img.shape[2] == 4:
-        img = img[..., :3]
-    img = img[..., ::-1].astype(np.float32) / scale  # BGR → RGB
-    return np.ascontiguousarray(np.clip(img, 0, 1).transpose(2, 0, 1))
 
 
 # -------------------------------------------------------------------------------------- augmentation
@@ -469,7 +439,7 @@ class PhotoFolderDataset(PairDataset):
         else:
             for path in find_files(self.root, "photo"):
                 try:
-                    self.images.append(load_photo(path))
+                    self.images.append(read_photo(path))
                     self.paths.append(path)
                 except Exception as exc:  # noqa: BLE001
                     self._skip(path, exc if isinstance(exc, RawrclError) else RawrclError(str(exc)))
@@ -489,13 +459,10 @@ class PhotoFolderDataset(PairDataset):
         self.has_clean = True
         self.has_second = sampler is not None
         if self.unprocess:
-            from rawrcl.isp import unprocess as _unprocess
-
-            lin = []
-            for k, img in enumerate(self.images):
-                out = _unprocess(img, np.random.default_rng([self.seed, k, 1]))
-                lin.append(np.asarray(out[0] if isinstance(out, tuple) else out, dtype=np.float32))
-            self.images = lin
+            self.images = [
+                np.asarray(isp.unprocess(img, np.random.default_rng([self.seed, k, 1]))[0], dtype=np.float32)
+                for k, img in enumerate(self.images)
+            ]
 
     def describe(self) -> dict:
         d = super().describe()
@@ -569,32 +536,20 @@ def _adapt_channels(model: NoiseModel, channels: int) -> NoiseModel:
 
 
 def sampler_from_profile(path: str | os.PathLike) -> Callable[[np.random.Generator], NoiseModel]:
-    """A noise sampler from a calibrated camera profile file (``rawrcl.calibration.load_profile``).
-
-    Accepts whatever the loader returns if it is a :class:`NoiseModel`, a sampler callable, an object with
-    ``noise_model()`` / ``sampler()``, or a dict with ``lambda_shot`` and ``lambda_read`` ([0, 1] units).
+    """A noise sampler from a calibrated camera noise profile file (``rawrcl calibrate --profile``, format
+    of :func:`rawrcl.calibration.read_profile`): each draw picks one measured (camera, ISO) entry of the
+    file uniformly with ``rng`` and returns its per-plane :class:`NoiseModel` ([R, G1, G2, B], [0, 1] units).
     """
-    try:
-        from rawrcl.calibration import load_profile
-    except ImportError as exc:
-        raise RawrclError(f"{path}: noise profiles need rawrcl.calibration.load_profile ({exc})") from None
-    prof = load_profile(path)
-    if isinstance(prof, NoiseModel):
-        return lambda rng: prof
-    for attr in ("sampler", "noise_model", "to_noise_model"):
-        fn = getattr(prof, attr, None)
-        if callable(fn):
-            obj = fn()
-            if isinstance(obj, NoiseModel):
-                return lambda rng, obj=obj: obj
-            if callable(obj):
-                return obj
-    if isinstance(prof, dict) and "lambda_shot" in prof and "lambda_read" in prof:
-        nm = NoiseModel(prof["lambda_shot"], prof["lambda_read"])
-        return lambda rng: nm
-    if callable(prof):
-        return prof
-    raise RawrclError(f"{path}: could not turn the noise profile into a sampler")
+    from rawrcl.calibration import read_profile
+
+    models = [
+        NoiseModel([e["per_plane"][c][0] for c in CHANNELS], [e["per_plane"][c][1] for c in CHANNELS])
+        for cam in read_profile(path)["cameras"].values()
+        for e in cam["entries"]
+    ]
+    if not models:
+        raise RawrclError(f"{path}: the noise profile holds no calibrated entries")
+    return lambda rng: models[int(rng.integers(len(models)))]
 
 
 def default_sampler() -> PaperSampler:

@@ -13,7 +13,6 @@ black/white level (DNG semantics: variance = S·x + O).
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
@@ -23,6 +22,7 @@ import tifffile
 
 from rawrcl.cfa import check_pattern
 from rawrcl.errors import RawrclError
+from rawrcl.io import atomic_path
 
 # TIFF/DNG tag codes
 NEW_SUBFILE_TYPE = 254
@@ -49,14 +49,6 @@ PHOTOMETRIC_CFA = 32803
 MIN_SIZE = 22  # LibRaw (like dcraw) does not read images smaller than 22×22
 _CFA_CODE = {"R": 0, "G": 1, "B": 2}
 _D65 = 21  # EXIF LightSource code
-
-
-def file_mode() -> int:
-    """Permission bits a normal ``open()`` would give a new file (0o666 minus the umask);
-    ``tempfile.mkstemp`` creates 0o600 files, which atomic writers fix with this."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
 
 
 def _rational(values: Sequence[float], signed: bool, denominator: int = 1_000_000) -> list[int]:
@@ -180,10 +172,7 @@ def write_dng(
             raise RawrclError(f"{path}: noise_profile needs 1 or 3 (S, O) pairs, got {prof.shape[0]}")
         tags.append((NOISE_PROFILE, "d", prof.size, tuple(float(v) for v in prof.ravel()), True))
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         tifffile.imwrite(
             tmp,
             cfa,
@@ -195,9 +184,4 @@ def write_dng(
             software="rawrcl",
             extratags=tags,
         )
-        os.chmod(tmp, file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path

@@ -50,13 +50,15 @@ import torch.nn.functional as F
 
 from rawrcl.cfa import packed_to_rgb, unpack
 from rawrcl.errors import RawrclError
+from rawrcl.io import list_photos, read_photo
+from rawrcl.isp import render_srgb
+from rawrcl.models.unet import pad_to_multiple
 from rawrcl.tasks import NoiseSpec, Task, get_task, noise_label
 
 BORDER = 8
 #: NLM strength factors h = k · σ8 per baseline, tuned on CBSD68 images 0–5 (training split) at the
 #: ``high`` preset (grid 0.3…1.4; see docs/benchmarks.md): Menon output 0.6, noisy RGB 0.5.
 NLM_K: dict[str, float] = {"menon+nlm": 0.6, "nlm": 0.5}
-IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".ppm")
 
 
 # ----------------------------------------------------------------------------------------------- metrics
@@ -120,12 +122,7 @@ def to_srgb(x: torch.Tensor, task: Task, meta: dict | None = None) -> torch.Tens
         isp = (meta or {}).get("isp")
         if isp is None:
             raise RawrclError("unprocessed sample without camera parameters; cannot render to sRGB")
-        from rawrcl.isp import render_srgb
-
-        wb = isp.get("wb") if isinstance(isp, dict) else getattr(isp, "wb", None)
-        ccm = isp.get("ccm") if isinstance(isp, dict) else getattr(isp, "ccm", None)
-        gain = isp.get("gain", 1.0) if isinstance(isp, dict) else getattr(isp, "gain", 1.0)
-        out = render_srgb(x.clamp(0, 1).numpy(), wb, ccm, gain=float(gain))
+        out = render_srgb(x.clamp(0, 1).numpy(), isp["wb"], isp["ccm"], gain=float(isp["gain"]))
         return torch.as_tensor(np.asarray(out), dtype=torch.float32)
     return x
 
@@ -296,12 +293,7 @@ def model_predictor(model: torch.nn.Module, task: Task, device: str = "cpu", mul
     model = model.to(device).eval()
 
     def run(inp: torch.Tensor, task_: Task, meta: dict) -> torch.Tensor:
-        x = torch.as_tensor(inp).float()[None].to(device)
-        h, w = x.shape[-2:]
-        ph, pw = (-h) % multiple, (-w) % multiple
-        if ph or pw:
-            mode = "reflect" if (ph < h and pw < w) else "replicate"
-            x = F.pad(x, (0, pw, 0, ph), mode=mode)
+        x, (h, w) = pad_to_multiple(torch.as_tensor(inp).float()[None].to(device), multiple)
         with torch.no_grad():
             y = model(x)[0]
         s = y.shape[-1] // x.shape[-1]
@@ -336,37 +328,11 @@ def load_model(path: str | Path, task: Task, device: str = "cpu") -> tuple[torch
 
 
 # ------------------------------------------------------------------------------------------------- data
-def list_images(directory: str | Path) -> list[Path]:
-    """Sorted image files (png/jpg/tif/bmp/ppm) in ``directory`` (not recursive)."""
-    d = Path(directory)
-    if not d.is_dir():
-        raise RawrclError(f"{directory}: not a directory of photos")
-    files = sorted(p for p in d.iterdir() if p.suffix.lower() in IMAGE_EXTS and p.is_file())
-    if not files:
-        raise RawrclError(f"{directory}: no photos ({', '.join(IMAGE_EXTS)}) found")
-    return files
-
-
-def read_photo(path: str | Path) -> np.ndarray:
-    """Read an 8/16-bit RGB photo → (3, H, W) float32 in [0, 1] (alpha dropped; grey → error)."""
-    from skimage.io import imread
-
-    try:
-        a = imread(str(path))
-    except Exception as exc:  # noqa: BLE001 - any decoder failure is a user-file problem
-        raise RawrclError(f"{path}: unreadable image ({exc})") from None
-    if a.ndim != 3 or a.shape[2] < 3:
-        raise RawrclError(f"{path}: not an RGB photo (shape {a.shape})")
-    a = a[..., :3]
-    scale = 65535.0 if a.dtype == np.uint16 else 255.0 if a.dtype == np.uint8 else 1.0
-    return np.ascontiguousarray((a.astype(np.float32) / scale).transpose(2, 0, 1))
-
-
 def load_images(source: str | Path | Sequence, limit: int | None = None) -> list[tuple[str, np.ndarray]]:
     """Photos as ``[(name, (3, H, W) float32 [0, 1])]`` from a folder, a list of paths, or a list of
     arrays / (name, array) pairs (uint8 (H, W, 3) arrays are converted). Sorted by name for folders."""
     if isinstance(source, str | Path):
-        files = list_images(source)
+        files = list_photos(source)
         if limit is not None:
             files = files[:limit]
         return [(f.name, read_photo(f)) for f in files]

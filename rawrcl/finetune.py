@@ -14,20 +14,19 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from rawrcl.errors import RawrclError
 from rawrcl.eval import load_images
+from rawrcl.io import atomic_write_text
 from rawrcl.methods.supervised import supervised
 from rawrcl.tasks import NoiseSpec, Task, get_task, noise_label
+from rawrcl.train import Trainer
 
 PROTOCOLS = ("linear", "full")
 
@@ -176,13 +175,6 @@ def _prepare_out(out: str | Path, force: bool) -> Path:
     return out
 
 
-def _atomic_json(path: Path, obj: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(obj, fh, indent=2, default=str)
-    os.replace(tmp, path)
-
-
 def finetune(
     ckpt: str | Path | torch.nn.Module,
     task: str | Task,
@@ -244,7 +236,7 @@ def finetune(
         **{k: cfg[k] for k in ("n_labels", "protocol", "task", "source", "steps", "seed", "noise")},
         "final_loss": final,
     }
-    _atomic_json(run_dir / "finetune.json", summary)
+    atomic_write_text(run_dir / "finetune.json", json.dumps(summary, indent=2, default=str))
     return summary
 
 
@@ -252,17 +244,10 @@ def _fit(
     model: torch.nn.Module, dataset: LabelledCrops, run_dir: Path, cfg: dict, progress: bool
 ) -> float | None:
     """Train with ``rawrcl.train.Trainer`` (the engine); returns the last logged loss if available."""
-    try:
-        from rawrcl.train import Trainer
-    except ImportError:
-        Trainer = None  # noqa: N806
-    if Trainer is not None:
-        tcfg = {**cfg, "progress": progress, "save_every": max(int(cfg["steps"]), 1), "keep_every": 0}
-        tcfg["log_every"] = 20
-        trainer = Trainer(model, supervised, dataset, run_dir, tcfg)
-        trainer.fit()
-        return _last_loss(run_dir)
-    return _local_fit(model, dataset, run_dir, cfg)
+    tcfg = {**cfg, "progress": progress, "save_every": max(int(cfg["steps"]), 1), "keep_every": 0}
+    tcfg["log_every"] = 20
+    Trainer(model, supervised, dataset, run_dir, tcfg).fit()
+    return _last_loss(run_dir)
 
 
 def _last_loss(run_dir: Path) -> float | None:
@@ -278,33 +263,3 @@ def _last_loss(run_dir: Path) -> float | None:
         if "loss" in rec:
             last = float(rec["loss"])
     return last
-
-
-def _local_fit(model: torch.nn.Module, dataset: LabelledCrops, run_dir: Path, cfg: dict) -> float:
-    """LOCAL ADAPTER used only when ``rawrcl.train`` is missing: a plain Adam loop with the same
-    optimiser settings and run-dir layout as the engine's Trainer."""
-    from rawrcl.models import save_checkpoint
-
-    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-    _atomic_json(run_dir / "config.json", cfg)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=cfg["lr"], betas=(0.9, 0.999), eps=1e-7)
-    from rawrcl.data import PairBatchSampler, make_loader
-
-    sampler = PairBatchSampler(len(dataset), cfg["batch_size"], seed=cfg["seed"], steps=cfg["steps"])
-    loader = make_loader(dataset, sampler)
-    model.train()
-    loss_v = float("nan")
-    with open(run_dir / "metrics.jsonl", "w") as log:
-        for step, batch in enumerate(loader, start=1):
-            if step > cfg["steps"]:
-                break
-            res = supervised(batch, model)
-            opt.zero_grad(set_to_none=True)
-            res["loss"].backward()
-            opt.step()
-            loss_v = float(res["loss"].detach())
-            if step % 20 == 0 or step == cfg["steps"]:
-                log.write(json.dumps({"step": step, "loss": loss_v}) + "\n")
-    save_checkpoint(run_dir / "checkpoints" / "last.pt", model, extra={"step": cfg["steps"]})
-    return loss_v

@@ -362,9 +362,12 @@ def _render(raw, rgb_linear: np.ndarray, render: str) -> np.ndarray:
         return rgb_linear
     if render != "srgb":
         raise RawrclError(f"--render {render!r}: expected srgb or linear")
-    from rawrcl.isp import render_srgb
+    from rawrcl.isp import gray_world_wb, has_white_balance, render_srgb
 
-    out = render_srgb(np.clip(rgb_linear, 0, 1), raw.wb, raw.ccm)
+    rgb = np.clip(rgb_linear, 0, 1)
+    # no as-shot white balance in the file: gray world, as a raw developer's auto white balance would
+    wb = raw.wb if has_white_balance(raw.wb) else gray_world_wb(rgb)
+    out = render_srgb(rgb, wb, raw.ccm)
     return out.numpy() if isinstance(out, torch.Tensor) else np.asarray(out)
 
 
@@ -379,7 +382,8 @@ def jdd_file(
     """RAW file → demosaiced, denoised image file (``.tiff`` 16-bit or ``.png``: 8-bit sRGB, 16-bit linear).
 
     ``render="linear"``: linear camera RGB in the RAW's [0, 1] scale ×65535; ``"srgb"``: white balance,
-    colour matrix and sRGB gamma (:func:`rawrcl.isp.render_srgb`). Same pixel grid as the CFA.
+    colour matrix and sRGB gamma (:func:`rawrcl.isp.render_srgb`; gray-world white balance when the file
+    carries none). Same pixel grid as the CFA.
     """
     from rawrcl.raw import read_raw
 

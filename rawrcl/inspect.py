@@ -20,37 +20,22 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from rawrcl.errors import RawrclError
+from rawrcl.io import atomic_path
+from rawrcl.losses import pairwise
+from rawrcl.methods.base import input_residual
 
 UNIT = "8-bit DN (EMD between residual value distributions, residuals x255)"
 
 
-def _emd_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    try:
-        from rawrcl.losses import pairwise
-
-        return pairwise(a, b, "emd")
-    except ImportError:  # local exact 1-D W1 for equal sizes (losses package without re-exports)
-        sa = a.reshape(a.shape[0], -1).sort(dim=1).values
-        sb = b.reshape(b.shape[0], -1).sort(dim=1).values
-        return (sa[:, None, :] - sb[None, :, :]).abs().mean(dim=-1)
-
-
-def _residual(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    from rawrcl.methods.base import to_input_domain
-
-    return x - to_input_domain(x, out)
-
-
 def gaps_from_residuals(r_a: torch.Tensor, r_b: torch.Tensor, scale: float = 255.0) -> np.ndarray:
     """All gap(j, i), i ≠ j, for one batch of residual pairs (N, C, h, w) × (N, C, h, w) → (N·(N−1),)."""
-    d = _emd_matrix(r_a.float() * scale, r_b.float() * scale).double()
+    d = pairwise(r_a.float() * scale, r_b.float() * scale, "emd").double()
     pos = torch.diagonal(d)
     diff = d - pos[:, None]
     mask = ~torch.eye(d.shape[0], dtype=torch.bool)
@@ -138,7 +123,7 @@ def residual_gaps(
             xb = torch.stack([it["x_b"] for it in items]).to(device)
             x = torch.cat([xa, xb])
             for name, m in models.items():
-                r = _residual(x, m(x).float()).cpu()
+                r = input_residual(x, m(x).float()).cpu()
                 samples[name].append(gaps_from_residuals(r[:n], r[n:]))
             if has_true:
                 ca = torch.stack([it["clean_a"] for it in items])
@@ -201,16 +186,11 @@ def plot_gaps(result: dict, path: str | os.PathLike, *, force: bool = True) -> P
     ax.set_title("Residual contrast before/after training (paper Fig. 2)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix or ".png", dir=path.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
+        with atomic_path(path, suffix=path.suffix or ".png") as tmp:
+            fig.savefig(tmp, dpi=120)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 

@@ -135,6 +135,37 @@ def render_srgb(
     return linear_to_srgb(x)
 
 
+def gray_world_wb(rgb_linear: np.ndarray, clip_level: float = 0.98) -> tuple[float, float, float]:
+    """Gray-world white balance: multipliers (R, G, B), G = 1, that make the scene average neutral.
+
+    The fallback when a file carries no as-shot white balance (LibRaw reports none, or the neutral
+    (1, 1, 1) it uses for "unknown"). Pixels with any channel ≥ ``clip_level`` (clipped highlights) are
+    left out.
+
+    Parameters
+    ----------
+    rgb_linear : (3, H, W) float linear camera RGB in [0, 1] units.
+
+    Returns
+    -------
+    (R, G, B) multipliers, each clamped to [0.25, 8].
+    """
+    x = np.asarray(rgb_linear, dtype=np.float64).reshape(3, -1)
+    keep = np.all(x < clip_level, axis=0) & np.all(x > 0, axis=0)
+    if keep.sum() < 16:
+        keep = np.ones(x.shape[1], dtype=bool)
+    means = x[:, keep].mean(axis=1)
+    if not np.all(means > 0):
+        return (1.0, 1.0, 1.0)
+    r, b = (float(np.clip(means[1] / means[c], 0.25, 8.0)) for c in (0, 2))
+    return (r, 1.0, b)
+
+
+def has_white_balance(wb) -> bool:
+    """True when ``wb`` is a real as-shot white balance (not None and not the neutral (1, 1, 1))."""
+    return wb is not None and not np.allclose(np.asarray(wb, dtype=np.float64), 1.0)
+
+
 def random_camera(rng: np.random.Generator) -> dict:
     """Random but plausible camera parameters (Brooks et al. 2019, Sec. 3):
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from rawrcl.errors import RawrclError
+from rawrcl.io import atomic_path
 
 #: (name, loader) of the colour photos shipped inside the scikit-image wheel, in a fixed order.
 _PHOTOS = (
@@ -68,9 +69,8 @@ def write_bundled_photos(
         if path.exists() and not overwrite:
             paths.append(path)
             continue
-        tmp = out_dir / f".{name}.tmp.png"
-        if not cv2.imwrite(str(tmp), img[..., ::-1]):
-            raise RawrclError(f"{path}: could not write PNG")
-        os.replace(tmp, path)
+        with atomic_path(path, suffix=".png") as tmp:
+            if not cv2.imwrite(str(tmp), img[..., ::-1]):
+                raise RawrclError(f"{path}: could not write PNG")
         paths.append(path)
     return paths

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,61 +29,13 @@ import numpy as np
 import torch
 
 from rawrcl.cfa import check_pattern, mosaic
-from rawrcl.dng import MIN_SIZE, file_mode, write_dng
+from rawrcl.dng import MIN_SIZE, write_dng
 from rawrcl.errors import RawrclError
+from rawrcl.io import atomic_path, atomic_write_bytes, list_photos, read_photo
 from rawrcl.isp import XYZ_TO_SRGB, unprocess
 from rawrcl.noise import NoiseModel, Sampler, make_sampler
 
-PHOTO_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp")
 MANIFEST = "manifest.json"
-
-
-def list_photos(src: str | os.PathLike) -> list[Path]:
-    """Photos in ``src`` (a folder, non-recursive, sorted by name; or a single photo file).
-
-    Raises :class:`RawrclError` if ``src`` does not exist or holds no photo.
-    """
-    p = Path(src)
-    if not p.exists():
-        raise RawrclError(f"{p}: no such file or folder")
-    if p.is_file():
-        if p.suffix.lower() not in PHOTO_EXTENSIONS:
-            raise RawrclError(f"{p}: not a photo (expected one of {', '.join(PHOTO_EXTENSIONS)})")
-        return [p]
-    files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in PHOTO_EXTENSIONS)
-    files = [f for f in files if not f.name.startswith(".")]
-    if not files:
-        raise RawrclError(f"{p}: no photos found (looked for {', '.join(PHOTO_EXTENSIONS)})")
-    return files
-
-
-def read_photo(path: str | os.PathLike) -> np.ndarray:
-    """Read an RGB photo as float32 (3, H, W) in [0, 1] (8- and 16-bit PNG/JPEG/TIFF/…).
-
-    Grey images are replicated to 3 channels, alpha is dropped. Raises :class:`RawrclError` if the
-    file cannot be decoded.
-    """
-    import cv2
-
-    p = Path(path)
-    img = cv2.imread(str(p), cv2.IMREAD_UNCHANGED)
-    if img is None or img.size == 0:
-        raise RawrclError(f"{p}: cannot decode the image (unreadable, truncated or not a photo)")
-    if img.ndim == 2:
-        img = np.repeat(img[..., None], 3, axis=2)
-    elif img.shape[2] == 1:
-        img = np.repeat(img, 3, axis=2)
-    else:
-        img = img[..., :3][..., ::-1]  # BGR(A) → RGB
-    if np.issubdtype(img.dtype, np.integer):
-        x = img.astype(np.float32) / float(np.iinfo(img.dtype).max)
-    else:
-        x = np.clip(img.astype(np.float32), 0.0, 1.0)
-    if min(x.shape[:2]) < MIN_SIZE:
-        raise RawrclError(
-            f"{p}: image of size {x.shape[0]}×{x.shape[1]} is too small (min {MIN_SIZE}×{MIN_SIZE})"
-        )
-    return np.ascontiguousarray(x.transpose(2, 0, 1))
 
 
 def identity_camera() -> dict:
@@ -162,31 +113,12 @@ class SimulateReport:
         return self.out_dir / MANIFEST
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _write_tiff16(path: Path, rgb01: np.ndarray) -> None:
     import tifffile
 
     img = np.rint(np.clip(rgb01, 0, 1) * 65535).astype(np.uint16).transpose(1, 2, 0)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         tifffile.imwrite(tmp, img, photometric="rgb", metadata=None, software="rawrcl")
-        os.chmod(tmp, file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _load_manifest(path: Path) -> dict[str, dict]:
@@ -218,7 +150,7 @@ def simulate_folder(
 
     Parameters
     ----------
-    src : folder of photos (or one photo); see :data:`PHOTO_EXTENSIONS`.
+    src : folder of photos (or one photo); see :data:`rawrcl.io.PHOTO_EXTENSIONS`.
     out : output folder (created). With ``save_clean`` the ground truth goes to ``OUT/clean/``:
         ``<stem>.dng`` (noise-free mosaic, same metadata) and ``<stem>.tiff`` (noise-free linear
         camera RGB, 16-bit, full size), so that OUT itself holds only noisy DNGs.
@@ -283,7 +215,7 @@ def simulate_folder(
                 entries[photo.name] = previous[photo.name]
             continue
         try:
-            srgb = read_photo(photo)
+            srgb = read_photo(photo, min_size=MIN_SIZE)
             rng = np.random.default_rng(np.random.SeedSequence([int(seed), index]))
             res = simulate_image(
                 srgb,
@@ -349,5 +281,5 @@ def simulate_folder(
         "files": [entries[k] for k in sorted(entries)],
         "failed": [{"source": s, "error": e} for s, e in report.failed],
     }
-    _atomic_write_bytes(out_dir / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+    atomic_write_bytes(out_dir / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
     return report

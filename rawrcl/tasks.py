@@ -46,6 +46,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from rawrcl import isp
 from rawrcl.cfa import mosaic_packed
 from rawrcl.errors import RawrclError
 from rawrcl.noise import PRESETS, NoiseModel, PaperSampler
@@ -193,11 +194,7 @@ class Task:
         x = self.crop_clean(clean)
         meta: dict[str, Any] = {"clean_srgb": x, "noise": None, "isp": None}
         if self.unprocess:
-            try:
-                from rawrcl.isp import unprocess as _unprocess
-            except ImportError as exc:  # pragma: no cover - depends on another module
-                raise RawrclError("unprocess needs rawrcl.isp, which is not available") from exc
-            lin, isp_meta = _unprocess(x.numpy(), rng)
+            lin, isp_meta = isp.unprocess(x.numpy(), rng)
             x = torch.as_tensor(np.asarray(lin), dtype=torch.float32)
             meta["isp"] = isp_meta
         target = x

@@ -37,7 +37,6 @@ import platform
 import random
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -48,7 +47,9 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from rawrcl import __version__
 from rawrcl.errors import RawrclError
+from rawrcl.io import atomic_write_text
 from rawrcl.models.registry import read_checkpoint, save_checkpoint, unwrap
 
 log = logging.getLogger("rawrcl.train")
@@ -75,21 +76,6 @@ TRAINER_DEFAULTS: dict = {
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write text via a temporary file in the same directory and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _jsonable(obj):
     if isinstance(obj, dict):
         return {str(k): _jsonable(v) for k, v in obj.items()}
@@ -261,12 +247,7 @@ class Trainer:
             "torch": torch.__version__,
             "numpy": np.__version__,
         }
-        try:
-            from rawrcl import __version__
-
-            record["versions"]["rawrcl"] = __version__
-        except ImportError:  # pragma: no cover
-            pass
+        record["versions"]["rawrcl"] = __version__
         atomic_write_text(self.run_dir / "config.json", json.dumps(_jsonable(record), indent=2) + "\n")
 
     def _truncate_metrics(self, step: int) -> None:

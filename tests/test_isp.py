@@ -94,3 +94,15 @@ def test_render_defaults_and_shape_check():
     assert np.allclose(render_srgb(lin), linear_to_srgb(lin))
     with pytest.raises(RawrclError, match="3, H, W"):
         render_srgb(np.zeros((4, 2, 2)))
+
+
+def test_gray_world_wb_neutralises_a_cast_and_detects_missing_wb():
+    from rawrcl.isp import gray_world_wb, has_white_balance
+
+    rng = np.random.default_rng(0)
+    scene = rng.uniform(0.05, 0.6, size=(1, 32, 32)).repeat(3, axis=0)  # neutral scene
+    cast = scene * np.array([0.5, 1.0, 0.7])[:, None, None]  # camera response without WB
+    wb = gray_world_wb(cast)
+    np.testing.assert_allclose(wb, (2.0, 1.0, 1 / 0.7), rtol=1e-6)
+    assert not has_white_balance(None) and not has_white_balance((1.0, 1.0, 1.0))
+    assert has_white_balance((2.1, 1.0, 1.6))

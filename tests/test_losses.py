@@ -279,6 +279,11 @@ def test_contrastive_options_and_gradients(realistic):
     paper = ResidualContrastiveLoss()
     assert torch.allclose(std(r_a, r_b), std(3 * r_a, 3 * r_b), rtol=1e-5)
     torch.testing.assert_close(paper.distances(3 * r_a, 3 * r_b), 3 * paper.distances(r_a, r_b))
+    # center: a per-image offset of the residual (a colour cast) no longer changes any distance.
+    cen = ResidualContrastiveLoss(center=True)
+    offset = torch.linspace(-0.05, 0.05, 6).view(6, 1, 1, 1)
+    torch.testing.assert_close(cen.distances(r_a + offset, r_b - offset), cen.distances(r_a, r_b))
+    assert not torch.allclose(paper.distances(r_a + offset, r_b - offset), paper.distances(r_a, r_b))
     # noise_level: given σ or estimated from noisy crops.
     sig = torch.full((6, 1, 1, 1), 0.02)
     nl = ResidualContrastiveLoss(normalize="noise_level")

@@ -11,9 +11,10 @@ import tifffile
 
 from rawrcl.cfa import PATTERNS, mosaic
 from rawrcl.errors import RawrclError
+from rawrcl.io import list_photos, read_photo
 from rawrcl.noise import PaperSampler
 from rawrcl.raw import read_noise_profile, read_raw
-from rawrcl.simulate import list_photos, read_photo, simulate_folder
+from rawrcl.simulate import simulate_folder
 
 
 def _read_dn(path) -> np.ndarray:

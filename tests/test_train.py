@@ -153,11 +153,19 @@ def _ddp_worker(rank, world, port, out):
 
 def test_ddp_two_ranks_gloo(tmp_path):
     out = tmp_path / "ddp"
-    # fork: the workers inherit the imported modules (spawn would re-import torch in each rank)
-    mp.start_processes(
-        _ddp_worker, args=(2, _free_port(), str(out)), nprocs=2, join=True, start_method="fork"
+    # spawn, not fork: forking a process whose torch thread pools already run can deadlock. A deadline
+    # keeps a stuck rendezvous from hanging the suite.
+    ctx = mp.start_processes(
+        _ddp_worker, args=(2, _free_port(), str(out)), nprocs=2, join=False, start_method="spawn"
     )
-    p0, p1 = torch.load(tmp_path / "params0.pt"), torch.load(tmp_path / "params1.pt")
+    deadline = time.monotonic() + 180
+    while not ctx.join(timeout=2):
+        if time.monotonic() > deadline:
+            for proc in ctx.processes:
+                proc.kill()
+            pytest.fail("two-rank gloo DDP did not finish within 180 s")
+    p0 = torch.load(tmp_path / "params0.pt", weights_only=True)
+    p1 = torch.load(tmp_path / "params1.pt", weights_only=True)
     assert torch.equal(p0, p1)  # gradients were all-reduced
     recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs] == [1, 2]  # only rank 0 wrote

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from torch import nn
 
 from rawrcl.cfa import mosaic_packed
 from rawrcl.errors import RawrclError
+from rawrcl.io import atomic_path
 
 __all__ = [
     "PerceptualConsistency",
@@ -142,17 +142,10 @@ class FeatureEncoder(nn.Module):
         path = Path(path)
         if path.exists() and not overwrite:
             raise RawrclError(f"{path}: exists; pass overwrite=True to replace it")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        os.close(fd)
-        try:
+        with atomic_path(path) as tmp:
             torch.save(
                 {"kind": "FeatureEncoder", "config": self.config, "state_dict": self.state_dict()}, tmp
             )
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
 
     @classmethod
     def load(cls, path: str | os.PathLike, map_location: str | torch.device = "cpu") -> FeatureEncoder:

@@ -30,6 +30,11 @@ a network achieves that by leaking image content into its residuals. Options:
   residual then is N(0, 1) for every image; the distance is measured relative to each image's own
   noise level (a per-image noise-level-aware distance). Not magnitude-invariant.
 
+``center`` (optional, any mode) subtracts each residual's per-channel mean before the distance. The
+true noise is zero-mean, so centring loses nothing about it, but it removes the cheapest way to tell
+instances apart: a per-image offset of the residual, i.e. a colour cast of f(x) (measured at 0 labels
+for JDD in docs/losses.md). ``center=False`` keeps the paper's form.
+
 ``bound`` (optional, any mode) saturates distances: D ← bound·tanh(D/bound), capping the reward any
 single pair can give.
 """
@@ -90,6 +95,7 @@ class ResidualContrastiveLoss(nn.Module):
     normalize : ``"none"`` (paper) | ``"std"`` | ``"noise_level"`` (see module docstring).
     reduction : ``"sum"`` (Algorithm 1) | ``"mean"``.
     bound : optional saturation of distances, D ← bound·tanh(D/bound) (distance units after scaling).
+    center : subtract each residual's per-channel mean (over H, W) before the distance (see above).
     eps : floor of the std/noise σ used by the normalisations, in [0, 1] units.
     distance_options : keyword options forwarded to the distance (e.g. ``{"quantiles": 1024}``).
 
@@ -116,6 +122,7 @@ class ResidualContrastiveLoss(nn.Module):
         bound: float | None = None,
         eps: float = 1e-4,
         distance_options: dict | None = None,
+        center: bool = False,
     ) -> None:
         super().__init__()
         if not tau > 0:
@@ -133,12 +140,15 @@ class ResidualContrastiveLoss(nn.Module):
         self.reduction = reduction
         self.bound = bound
         self.eps = float(eps)
+        self.center = bool(center)
         self.last_distances: torch.Tensor | None = None
         self.last_logits: torch.Tensor | None = None
 
     def _normalise(
         self, r: torch.Tensor, noise_std: torch.Tensor | None, x: torch.Tensor | None
     ) -> torch.Tensor:
+        if self.center:
+            r = r - r.mean(dim=(-2, -1), keepdim=True)
         if self.normalize == "none":
             return r
         if self.normalize == "std":
@@ -201,5 +211,5 @@ class ResidualContrastiveLoss(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"distance={self.distance!r}, tau={self.tau}, scale={self.scale}, normalize={self.normalize!r}, "
-            f"reduction={self.reduction!r}, bound={self.bound}"
+            f"reduction={self.reduction!r}, bound={self.bound}, center={self.center}"
         )

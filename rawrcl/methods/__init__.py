@@ -34,13 +34,7 @@ def _target(name: str):
     if name not in _REGISTRY:
         raise RawrclError(f"unknown method {name!r}; expected one of {', '.join(_REGISTRY)}")
     mod, attr = _REGISTRY[name].split(":")
-    try:
-        module = importlib.import_module(f"rawrcl.methods.{mod}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"rawrcl.methods.{mod}":
-            raise RawrclError(f"method {name!r} is not available in this installation") from None
-        raise
-    return getattr(module, attr)
+    return getattr(importlib.import_module(f"rawrcl.methods.{mod}"), attr)
 
 
 def make_method(name: str, config: dict | None = None) -> Callable:

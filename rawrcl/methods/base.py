@@ -8,6 +8,7 @@ import torch
 
 from rawrcl.cfa import mosaic_packed
 from rawrcl.errors import RawrclError
+from rawrcl.losses import raw_residual, residual
 
 log = logging.getLogger("rawrcl.methods")
 
@@ -58,6 +59,12 @@ def domain(x: torch.Tensor, out: torch.Tensor) -> str:
 def to_input_domain(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """Model output expressed on the input's grid: identity, or ``mosaic_packed(out, "RGGB")`` for JDD."""
     return out if domain(x, out) == "same" else mosaic_packed(out, "RGGB")
+
+
+def input_residual(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Residual on the input's grid (B, C, h, w), same units as ``x``: ``x − f(x)`` for same-domain heads,
+    ``x − mosaic_packed(f(x), "RGGB")`` for the JDD head (App. B.2); via :mod:`rawrcl.losses`."""
+    return residual(x, out) if domain(x, out) == "same" else raw_residual(x, out)
 
 
 def batch_tensor(batch: dict, key: str, like: torch.nn.Module | torch.Tensor | None = None) -> torch.Tensor:

@@ -22,20 +22,11 @@ import logging
 import torch
 import torch.nn as nn
 
-from rawrcl.cfa import mosaic_packed
 from rawrcl.errors import RawrclError
-from rawrcl.methods.base import Method, domain
+from rawrcl.losses import MosaicConsistency, PerceptualConsistency, ResidualContrastiveLoss, resnet50_imagenet
+from rawrcl.methods.base import Method, domain, input_residual
 
 log = logging.getLogger("rawrcl.methods.rcl")
-
-
-def _residual(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    try:
-        from rawrcl.losses import raw_residual, residual
-    except ImportError:  # losses package without re-exports yet
-        from rawrcl.losses.residuals import raw_residual, residual
-
-    return residual(x, out) if domain(x, out) == "same" else raw_residual(x, out)
 
 
 def load_perceptual_encoder(spec: str | None, in_channels: int = 3) -> tuple[nn.Module | None, str]:
@@ -47,8 +38,6 @@ def load_perceptual_encoder(spec: str | None, in_channels: int = 3) -> tuple[nn.
     """
     if spec in (None, "auto", "imagenet"):
         try:
-            from rawrcl.losses import resnet50_imagenet
-
             return _freeze(resnet50_imagenet()), "imagenet-resnet50"
         except Exception as exc:  # noqa: BLE001 - no torchvision, or no cached weights
             if spec == "imagenet":
@@ -89,34 +78,10 @@ class _FeaturesOf(nn.Module):
         return self.encoder.features(x)
 
 
-class _FeatureL2(nn.Module):
-    """Local perceptual consistency Σ_l mean ‖φ_l(g_e(x)) − φ_l(g_e(f(x)))‖² (used only when
-    rawrcl.losses.PerceptualConsistency is not importable)."""
-
-    def __init__(self, encoder: nn.Module) -> None:
-        super().__init__()
-        self.encoder = encoder
-
-    def forward(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
-        fe = self.encoder
-        with torch.no_grad():
-            ref = fe(x)
-        out = fe(fx)
-        return sum(torch.mean((a - b) ** 2) for a, b in zip(ref, out, strict=True))
-
-
-class _MosaicL1(nn.Module):
-    """Fallback for rawrcl.losses.MosaicConsistency: mean |x − mosaic(T(f(x)))|, T = 3×3 binomial."""
-
-    def forward(self, x: torch.Tensor, rgb: torch.Tensor) -> torch.Tensor:
-        k = torch.tensor([1.0, 2.0, 1.0], dtype=rgb.dtype, device=rgb.device)
-        k = (k[:, None] * k[None, :] / 16).expand(3, 1, 3, 3)
-        t = nn.functional.conv2d(nn.functional.pad(rgb, (1, 1, 1, 1), mode="replicate"), k, groups=3)
-        return (x - mosaic_packed(t, "RGGB")).abs().mean()
-
-
 class RCL(Method):
-    """RCL pretext method. Options: ``distance`` (emd|bd|mmd), ``tau``, ``scale``, ``normalize``,
+    """RCL pretext method. Options: ``distance`` (emd|bd|mmd), ``tau``, ``scale``, ``normalize``, ``center``
+    (subtract each residual's per-channel mean before the distance; default on: it stops the contrastive
+    term from rewarding a per-image colour cast, +2.5 dB RGB PSNR at 0 labels for JDD, docs/losses.md),
     ``alpha`` (1e-3), ``encoder`` (perceptual encoder spec, RGB only), ``layers`` (encoder layers),
     ``transform`` (MosaicConsistency's interpolation), ``quantiles`` (fast EMD)."""
 
@@ -129,6 +94,7 @@ class RCL(Method):
         tau: float | None = None,
         scale: float | None = None,
         normalize: str = "none",
+        center: bool = True,
         alpha: float = 1e-3,
         encoder: str | None = None,
         layers: list[int] | None = None,
@@ -141,6 +107,7 @@ class RCL(Method):
             tau=tau,
             scale=scale,
             normalize=normalize,
+            center=center,
             alpha=alpha,
             encoder=encoder,
             layers=layers,
@@ -148,15 +115,11 @@ class RCL(Method):
             quantiles=quantiles,
             **options,
         )
-        try:
-            from rawrcl.losses import ResidualContrastiveLoss
-        except ImportError:  # losses package without re-exports yet
-            from rawrcl.losses.contrastive import ResidualContrastiveLoss
-
         kw: dict = {
             "distance": {"bd": "bhattacharyya"}.get(distance, distance),
             "scale": scale,
             "normalize": normalize,
+            "center": bool(center),
         }
         if tau is not None:
             kw["tau"] = float(tau)
@@ -176,16 +139,8 @@ class RCL(Method):
         if key not in self._consistency:
             mod: nn.Module | None
             if dom == "jdd":
-                try:
-                    from rawrcl.losses import MosaicConsistency
-
-                    kw = {"generator": self._gen}
-                    mod = (
-                        MosaicConsistency(self.transform, **kw) if self.transform else MosaicConsistency(**kw)
-                    )
-                    kind = "mosaic"
-                except ImportError:
-                    mod, kind = _MosaicL1(), "mosaic (local fallback)"
+                kw = {"transform": self.transform} if self.transform else {}
+                mod, kind = MosaicConsistency(generator=self._gen, **kw), "mosaic"
             elif channels == 3:
                 enc, desc = load_perceptual_encoder(self.encoder_spec, 3)
                 if enc is None:
@@ -194,17 +149,7 @@ class RCL(Method):
                         "rcl: no perceptual encoder (%s); consistency falls back to L1 of the residual", desc
                     )
                 else:
-                    try:
-                        from rawrcl.losses import PerceptualConsistency
-
-                        mod = (
-                            PerceptualConsistency(enc, self.layers)
-                            if self.layers
-                            else PerceptualConsistency(enc)
-                        )
-                    except ImportError:
-                        mod = _FeatureL2(enc)
-                    kind = f"perceptual ({desc})"
+                    mod, kind = PerceptualConsistency(enc, self.layers or None), f"perceptual ({desc})"
             else:
                 mod, kind = None, "residual-l1"
             if mod is not None:
@@ -223,7 +168,7 @@ class RCL(Method):
         x = torch.cat([xa, xb])
         out = model(x).float()
         dom = domain(x, out)
-        r = _residual(x, out)
+        r = input_residual(x, out)
         contrast = self.contrast(r[:n], r[n:])
         cons_mod, _ = self._consistency_for(dom, x.shape[1], x.device)
         self._gen.manual_seed(int(torch.randint(0, 2**62, (1,))))

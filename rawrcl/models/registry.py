@@ -19,7 +19,6 @@ Checkpoint file = ``torch.save({"config": dict, "state_dict": dict, "extra": dic
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import torch
 import torch.nn as nn
 
 from rawrcl.errors import RawrclError
+from rawrcl.io import atomic_path
 from rawrcl.models.dncnn import DnCNNBody
 from rawrcl.models.heads import Head, head_spec, skip_map
 from rawrcl.models.unet import UNetBody
@@ -124,10 +124,7 @@ def model_config(config: dict) -> dict:
 
 
 def _lazy_archs() -> None:
-    try:
-        import rawrcl.methods.encoder  # noqa: F401  (registers "encoder")
-    except ImportError:
-        pass
+    import rawrcl.methods.encoder  # noqa: F401  (registers "encoder"; imported late: it imports this module)
 
 
 def build_model(config: dict) -> nn.Module:
@@ -148,20 +145,9 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
-    """``torch.save`` to a temporary file in the target directory, then ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """``torch.save`` to ``path`` atomically and fsync'ed (:func:`rawrcl.io.atomic_path`)."""
+    with atomic_path(path, fsync=True) as tmp:
+        torch.save(obj, tmp)
 
 
 def save_checkpoint(
