@@ -28,6 +28,12 @@ Method (in the spirit of Foi et al. 2008 and darktable's noise profiler, own imp
    above the line, 4.685 below, since texture only adds variance), so λ ≥ 0. The uncertainty is a
    bootstrap over tiles (one standard deviation).
 
+Experimental alternative (``estimator="pca"``, :mod:`.pca_noise`): per signal-level bin, the mean of
+the noise-subspace eigenvalues of the 5×5 patch covariance (Chen et al. 2015) after iterative
+removal of textured patches (Liu et al.), then the same NNLS fit. It is less biased by texture at
+x = 0.5 on unfiltered CBSD68 photos but not yet stable on smooth, strongly noisy scenes (see
+docs/calibration.md), so the default stays ``"tiles"``; its uncertainty is a bootstrap over bins.
+
 Units: the input is a mosaic in [0, 1] after black/white level; λshot in [0, 1] units, λread in
 [0, 1]² units (variance = λshot·x + λread).
 """
@@ -56,7 +62,7 @@ DEFAULTS = {
     "tile_stat": "mean",
     "order": 4,
     "mixture": True,
-    "estimator": "pca",
+    "estimator": "tiles",
     "patch": 5,
     "max_patches": 150000,
     "min_patches": 400,
@@ -361,7 +367,8 @@ def _plane_patches(plane: np.ndarray, st: dict, name: str):
 
 def _fit_patches(mu: np.ndarray, x: np.ndarray, g: np.ndarray, st: dict):
     kw = {"patch": st["patch"], "min_count": st["min_patches"], "max_bins": st["max_bins"]}
-    m, var, cnt = binned_pca_variance(mu, x, g, **kw)
+    # first pass: a few wide bins, only to whiten the patches for the second pass
+    m, var, cnt = binned_pca_variance(mu, x, g, **{**kw, "max_bins": min(8, st["max_bins"])})
     ls, lr, rob = fit_nlf(m, var, cnt)
     if ls + lr > 0:
         model = np.maximum(ls * np.maximum(mu, 0) + lr, 1e-20)
@@ -399,7 +406,8 @@ def estimate_plane(
     pedestal-preserving read; clipped samples are detected and avoided).
 
     ``settings`` override :data:`DEFAULTS` (block, quantile, min_count, max_bins, bootstrap,
-    max_clipped, tile_stat, mixture, order). Returns ``((λshot, λread), (σλshot, σλread), bins)``; the
+    max_clipped, tile_stat, mixture, order; estimator "tiles" | "pca" and, for "pca", patch,
+    max_patches, min_patches). Returns ``((λshot, λread), (σλshot, σλread), bins)``; the
     uncertainty is the bootstrap standard deviation over tiles (zeros when ``bootstrap`` is 0).
     Raises :class:`RawrclError` when the plane is too small or almost entirely clipped.
     """

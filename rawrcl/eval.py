@@ -27,6 +27,8 @@ Baselines (``BASELINES``; each is ``f(input, task, meta) -> output`` in the task
   image's mean
   level from the *known* noise model of the sample (an oracle-noise-level baseline). ``NLM_K`` was tuned
   on 6 CBSD68 images at the ``high`` preset (see ``docs/benchmarks.md``).
+  With ``--unprocess`` the NLM runs on the rendered 8-bit sRGB image instead (h from a blind MAD noise
+  estimate there) and the result is mapped back to linear camera RGB (:func:`_nlm_after_demosaic`).
 - ``nlm``: the same NLM on the noisy RGB input (RGB denoising tasks).
 - ``bicubic``: bicubic ×2 (×4) upsampling (SR tasks; after Menon for RAW SR tasks).
 - ``demosaicnet``: Gharbi et al. 2016 pretrained (optional ``demosaicnet`` package; its Bayer model
@@ -223,6 +225,31 @@ def nlm_rgb(x: torch.Tensor, sigma8: float, k: float | None = None) -> torch.Ten
     return _hwc_to_chw(out[..., ::-1].astype(np.float64) / 255.0)
 
 
+def _nlm_after_demosaic(rgb: torch.Tensor, meta: dict) -> torch.Tensor:
+    """NLM for the ``menon+nlm`` pipeline, in the domain a camera pipeline denoises: the 8-bit display image.
+
+    Photo-valued samples are already display-referred: NLM with h from the known noise level. Unprocessed
+    (linear camera RGB) samples are rendered with the sample's own camera first — 8-bit quantisation of
+    dark linear values would otherwise destroy the shadows — denoised there with h from a blind MAD
+    estimate of the rendered noise (white balance, colour matrix and gamma change its level), and mapped
+    back to linear camera RGB with the same camera (so the evaluation's rendering reproduces it).
+    """
+    isp_meta = (meta or {}).get("isp")
+    if isp_meta is None:
+        return nlm_rgb(rgb, noise_sigma8(meta, rgb), NLM_K["menon+nlm"])
+    from rawrcl.isp import unprocess
+    from rawrcl.losses import estimate_noise_std
+
+    shown = render_srgb(
+        rgb.clamp(0, 1).numpy(), isp_meta["wb"], isp_meta["ccm"], gain=float(isp_meta["gain"])
+    )
+    shown = torch.as_tensor(np.asarray(shown), dtype=torch.float32).clamp(0, 1)
+    sigma8 = 255.0 * float(estimate_noise_std(shown[None]).mean())
+    den = nlm_rgb(shown, sigma8, NLM_K["menon+nlm"])
+    lin, _ = unprocess(den.numpy(), np.random.default_rng(0), camera=isp_meta, clip=False)
+    return torch.as_tensor(np.asarray(lin), dtype=torch.float32)
+
+
 def _baseline(name: str) -> Callable[[torch.Tensor, Task, dict], torch.Tensor]:
     def run(inp: torch.Tensor, task: Task, meta: dict) -> torch.Tensor:
         inp = torch.as_tensor(inp).float()
@@ -236,7 +263,7 @@ def _baseline(name: str) -> Callable[[torch.Tensor, Task, dict], torch.Tensor]:
                 raise RawrclError(f"baseline {name!r} does not apply to RAW task {task.name!r}")
             rgb = _demosaic(demosaicer, inp)
             if name == "menon+nlm":
-                rgb = nlm_rgb(rgb, noise_sigma8(meta, rgb), NLM_K["menon+nlm"])
+                rgb = _nlm_after_demosaic(rgb, meta)
             return _upsample(rgb, task.scale // 2)
         # RGB-input tasks
         if name in ("noisy", "bicubic"):

@@ -139,6 +139,8 @@ class Task:
     raw_input : input is a packed RGGB mosaic.
     noise : default noise specification (see :func:`resolve_noise`).
     unprocess : invert the photo to linear camera RGB first (RAW tasks only; needs ``rawrcl.isp``).
+    unprocess_mix : with ``unprocess``, the probability that a sample is unprocessed (the others keep the
+        photo values as linear RGB). 1 = always (evaluation); < 1 trains a model for both domains.
     """
 
     name: str
@@ -150,6 +152,7 @@ class Task:
     raw_input: bool = False
     noise: NoiseSpec = None
     unprocess: bool = False
+    unprocess_mix: float = 1.0
     description: str = ""
 
     @property
@@ -193,7 +196,8 @@ class Task:
         """
         x = self.crop_clean(clean)
         meta: dict[str, Any] = {"clean_srgb": x, "noise": None, "isp": None}
-        if self.unprocess:
+        # the extra draw happens only for a mix, so test sets (mix = 1) stay identical across versions
+        if self.unprocess and (self.unprocess_mix >= 1 or rng.random() < self.unprocess_mix):
             lin, isp_meta = isp.unprocess(x.numpy(), rng)
             x = torch.as_tensor(np.asarray(lin), dtype=torch.float32)
             meta["isp"] = isp_meta

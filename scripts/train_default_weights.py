@@ -74,6 +74,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--lr-decay", type=float, default=0.5)
     ap.add_argument("--device", default=os.environ.get("RAWRCL_DEVICE", "auto"))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--mix",
+        type=float,
+        default=None,
+        help="after the chunks, a JDD continuation where each sample is unprocessed with this probability "
+        "(the others keep photo values): a model for both domains",
+    )
+    ap.add_argument("--mix-steps", type=int, default=700)
+    ap.add_argument("--mix-lr", type=float, default=2.5e-4)
     ap.add_argument("--install", action="store_true", help="copy the results into rawrcl/weights/")
     ap.add_argument("--no-eval", action="store_true")
     ap.add_argument("--eval-limit", type=int, default=None)
@@ -155,7 +164,50 @@ def finetune_task(args, task: str, source: Path, train_dir: Path, work: Path, re
             )
             log(f"finetune {task} chunk {c}: {time.time() - t0:.0f} s")
         ckpt = out / "checkpoints" / "last.pt"
+    if args.mix is not None and task == "jdd":
+        ckpt = mix_stage(args, task, ckpt, train_dir, work, record)
     return ckpt
+
+
+def mix_stage(args, task: str, ckpt: Path, train_dir: Path, work: Path, record: list[str]) -> Path:
+    """Continue fine-tuning with ``unprocess_mix = args.mix`` (both linear-camera and photo-valued data)."""
+    from dataclasses import replace
+
+    from rawrcl.finetune import finetune
+    from rawrcl.noise import PaperSampler
+    from rawrcl.tasks import get_task
+
+    out = work / f"finetune_{task}" / "mix"
+    seed = args.seed + 11
+    record.append(
+        f"rawrcl.finetune.finetune({str(ckpt)!r}, replace(get_task({task!r}, unprocess=True), "
+        f"unprocess_mix={args.mix:g}), {str(train_dir)!r}, {str(out)!r}, labels='all', protocol='full', "
+        f"steps={args.mix_steps}, batch_size={args.batch_size}, crop={args.crop}, lr={args.mix_lr:g}, "
+        f"noise=PaperSampler(0, {args.sigma_max:g}), seed={seed}, device={args.device!r})"
+    )
+    done = out / "finetune.json"
+    if done.exists() and json.loads(done.read_text()).get("steps") == args.mix_steps:
+        log(f"finetune {task} mix: done before, skipped")
+    else:
+        log(f"finetune {task} mix {args.mix:g}: {args.mix_steps} steps, lr {args.mix_lr:g}")
+        finetune(
+            str(ckpt),
+            replace(get_task(task, unprocess=True), unprocess_mix=args.mix),
+            str(train_dir),
+            out,
+            labels="all",
+            protocol="full",
+            steps=args.mix_steps,
+            batch_size=args.batch_size,
+            crop=args.crop,
+            lr=args.mix_lr,
+            noise=PaperSampler(0.0, args.sigma_max),
+            seed=seed,
+            device=None if args.device == "auto" else args.device,
+            force=True,
+            progress=sys.stderr.isatty(),
+        )
+    return out / "checkpoints" / "last.pt"
 
 
 def install(ckpt: Path, task: str, provenance: dict) -> Path:

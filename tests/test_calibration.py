@@ -322,3 +322,15 @@ def test_cli_flats_darks(tmp_path):
         2e-5, rel=0.15
     )
     assert o["extra"]["full_well"]["G1"] is not None
+
+
+def test_single_image_pca_estimator_option():
+    """The experimental patch-PCA estimator (estimator="pca") on a smooth scene, and bad settings."""
+    rng = np.random.default_rng(1)
+    ls, lr = 1e-3, 1e-5
+    res = estimate_mosaic(add_noise(_smooth_scene(), ls, lr, rng), "GRBG", bootstrap=4, estimator="pca")
+    for x in (0.1, 0.5):
+        assert res.std_at(x) == pytest.approx(_std(ls, lr, x), rel=0.08)
+    assert set(res.bins) == {"R", "G1", "G2", "B"} and res.extra["settings"]["estimator"] == "pca"
+    with pytest.raises(RawrclError, match="estimator"):
+        estimate_mosaic(add_noise(_smooth_scene(), ls, lr, rng), "GRBG", estimator="nope")

@@ -87,3 +87,17 @@ def test_unprocess_target_is_linear_and_carries_camera(photo):
     assert s["meta"]["isp"] is not None
     assert not torch.allclose(s["target"], torch.from_numpy(photo)[:, :66, :98])
     assert torch.equal(s["input"], mosaic_packed(s["target"], "RGGB"))
+
+
+def test_unprocess_mix_trains_on_both_domains_and_keeps_test_sets_fixed():
+    from dataclasses import replace
+
+    photo = np.random.default_rng(3).uniform(0, 1, (3, 32, 32)).astype(np.float32)
+    always = get_task("jdd", noise="high", unprocess=True)
+    mixed = replace(always, unprocess_mix=0.5)
+    kinds = [mixed.sample(photo, np.random.default_rng([7, i]))["meta"]["isp"] is None for i in range(40)]
+    assert 5 < sum(kinds) < 35  # both photo-valued and unprocessed samples
+    # mix = 1 draws nothing extra: identical to the plain unprocessed task
+    a = always.sample(photo, np.random.default_rng(1))["input"]
+    b = replace(always, unprocess_mix=1.0).sample(photo, np.random.default_rng(1))["input"]
+    assert torch.equal(a, b)
