@@ -28,7 +28,6 @@ import contextlib
 import glob
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ import torch.nn as nn
 
 from rawrcl.cfa import align_rggb, pack, unpack
 from rawrcl.errors import RawrclError
+from rawrcl.io import atomic_path
 from rawrcl.tiling import count_tiles, model_multiple, resolve_device, tiled_apply
 
 RAW_EXTENSIONS = frozenset(
@@ -222,15 +222,8 @@ def atomic_output(path: str | os.PathLike, overwrite: bool = False) -> Iterator[
         raise RawrclError(f"{path}: exists (use --force to overwrite)")
     if path.is_dir():
         raise RawrclError(f"{path}: is a folder")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(path, suffix=f".tmp{path.suffix}") as tmp:
+        yield tmp
 
 
 def to_uint(rgb: np.ndarray, bits: int) -> np.ndarray:

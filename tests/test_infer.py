@@ -316,3 +316,19 @@ def test_bf16_autocast_keeps_full_precision_output():
     out = denoise_cfa(ident, cfa, "BGGR", TileOptions(tile=16, overlap=4, device="cpu", precision="bf16"))
     np.testing.assert_allclose(out, cfa, atol=1e-6)  # a bf16 output would be off by ~1e-3
     assert isinstance(ident.head, nn.Module) and type(ident.head).__name__ == "Head"  # restored
+
+
+def test_outputs_are_readable_by_others(tmp_path):
+    import os
+    import stat
+
+    from rawrcl.infer import atomic_output
+
+    dst = tmp_path / "out.tiff"
+    with atomic_output(dst) as tmp:
+        tmp.write_bytes(b"x")
+    mode = stat.S_IMODE(os.stat(dst).st_mode)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert mode == 0o666 & ~umask  # not mkstemp's 0600
+    assert not [p for p in tmp_path.iterdir() if p.name != "out.tiff"]  # no temporary left behind
