@@ -40,14 +40,13 @@ import torch.nn as nn
 
 from rawrcl.cfa import align_rggb, pack, unpack
 from rawrcl.errors import RawrclError
-from rawrcl.io import atomic_path
+from rawrcl.io import PHOTO_EXTENSIONS, atomic_path, read_photo_depth
 from rawrcl.tiling import count_tiles, model_multiple, resolve_device, tiled_apply
 
 RAW_EXTENSIONS = frozenset(
     ".dng .cr2 .cr3 .crw .nef .nrw .arw .srf .sr2 .raf .orf .rw2 .rwl .pef .ptx .srw .kdc .dcr .k25 .mrw "
     ".3fr .fff .iiq .mef .mos .erf .raw .x3f .gpr".split()
 )
-RGB_EXTENSIONS = frozenset(".png .jpg .jpeg .tif .tiff .bmp".split())
 
 #: task name -> (shipped checkpoint file, expected head, expected in_channels)
 DEFAULT_WEIGHTS: dict[str, tuple[str, str, int]] = {
@@ -317,34 +316,6 @@ def write_cfa_tiff(path: str | os.PathLike, raw, cfa: np.ndarray, overwrite: boo
     return Path(path)
 
 
-def read_rgb(path: str | os.PathLike) -> tuple[np.ndarray, int]:
-    """Read a PNG/JPEG/TIFF/BMP photo. Returns ((3, H, W) float32 in [0, 1], bit depth 8 or 16)."""
-    import cv2
-
-    path = Path(path)
-    if not path.is_file():
-        raise RawrclError(f"{path}: no such file")
-    img = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
-    if img is None:
-        raise RawrclError(f"{path}: not a readable image")
-    if img.ndim == 2:
-        img = np.repeat(img[..., None], 3, axis=2)
-    elif img.shape[2] == 4:
-        img = img[..., :3]
-    elif img.shape[2] != 3:
-        raise RawrclError(f"{path}: unsupported image with {img.shape[2]} channels")
-    img = img[..., ::-1]  # BGR → RGB
-    if img.dtype == np.uint8:
-        bits, top = 8, 255.0
-    elif img.dtype == np.uint16:
-        bits, top = 16, 65535.0
-    elif img.dtype.kind == "f":
-        bits, top = 16, 1.0
-    else:
-        raise RawrclError(f"{path}: unsupported pixel type {img.dtype}")
-    return np.ascontiguousarray(img.transpose(2, 0, 1)).astype(np.float32) / np.float32(top), bits
-
-
 # ----------------------------------------------------------------------------------------------------
 # files
 # ----------------------------------------------------------------------------------------------------
@@ -412,7 +383,7 @@ def denoise_file(
                 f"{src}: RGB photo, but no RGB denoising model (pass --rgb-model CKPT with head 'rgb')"
             )
         net = rgb_model() if not isinstance(rgb_model, nn.Module) else rgb_model
-        rgb, bits = read_rgb(src)
+        rgb, bits = read_photo_depth(src)
         out = denoise_rgb(net, rgb, opts)
         if dst.suffix.lower() in (".dng",):
             raise RawrclError(f"{src}: an RGB photo cannot be written as DNG; use --format tiff or png")
@@ -434,7 +405,7 @@ def denoise_file(
 
 def is_rgb_file(path: str | os.PathLike) -> bool:
     """True for photo extensions (png/jpg/jpeg/tif/tiff/bmp); everything else is tried as a RAW file."""
-    return Path(path).suffix.lower() in RGB_EXTENSIONS
+    return Path(path).suffix.lower() in PHOTO_EXTENSIONS
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -693,7 +664,7 @@ def run_denoise(
         get_raw()  # a bad --model is an error for the whole command, not per file
     if rgb_model_path is not None:
         get_rgb()
-    exts = RAW_EXTENSIONS | RGB_EXTENSIONS
+    exts = RAW_EXTENSIONS | frozenset(PHOTO_EXTENSIONS)
     files_probe, _ = expand_inputs(inputs, exts)
     single = output_is_file(inputs, files_probe, out)
     fmt_ = _format_from(out, fmt, ("dng", "tiff", "png"), "dng", single)

@@ -25,6 +25,7 @@ PHOTO_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp", "
 
 __all__ = [
     "PHOTO_EXTENSIONS",
+    "read_photo_depth",
     "atomic_path",
     "atomic_write_bytes",
     "atomic_write_text",
@@ -104,6 +105,14 @@ def read_photo(path: str | os.PathLike, min_size: int = 1) -> np.ndarray:
     Grey images are replicated to 3 channels, alpha is dropped. Raises :class:`RawrclError` if the file
     cannot be decoded or is smaller than ``min_size`` × ``min_size``.
     """
+    return read_photo_depth(path, min_size)[0]
+
+
+def read_photo_depth(path: str | os.PathLike, min_size: int = 1) -> tuple[np.ndarray, int]:
+    """:func:`read_photo` and the file's bit depth: ((3, H, W) float32 in [0, 1], 8 or 16).
+
+    The depth is 8 for 8-bit files and 16 otherwise (16-bit integer or float files), so writers can keep it.
+    """
     import cv2
 
     p = Path(path)
@@ -116,6 +125,7 @@ def read_photo(path: str | os.PathLike, min_size: int = 1) -> np.ndarray:
         img = np.repeat(img, 3, axis=2)
     else:
         img = img[..., :3][..., ::-1]  # BGR(A) → RGB
+    bits = 8 if img.dtype == np.uint8 else 16
     if np.issubdtype(img.dtype, np.integer):
         x = img.astype(np.float32) / float(np.iinfo(img.dtype).max)
     else:
@@ -124,4 +134,4 @@ def read_photo(path: str | os.PathLike, min_size: int = 1) -> np.ndarray:
         raise RawrclError(
             f"{p}: image of size {x.shape[0]}×{x.shape[1]} is too small (min {min_size}×{min_size})"
         )
-    return np.ascontiguousarray(x.transpose(2, 0, 1))
+    return np.ascontiguousarray(x.transpose(2, 0, 1)), bits
