@@ -6,14 +6,13 @@ Public API
 - distances ``d(a, b) -> (B,)``: :func:`emd`, :func:`bhattacharyya`, :func:`mmd`; :func:`pairwise` → (M, K);
   registry :data:`DISTANCES`
 - :class:`ResidualContrastiveLoss` (Eq. 3, Algorithm 1), :func:`estimate_noise_std`
-- consistency: :class:`PerceptualConsistency`, :class:`FeatureEncoder`, :func:`resnet50_imagenet`,
+- consistency: :class:`PerceptualConsistency`, :func:`resnet50_imagenet`,
   :class:`MosaicConsistency` (+ Keys helpers :func:`keys_shift`, :func:`keys_upsample2`)
 - :class:`RCLObjective` (Eq. 6)
 """
 
 from rawrcl.losses.consistency import (
     MOSAIC_TRANSFORMS,
-    FeatureEncoder,
     MosaicConsistency,
     PerceptualConsistency,
     keys_kernel,
@@ -55,7 +54,6 @@ __all__ = [
     "NORMALIZATIONS",
     "DEFAULT_SCALE",
     "PerceptualConsistency",
-    "FeatureEncoder",
     "resnet50_imagenet",
     "MosaicConsistency",
     "MOSAIC_TRANSFORMS",

@@ -1,9 +1,9 @@
 """Consistency terms: perceptual (paper Eq. 5) and JDD mosaic consistency (Appendix B.2, Eq. 8).
 
 - :class:`PerceptualConsistency` — ‖φ(g_e(x)) − φ(g_e(f(x)))‖² with a frozen encoder g_e. Encoders:
-  :class:`FeatureEncoder` (a small conv net with ``save``/``load``, to be trained self-supervised on the
-  user's own noisy images by the training code) and :func:`resnet50_imagenet` (torchvision, optional;
-  weights only from a given file or the local torch cache, never downloaded).
+  any module returning a list of feature maps — the self-supervised :class:`rawrcl.methods.encoder.Encoder`
+  (``rawrcl pretrain --method simclr``, via ``Encoder.features``) or :func:`resnet50_imagenet`
+  (torchvision, optional; weights only from a given file or the local torch cache, never downloaded).
 - :class:`MosaicConsistency` — ‖x − mosaic(T(f(x)))‖₁ on the packed RAW mosaic (RGGB geometry), with
   T ∈ {``"identity"``, ``"upsample2"``, ``"translate"``}; T is Keys cubic convolution (a = −½).
 """
@@ -21,11 +21,9 @@ from torch import nn
 
 from rawrcl.cfa import mosaic_packed
 from rawrcl.errors import RawrclError
-from rawrcl.io import atomic_path
 
 __all__ = [
     "PerceptualConsistency",
-    "FeatureEncoder",
     "resnet50_imagenet",
     "MosaicConsistency",
     "MOSAIC_TRANSFORMS",
@@ -104,66 +102,6 @@ class PerceptualConsistency(nn.Module):
         return sum(wi * F.mse_loss(b, a) for wi, a, b in zip(w, fa, fb, strict=True))
 
 
-class FeatureEncoder(nn.Module):
-    """Small conv encoder g_e returning a list of feature maps (one per stage).
-
-    Stage k: two 3×3 conv + ReLU at width ``widths[k]``; every stage after the first starts with a
-    stride-2 conv. Input (B, in_channels, H, W) (3 for RGB, 4 for packed RAW), [0, 1] units.
-    Intended to be trained self-supervised on the user's own noisy images (training code elsewhere),
-    then saved with :meth:`save` and loaded with :meth:`load` for :class:`PerceptualConsistency`.
-    """
-
-    def __init__(self, in_channels: int = 3, widths: Sequence[int] = (32, 64, 128)) -> None:
-        super().__init__()
-        self.config = {"in_channels": int(in_channels), "widths": [int(w) for w in widths]}
-        stages = []
-        c = in_channels
-        for k, w in enumerate(widths):
-            stages.append(
-                nn.Sequential(
-                    nn.Conv2d(c, w, 3, stride=1 if k == 0 else 2, padding=1),
-                    nn.ReLU(inplace=True),
-                    nn.Conv2d(w, w, 3, padding=1),
-                    nn.ReLU(inplace=True),
-                )
-            )
-            c = w
-        self.stages = nn.ModuleList(stages)
-
-    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        out = []
-        for s in self.stages:
-            x = s(x)
-            out.append(x)
-        return out
-
-    def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
-        """Write {"config", "state_dict"} atomically to ``path`` (refuses to overwrite unless asked)."""
-        path = Path(path)
-        if path.exists() and not overwrite:
-            raise RawrclError(f"{path}: exists; pass overwrite=True to replace it")
-        with atomic_path(path) as tmp:
-            torch.save(
-                {"kind": "FeatureEncoder", "config": self.config, "state_dict": self.state_dict()}, tmp
-            )
-
-    @classmethod
-    def load(cls, path: str | os.PathLike, map_location: str | torch.device = "cpu") -> FeatureEncoder:
-        """Load an encoder written by :meth:`save` (``torch.load(weights_only=True)``)."""
-        path = Path(path)
-        if not path.is_file():
-            raise RawrclError(f"{path}: encoder file not found")
-        try:
-            blob = torch.load(path, map_location=map_location, weights_only=True)
-            enc = cls(**blob["config"])
-            enc.load_state_dict(blob["state_dict"])
-        except RawrclError:
-            raise
-        except Exception as e:  # noqa: BLE001 - any unreadable/mismatched file is a user error
-            raise RawrclError(f"{path}: not a FeatureEncoder file ({type(e).__name__}: {e})") from e
-        return enc
-
-
 class _ResNetFeatures(nn.Module):
     def __init__(self, net: nn.Module, layers: Sequence[str]) -> None:
         super().__init__()
@@ -201,7 +139,8 @@ def resnet50_imagenet(
         from torchvision.models import resnet50
     except ImportError as e:
         raise RawrclError(
-            "ResNet-50 encoder needs torchvision (pip install 'rawrcl[imagenet]'); or use FeatureEncoder"
+            "ResNet-50 encoder needs torchvision (pip install 'rawrcl[imagenet]'); "
+            "or train an encoder with `rawrcl pretrain --method simclr`"
         ) from e
     bad = [name for name in layers if name not in ("layer1", "layer2", "layer3", "layer4")]
     if bad or not layers:
