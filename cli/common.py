@@ -16,7 +16,8 @@ F = TypeVar("F", bound=Callable)
 
 def user_errors(func: F) -> F:
     """Decorate a click command so that :class:`RawrclError` (and I/O errors the user caused)
-    print ``rawrcl: error: <message>`` on one line and exit with status 1, never a traceback."""
+    print ``rawrcl: error: <message>`` on one line and exit with status 1 (130 for an interrupted
+    training run), never a traceback."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -24,7 +25,7 @@ def user_errors(func: F) -> F:
             return func(*args, **kwargs)
         except RawrclError as exc:
             click.echo(f"rawrcl: error: {exc}", err=True)
-            sys.exit(1)
+            sys.exit(exc.exit_code)
         except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
             click.echo(f"rawrcl: error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
             sys.exit(1)

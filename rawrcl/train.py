@@ -10,7 +10,9 @@ Run directory
 - ``checkpoints/init.pt`` (weights before the first step, for ``rawrcl inspect``), ``checkpoints/last.pt``
   (every ``save_every`` steps and at the end) and ``checkpoints/step_NNNNNNN.pt`` every ``keep_every`` steps.
   Every file is written atomically (temp file + ``os.replace``), so a run killed at any instant leaves a
-  consistent ``last.pt``.
+  consistent ``last.pt``. On SIGINT (Ctrl-C) or SIGTERM a single-process run finishes the current step,
+  writes ``last.pt`` at that step and raises :class:`TrainingInterrupted` (the CLI prints one line and
+  exits 130), so no step is lost; ``--resume`` continues from there.
 
 Determinism and resume
 ----------------------
@@ -36,10 +38,12 @@ import os
 import platform
 import random
 import shutil
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +57,39 @@ from rawrcl.io import atomic_write_text
 from rawrcl.models.registry import read_checkpoint, save_checkpoint, unwrap
 
 log = logging.getLogger("rawrcl.train")
+
+
+class TrainingInterrupted(RawrclError):
+    """Training stopped by SIGINT/SIGTERM after ``last.pt`` was written at ``step``."""
+
+    exit_code = 130
+
+    def __init__(self, run_dir: Path, step: int, signum: int) -> None:
+        self.run_dir, self.step, self.signum = run_dir, step, signum
+        super().__init__(
+            f"{run_dir}: stopped by {signal.Signals(signum).name} at step {step}; "
+            "checkpoints/last.pt is saved, continue with --resume"
+        )
+
+
+@contextmanager
+def _stop_requests(enabled: bool) -> Iterator[list[int]]:
+    """Catch SIGINT/SIGTERM for the duration: the returned list receives the signal numbers instead
+    of the default action (only in the main thread of a single-process run; otherwise a no-op)."""
+    got: list[int] = []
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+    sigs = [signal.SIGINT, signal.SIGTERM]
+    old = {s: signal.getsignal(s) for s in sigs}
+    for s in sigs:
+        signal.signal(s, lambda signum, frame: got.append(signum))
+    try:
+        yield got
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
 
 TRAINER_DEFAULTS: dict = {
     "steps": 1000,
@@ -376,55 +413,62 @@ class Trainer:
         first_loss = last_loss = None
         model.train()
         step = start
-        for batch in loader:
-            torch.manual_seed(step_seed(seed, step, self.rank))
-            batch = _to_device(batch, device, channels_last)
-            ctx = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None else nullcontext()
-            with ctx:
-                out = self.method(batch, model)
-            loss = out["loss"]
-            if not torch.isfinite(loss.detach()):
-                raise RawrclError(f"loss became {float(loss)} at step {step + 1}; try a lower --lr")
-            opt.zero_grad(set_to_none=True)
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.step(opt)
-                scaler.update()
-            else:
-                loss.backward()
-                opt.step()
-            step += 1
-            n_crops = 2 * bs * self.world
-            patches += n_crops
-            n_last += n_crops
-            loss_value = float(loss.detach())
-            if first_loss is None:
-                first_loss = loss_value
-            last_loss = loss_value
-            if step % log_every == 0 or step == steps:
-                if self.world > 1:
-                    t = torch.tensor([loss_value], device=device)
-                    dist.all_reduce(t)
-                    loss_mean = float(t) / self.world
-                now = time.perf_counter()
-                rec = {"step": step, "loss": loss_value}
-                rec.update({k: float(v) for k, v in out.items() if k != "loss"})
-                if self.world > 1:
-                    rec["loss_all_ranks"] = loss_mean
-                rec.update(lr=lr, patches_per_s=n_last / max(now - t_last, 1e-9), elapsed_s=now - t0)
-                t_last, n_last = now, 0
-                self.history.append(rec)
+        with _stop_requests(self.world == 1) as stop:
+            for batch in loader:
+                torch.manual_seed(step_seed(seed, step, self.rank))
+                batch = _to_device(batch, device, channels_last)
+                ctx = nullcontext() if amp_dtype is None else torch.autocast(device.type, dtype=amp_dtype)
+                with ctx:
+                    out = self.method(batch, model)
+                loss = out["loss"]
+                if not torch.isfinite(loss.detach()):
+                    raise RawrclError(f"loss became {float(loss)} at step {step + 1}; try a lower --lr")
+                opt.zero_grad(set_to_none=True)
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                    scaler.step(opt)
+                    scaler.update()
+                else:
+                    loss.backward()
+                    opt.step()
+                step += 1
+                n_crops = 2 * bs * self.world
+                patches += n_crops
+                n_last += n_crops
+                loss_value = float(loss.detach())
+                if first_loss is None:
+                    first_loss = loss_value
+                last_loss = loss_value
+                if step % log_every == 0 or step == steps:
+                    if self.world > 1:
+                        t = torch.tensor([loss_value], device=device)
+                        dist.all_reduce(t)
+                        loss_mean = float(t) / self.world
+                    now = time.perf_counter()
+                    rec = {"step": step, "loss": loss_value}
+                    rec.update({k: float(v) for k, v in out.items() if k != "loss"})
+                    if self.world > 1:
+                        rec["loss_all_ranks"] = loss_mean
+                    rec.update(lr=lr, patches_per_s=n_last / max(now - t_last, 1e-9), elapsed_s=now - t0)
+                    t_last, n_last = now, 0
+                    self.history.append(rec)
+                    if self.is_main:
+                        with open(metrics_path, "a", encoding="utf-8") as fh:
+                            fh.write(json.dumps(rec) + "\n")
                 if self.is_main:
-                    with open(metrics_path, "a", encoding="utf-8") as fh:
-                        fh.write(json.dumps(rec) + "\n")
-            if self.is_main:
-                if step % save_every == 0 or step == steps:
-                    self._save(self.ckpt_dir / "last.pt", step, opt, scaler)
-                if keep_every and step % keep_every == 0:
-                    self._save(self.ckpt_dir / f"step_{step:07d}.pt", step, opt, scaler)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss_value:.4g}")
+                    if step % save_every == 0 or step == steps:
+                        self._save(self.ckpt_dir / "last.pt", step, opt, scaler)
+                    if keep_every and step % keep_every == 0:
+                        self._save(self.ckpt_dir / f"step_{step:07d}.pt", step, opt, scaler)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss_value:.4g}")
+                if stop and step < steps:
+                    if self.is_main and step % save_every != 0 and step != steps:
+                        self._save(self.ckpt_dir / "last.pt", step, opt, scaler)
+                    if bar is not None:
+                        bar.close()
+                    raise TrainingInterrupted(self.run_dir, step, stop[0])
         if bar is not None:
             bar.close()
         if self.world > 1:

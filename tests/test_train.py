@@ -222,3 +222,49 @@ def test_cli_pretrain_and_inspect(tmp_path):
     out = json.loads(res.output)
     assert {"gap_before", "gap_after", "gap_true", "unit"} <= set(out) and out["gap_true"] is not None
     assert (tmp_path / "g.png").stat().st_size > 1000
+
+
+STOP_SCRIPT = textwrap.dedent(
+    """
+    import sys, torch
+    sys.path.insert(0, {tests!r})
+    torch.set_num_threads(1)
+    from test_train import _fit
+    from rawrcl.train import TrainingInterrupted
+    try:
+        _fit({run!r}, 10000, method="n2s", save_every=1000)
+    except TrainingInterrupted as e:
+        print(e.step, flush=True)
+        sys.exit(e.exit_code)
+    """
+)
+
+
+def test_sigterm_saves_the_current_step_and_resumes(tmp_path):
+    """SIGTERM mid-run: the trainer writes last.pt at the step it reached (not only every save_every
+    steps), exits 130 with one line, and the resumed run continues exactly."""
+    torch.set_num_threads(1)
+    run = tmp_path / "stopped"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STOP_SCRIPT.format(tests=str(REPO / "tests"), run=str(run))],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            m = run / "metrics.jsonl"
+            if m.exists() and len(m.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    k = torch.load(run / "checkpoints" / "last.pt", weights_only=True)["extra"]["step"]
+    assert k == int(out.split()[-1]) >= 3  # saved at the step reached, although save_every=1000
+    _fit(run, k + 2, resume=True, method="n2s")
+    _fit(tmp_path / "ref", k + 2, method="n2s")
+    assert _losses(run) == _losses(tmp_path / "ref")
