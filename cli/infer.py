@@ -43,7 +43,25 @@ def _tile_options(func):
     return func
 
 
-def _finish(result) -> None:
+def _run(
+    runner_name: str, inputs, out, *, force, quiet, tile, overlap, batch_tiles, device, precision, **kw
+) -> None:
+    """Call ``rawrcl.infer.<runner_name>`` with the options of :func:`_tile_options` (tiling, device,
+    progress, ``--force``) and the command's own ``kw``; exit 1 when any input failed (the others are
+    still written)."""
+    from rawrcl import infer
+
+    opts = infer.TileOptions(tile, overlap, batch_tiles, device, precision, progress=not quiet)
+    result = getattr(infer, runner_name)(
+        inputs,
+        out,
+        opts=opts,
+        overwrite=force,
+        progress=not quiet,
+        echo=(lambda s: None) if quiet else click.echo,
+        error=lambda s: click.echo(s, err=True),
+        **kw,
+    )
     n_ok, n_bad = len(result.written), len(result.failed)
     if n_bad:
         click.echo(f"rawrcl: {n_ok} written, {n_bad} failed", err=True)
@@ -72,24 +90,9 @@ def _finish(result) -> None:
 )
 @_tile_options
 @user_errors
-def jdd(inputs, out, model_path, render, fmt, tile, overlap, device, batch_tiles, precision, force, quiet):
+def jdd(inputs, out, model_path, render, fmt, **common):
     """Joint demosaicing + denoising: RAW files (files, folders, globs) → RGB on the CFA's pixel grid."""
-    from rawrcl.infer import TileOptions, run_jdd
-
-    opts = TileOptions(tile, overlap, batch_tiles, device, precision, progress=not quiet)
-    result = run_jdd(
-        inputs,
-        out,
-        model_path=model_path,
-        render=render,
-        fmt=fmt,
-        opts=opts,
-        overwrite=force,
-        progress=not quiet,
-        echo=(lambda s: None) if quiet else click.echo,
-        error=lambda s: click.echo(s, err=True),
-    )
-    _finish(result)
+    _run("run_jdd", inputs, out, model_path=model_path, render=render, fmt=fmt, **common)
 
 
 @click.command()
@@ -113,23 +116,6 @@ def jdd(inputs, out, model_path, render, fmt, tile, overlap, device, batch_tiles
 )
 @_tile_options
 @user_errors
-def denoise(
-    inputs, out, model_path, rgb_model_path, fmt, tile, overlap, device, batch_tiles, precision, force, quiet
-):
+def denoise(inputs, out, model_path, rgb_model_path, fmt, **common):
     """Denoise RAW files → DNG (same pattern, levels and metadata), or RGB photos → photos."""
-    from rawrcl.infer import TileOptions, run_denoise
-
-    opts = TileOptions(tile, overlap, batch_tiles, device, precision, progress=not quiet)
-    result = run_denoise(
-        inputs,
-        out,
-        model_path=model_path,
-        rgb_model_path=rgb_model_path,
-        fmt=fmt,
-        opts=opts,
-        overwrite=force,
-        progress=not quiet,
-        echo=(lambda s: None) if quiet else click.echo,
-        error=lambda s: click.echo(s, err=True),
-    )
-    _finish(result)
+    _run("run_denoise", inputs, out, model_path=model_path, rgb_model_path=rgb_model_path, fmt=fmt, **common)
