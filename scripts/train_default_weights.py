@@ -83,6 +83,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--mix-steps", type=int, default=700)
     ap.add_argument("--mix-lr", type=float, default=2.5e-4)
+    ap.add_argument(
+        "--init",
+        default=None,
+        help="continue from this checkpoint (e.g. the shipped weights) instead of simulate + pretrain; its "
+        "provenance is kept under provenance['init']; with --finetune-steps 0 only the --mix stage runs",
+    )
     ap.add_argument("--install", action="store_true", help="copy the results into rawrcl/weights/")
     ap.add_argument("--no-eval", action="store_true")
     ap.add_argument("--eval-limit", type=int, default=None)
@@ -128,7 +134,7 @@ def finetune_task(args, task: str, source: Path, train_dir: Path, work: Path, re
 
     steps = max(args.finetune_steps // args.chunks, 1)
     ckpt = source
-    for c in range(args.chunks):
+    for c in range(args.chunks if args.finetune_steps > 0 else 0):
         out = work / f"finetune_{task}" / f"chunk{c}"
         lr = args.lr * args.lr_decay**c
         call = (
@@ -260,20 +266,37 @@ def main(argv: list[str] | None = None) -> None:
     train_dir, heldout_dir, train_names, heldout_names = split(Path(args.data), work, args.heldout)
     log(f"{len(train_names)} training photos, {len(heldout_names)} held out")
 
-    sim = work / "sim"
-    cmd = ["rawrcl", "simulate", str(train_dir), str(sim), "--sampler", "paper"]
-    cmd += ["--sigma-range", "0", f"{args.sigma_max:g}", "--seed", str(args.seed), "--black-level", "2048"]
-    cmd += [] if args.unprocess else ["--no-unprocess"]
-    run(cmd, record)
+    init_provenance = None
+    if args.init:
+        import torch
 
-    pre = work / "pretrain"
-    cmd = ["rawrcl", "pretrain", str(sim), "--out", str(pre), "--task", "jdd", "--method", "rcl"]
-    cmd += ["--width", str(args.width), "--depth", str(args.depth), "--steps", str(args.pretrain_steps)]
-    cmd += ["--batch-size", str(args.pretrain_batch), "--crop", str(args.pretrain_crop)]
-    cmd += ["--device", args.device, "--seed", str(args.seed), "--cache-dir", "none"]
-    cmd += ["--resume"] if (pre / "checkpoints" / "last.pt").exists() else []
-    run(cmd, record)
-    pre_ckpt = pre / "checkpoints" / "last.pt"
+        pre_ckpt = Path(args.init).resolve()
+        extra = torch.load(pre_ckpt, map_location="cpu", weights_only=True).get("extra", {})
+        init_provenance = {"checkpoint": str(args.init), "provenance": extra.get("provenance")}
+        log(f"continuing from {pre_ckpt} (no simulate / pretrain)")
+    else:
+        sim = work / "sim"
+        cmd = ["rawrcl", "simulate", str(train_dir), str(sim), "--sampler", "paper"]
+        cmd += [
+            "--sigma-range",
+            "0",
+            f"{args.sigma_max:g}",
+            "--seed",
+            str(args.seed),
+            "--black-level",
+            "2048",
+        ]
+        cmd += [] if args.unprocess else ["--no-unprocess"]
+        run(cmd, record)
+
+        pre = work / "pretrain"
+        cmd = ["rawrcl", "pretrain", str(sim), "--out", str(pre), "--task", "jdd", "--method", "rcl"]
+        cmd += ["--width", str(args.width), "--depth", str(args.depth), "--steps", str(args.pretrain_steps)]
+        cmd += ["--batch-size", str(args.pretrain_batch), "--crop", str(args.pretrain_crop)]
+        cmd += ["--device", args.device, "--seed", str(args.seed), "--cache-dir", "none"]
+        cmd += ["--resume"] if (pre / "checkpoints" / "last.pt").exists() else []
+        run(cmd, record)
+        pre_ckpt = pre / "checkpoints" / "last.pt"
 
     tasks = [t for t in args.tasks.split(",") if t]
     models = {t: finetune_task(args, t, pre_ckpt, train_dir, work, record) for t in tasks}
@@ -289,6 +312,7 @@ def main(argv: list[str] | None = None) -> None:
         "settings": {k: v for k, v in vars(args).items() if k not in ("install", "no_eval")},
         "commands": record,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "init": init_provenance,
         "train_seconds": round(time.time() - t_start),
     }
     if args.install:

@@ -101,14 +101,17 @@ class ResidualContrastiveLoss(nn.Module):
 
     Call
     ----
-    ``loss(r_a, r_b, *, noise_std_a=None, noise_std_b=None, x_a=None, x_b=None) -> scalar``
+    ``loss(r_a, r_b, *, noise_std_a=None, noise_std_b=None, x_a=None, x_b=None, offset=0) -> scalar``
 
     r_a, r_b : (N+1, C, H, W) residuals of the two crops of each image ([0, 1] units); crop sizes of
         r_a and r_b may differ. ``noise_std_*``: σ broadcastable to r (e.g. ``NoiseModel.std(x)`` or
         (B, 1, 1, 1)), used by ``"noise_level"``; otherwise σ is estimated from the noisy crops
         ``x_a``/``x_b`` with :func:`estimate_noise_std`.
+    r_b may also hold more candidates than r_a has anchors — (K, C, H, W), K ≥ offset + N+1 — e.g. the
+        second crops of every rank's batch under DDP: the positive of ``r_a[j]`` is ``r_b[offset + j]``
+        and all other rows are negatives (``noise_std_b``/``x_b`` then have K rows too).
 
-    Attributes set on each call (detached, for logging): ``last_distances`` (N+1, N+1) and
+    Attributes set on each call (detached, for logging): ``last_distances`` (N+1, K) and
     ``last_logits``.
     """
 
@@ -173,13 +176,15 @@ class ResidualContrastiveLoss(nn.Module):
         noise_std_b: torch.Tensor | None = None,
         x_a: torch.Tensor | None = None,
         x_b: torch.Tensor | None = None,
+        offset: int = 0,
     ) -> torch.Tensor:
-        """(N+1, N+1) matrix D[j, i] = d(s·ν(r_a[j]), s·ν(r_b[i])), after the optional bound."""
-        if r_a.shape[0] != r_b.shape[0]:
+        """(N+1, K) matrix D[j, i] = d(s·ν(r_a[j]), s·ν(r_b[i])), after the optional bound."""
+        if offset < 0 or r_b.shape[0] < offset + r_a.shape[0]:
             raise RawrclError(
-                f"r_a and r_b must hold the same images, got {tuple(r_a.shape)} and {tuple(r_b.shape)}"
+                f"r_b must hold the positives of r_a at rows {offset}…{offset + r_a.shape[0] - 1}, got "
+                f"{tuple(r_a.shape)} and {tuple(r_b.shape)}"
             )
-        if r_a.shape[0] < 2:
+        if r_b.shape[0] < 2:
             raise RawrclError(
                 "the contrastive loss needs at least 2 images per batch (one positive, ≥ 1 negative)"
             )
@@ -199,12 +204,15 @@ class ResidualContrastiveLoss(nn.Module):
         noise_std_b: torch.Tensor | None = None,
         x_a: torch.Tensor | None = None,
         x_b: torch.Tensor | None = None,
+        offset: int = 0,
     ) -> torch.Tensor:
-        d = self.distances(r_a, r_b, noise_std_a=noise_std_a, noise_std_b=noise_std_b, x_a=x_a, x_b=x_b)
+        d = self.distances(
+            r_a, r_b, noise_std_a=noise_std_a, noise_std_b=noise_std_b, x_a=x_a, x_b=x_b, offset=offset
+        )
         logits = -d / self.tau
         self.last_distances = d.detach()
         self.last_logits = logits.detach()
-        target = torch.arange(d.shape[0], device=d.device)
+        target = offset + torch.arange(d.shape[0], device=d.device)
         # cross_entropy = −log softmax via logsumexp (numerically stable).
         return F.cross_entropy(logits, target, reduction=self.reduction)
 

@@ -5,7 +5,8 @@
 - Residuals: n̂(x) = x − f(x) for same-domain heads (rgb on RGB, raw on packed RAW), and
   n̂(x) = x − mosaic(f(x)) for the JDD head (App. B.2), via :mod:`rawrcl.losses`.
 - Contrast: :class:`rawrcl.losses.ResidualContrastiveLoss` on the two overlapping crops of each image
-  (positives on the diagonal, the other images' second crops as negatives; Algorithm 1).
+  (positives on the diagonal, the other images' second crops as negatives; Algorithm 1). Under DDP the
+  second crops of every rank are all-gathered, so the negatives are the global batch's.
 - Consistency, chosen by the output domain:
   * JDD: mosaic consistency ‖x − mosaic(T(f(x)))‖ (App. B.2, :class:`rawrcl.losses.MosaicConsistency`);
   * RGB: perceptual consistency ‖φ(g_e(x)) − φ(g_e(f(x)))‖² (Eq. 4) with a frozen encoder g_e — ImageNet
@@ -20,6 +21,7 @@ from __future__ import annotations
 import logging
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 
 from rawrcl.errors import RawrclError
@@ -169,7 +171,7 @@ class RCL(Method):
         out = model(x).float()
         dom = domain(x, out)
         r = input_residual(x, out)
-        contrast = self.contrast(r[:n], r[n:])
+        contrast, offset = self._contrast(r[:n], r[n:], xa, xb)
         cons_mod, _ = self._consistency_for(dom, x.shape[1], x.device)
         self._gen.manual_seed(int(torch.randint(0, 2**62, (1,))))
         if cons_mod is None:
@@ -183,8 +185,34 @@ class RCL(Method):
             "contrast": float(contrast.detach()),
             "consistency": float(consistency.detach()),
         }
-        if d is not None and d.shape[0] > 1:
-            eye = torch.eye(d.shape[0], dtype=torch.bool, device=d.device)
-            logs["d_pos"] = float(d[eye].mean())
-            logs["d_neg"] = float(d[~eye].mean())
+        if d is not None and d.shape[1] > 1:
+            pos = torch.zeros_like(d, dtype=torch.bool)
+            pos[torch.arange(d.shape[0]), offset + torch.arange(d.shape[0])] = True
+            logs["d_pos"] = float(d[pos].mean())
+            logs["d_neg"] = float(d[~pos].mean())
         return logs
+
+    def _contrast(
+        self, r_a: torch.Tensor, r_b: torch.Tensor, x_a: torch.Tensor, x_b: torch.Tensor
+    ) -> tuple[torch.Tensor, int]:
+        """Contrastive term and the row of r_a[0]'s positive among the candidates.
+
+        Single process: Algorithm 1 on the batch. Under DDP (initialised process group, world > 1) the
+        second crops of *every* rank are all-gathered with gradients, so each anchor meets the negatives
+        of the global batch as in single-process training on it; the local sum is multiplied by the world
+        size because DDP averages gradients over ranks (reduction "sum": the gradients then equal those
+        of the global batch's loss). Every rank must hold the same number of equally sized crops.
+        """
+        noisy = self.contrast.normalize == "noise_level"  # σ estimated from the noisy crops
+        kw = {"x_a": x_a, "x_b": x_b} if noisy else {}
+        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return self.contrast(r_a, r_b, **kw), 0
+        from torch.distributed.nn.functional import all_gather
+
+        world, rank = dist.get_world_size(), dist.get_rank()
+        r_all = torch.cat(all_gather(r_b.contiguous()))
+        if noisy:
+            kw["x_b"] = torch.cat([t.detach() for t in all_gather(x_b.contiguous())])
+        offset = rank * r_a.shape[0]
+        loss = self.contrast(r_a, r_all, offset=offset, **kw)
+        return (loss * world if self.contrast.reduction == "sum" else loss), offset
