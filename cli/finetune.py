@@ -33,6 +33,9 @@ from rawrcl.cli.common import user_errors
 @click.option("--lr", default=1e-3, show_default=True, type=float)
 @click.option("--noise", default=None, help="low | high | paper | 'λshot,λread' ([0,1] units); default paper")
 @click.option("--unprocess", is_flag=True, help="RAW tasks: unprocess photos to linear camera RGB first")
+@click.option(
+    "--augment", is_flag=True, help="random flips/rotations of the clean crops (off: the paper's protocol)"
+)
 @click.option("--device", default=None)
 @click.option("--force", is_flag=True, help="overwrite an existing run directory")
 @click.option("--json", "as_json", is_flag=True)
@@ -54,6 +57,7 @@ def finetune(
     lr,
     noise,
     unprocess,
+    augment,
     device,
     force,
     as_json,
@@ -88,6 +92,7 @@ def finetune(
         device=device,
         force=force,
         progress=not as_json,
+        augment=augment,
     )
     if as_json:
         click.echo(json.dumps(res, indent=2))

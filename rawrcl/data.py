@@ -121,8 +121,9 @@ def load_packed_raw(path: str | os.PathLike, cache_dir: str | os.PathLike | None
 
 
 # -------------------------------------------------------------------------------------- augmentation
-#: geometric ops: 0 = identity, 1 = flip left-right, 2 = flip up-down, 3 = rot90, 4..7 = compositions
-def _geom(x: np.ndarray, op: int) -> np.ndarray:
+def dihedral(x: np.ndarray, op: int) -> np.ndarray:
+    """One of the 8 flips/rotations of the last two axes of ``x`` (a view): bit 0 flips left-right,
+    bit 1 up-down, bit 2 rotates by 90°; op = 0 is the identity. Any leading shape, any dtype."""
     if op & 1:
         x = x[..., :, ::-1]
     if op & 2:
@@ -139,16 +140,16 @@ def augment_packed(packed: np.ndarray, op: int, out_hw: tuple[int, int]) -> np.n
     flipped RGGB mosaic is GRBG/GBRG/BGGR, not RGGB). So the packed array is unpacked to the CFA, the
     CFA is flipped/rotated, and the result is cropped by one CFA pixel where needed so that red is
     top-left again, then re-packed. ``packed`` must therefore carry one spare packed row and column
-    (shape (4, h+1, w+1) for an output of (4, h, w) = ``out_hw``). op as in :func:`_geom` (0..7).
+    (shape (4, h+1, w+1) for an output of (4, h, w) = ``out_hw``). op as in :func:`dihedral` (0..7).
     After a rot90 the green on the red row is the former G2: the channel order stays [R, G1, G2, B] by
     position.
     """
     h, w = out_hw
     cfa = unpack(packed, "RGGB")
-    cfa = np.ascontiguousarray(_geom(cfa, op))
+    cfa = np.ascontiguousarray(dihedral(cfa, op))
     # phase of the transformed mosaic: transform a tile-label map the same way
     labels = np.tile(np.array([["R", "G"], ["G", "B"]]), (cfa.shape[0] // 2, cfa.shape[1] // 2))
-    labels = _geom(labels, op)
+    labels = dihedral(labels, op)
     pattern = "".join(labels[:2, :2].ravel())
     dy, dx = rggb_offset(pattern)
     cfa = cfa[dy : dy + 2 * h, dx : dx + 2 * w]
@@ -298,7 +299,7 @@ class PairDataset(torch.utils.data.Dataset):
             return torch.from_numpy(np.ascontiguousarray(augment_packed(part, op, (c, c)), dtype=np.float32))
         part = region[..., pos[0] : pos[0] + c, pos[1] : pos[1] + c]
         if self.augment:
-            part = _geom(part, op)
+            part = dihedral(part, op)
         return torch.from_numpy(np.ascontiguousarray(part, dtype=np.float32))
 
     def _key(self, key) -> Key:

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rawrcl.data import dihedral
 from rawrcl.errors import RawrclError
 from rawrcl.eval import load_images
 from rawrcl.io import atomic_write_text
@@ -43,6 +44,9 @@ class LabelledCrops(torch.utils.data.Dataset):
     seed : key ``(i, sample_seed)`` (the engine's ``PairBatchSampler`` keys) uses photo ``i`` and
         ``numpy.random.default_rng([seed, i, sample_seed])`` for the crop offset and the noise draw; a plain
         int key ``k`` means ``(k % len, k)``. ``len(dataset)`` is the number of labelled photos.
+    augment : apply one of the 8 flips/rotations by 90° (drawn from the same generator) to the *clean*
+        square crop before the task degrades it, so the mosaic and noise are synthesised after the
+        geometry change and stay correctly phased (8× more distinct labels; off = the paper's protocol).
 
     Items: ``{"input": (C_in, h, w), "target": (C_out, s·h, s·w)}`` float32 tensors.
     """
@@ -54,12 +58,13 @@ class LabelledCrops(torch.utils.data.Dataset):
         crop: int = 64,
         seed: int = 0,
         noise: NoiseSpec = None,
+        augment: bool = False,
     ) -> None:
         if not images:
             raise RawrclError("fine-tuning needs at least one labelled photo")
         self.images = [np.ascontiguousarray(a, dtype=np.float32) for _, a in images]
         self.names = [n for n, _ in images]
-        self.task, self.seed, self.noise = task, int(seed), noise
+        self.task, self.seed, self.noise, self.augment = task, int(seed), noise, bool(augment)
         m = task.multiple
         self.crop = max(2 * m, (int(crop) // m) * m)
         small = [n for n, a in images if min(a.shape[1:]) < self.crop]
@@ -80,7 +85,10 @@ class LabelledCrops(torch.utils.data.Dataset):
         _, h, w = img.shape
         y = int(rng.integers(0, (h - c) // m + 1)) * m
         x = int(rng.integers(0, (w - c) // m + 1)) * m
-        inp, target = self.task.degrade(img[:, y : y + c, x : x + c], rng, self.noise)
+        patch = img[:, y : y + c, x : x + c]
+        if self.augment:
+            patch = np.ascontiguousarray(dihedral(patch, int(rng.integers(0, 8))))
+        inp, target = self.task.degrade(patch, rng, self.noise)
         return {"input": inp, "target": target}
 
 
@@ -196,12 +204,14 @@ def finetune(
     device: str | None = None,
     force: bool = False,
     progress: bool = False,
+    augment: bool = False,
 ) -> dict:
     """Fine-tune (or train from scratch) on N labelled photos; returns a summary dict.
 
     ``clean`` is a folder of clean photos or a list of arrays; the N labels are :func:`select_labels`
     (``seed``). Training uses the engine's Trainer (Adam β=(0.9, 0.999), ε=1e-7, constant ``lr``) with the
-    L1 ``supervised`` method, ``steps`` steps of ``batch_size`` crops of ``crop`` clean pixels.
+    L1 ``supervised`` method, ``steps`` steps of ``batch_size`` crops of ``crop`` clean pixels;
+    ``augment`` adds random flips/rotations of the clean crops (:class:`LabelledCrops`).
 
     Returns ``{"run_dir", "checkpoint", "labels": [names], "n_labels", "protocol", "task", "source",
     "steps", "seed", "final_loss"}``; ``finetune.json`` in the run dir holds the same.
@@ -211,7 +221,7 @@ def finetune(
     chosen = select_labels(images, labels, seed)
     model, info = prepare_model(ckpt, t, protocol, arch=arch, width=width, depth=depth, seed=seed)
     run_dir = _prepare_out(out, force)
-    dataset = LabelledCrops(chosen, t, crop=crop, seed=seed, noise=noise)
+    dataset = LabelledCrops(chosen, t, crop=crop, seed=seed, noise=noise, augment=augment)
     cfg = {
         "method": "supervised",
         "task": t.name,
@@ -224,6 +234,7 @@ def finetune(
         "protocol": info["protocol"],
         "source": info["source"],
         "n_labels": len(chosen),
+        "augment": bool(augment),
         "model": dict(getattr(model, "config", {})),
     }
     if device:

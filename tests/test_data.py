@@ -12,8 +12,8 @@ from rawrcl.data import (
     PairBatchSampler,
     PhotoFolderDataset,
     RawFolderDataset,
-    _geom,
     augment_packed,
+    dihedral,
     file_key,
 )
 from rawrcl.errors import RawrclError
@@ -79,8 +79,8 @@ def test_augment_packed_phase_correct(op):
     cfa = rng.random((18, 18)).astype(np.float32)
     out = augment_packed(pack(cfa, "RGGB"), op, (8, 8))
     assert out.shape == (4, 8, 8)
-    t = _geom(cfa, op)
-    labels = _geom(np.tile(np.array([["R", "G"], ["G", "B"]]), (9, 9)), op)
+    t = dihedral(cfa, op)
+    labels = dihedral(np.tile(np.array([["R", "G"], ["G", "B"]]), (9, 9)), op)
     # the transformed CFA, cropped where red is top-left, is exactly unpack(out)
     found = False
     for dy in (0, 1):

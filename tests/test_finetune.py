@@ -53,6 +53,28 @@ def test_labelled_crops_rggb_phase_and_determinism(photos):
     assert hits and all(y % 2 == 0 and x % 2 == 0 for y, x in hits)
 
 
+def test_labelled_crops_augment_flips_the_clean_crop_before_mosaicking(photos):
+    """With augment, the target is a flip/rotation of a crop of the photo and the input is still the
+    RGGB mosaic of that target (geometry first, then the task's degradation)."""
+    from rawrcl.data import dihedral
+
+    plain = LabelledCrops(photos, TASKS["jdd"], crop=32, seed=1, noise="none")
+    aug = LabelledCrops(photos, TASKS["jdd"], crop=32, seed=1, noise="none", augment=True)
+    ops = set()
+    for k in range(24):
+        s = aug[(2, k)]
+        assert torch.equal(s["input"], mosaic_packed(s["target"], "RGGB"))
+        crop = plain[(2, k)]["target"]  # same offset: the offset is drawn before the op
+        found = [
+            op
+            for op in range(8)
+            if torch.equal(torch.from_numpy(dihedral(crop.numpy(), op).copy()), s["target"])
+        ]
+        assert found, "augmented target is not a flip/rotation of the crop"
+        ops.add(found[0])
+    assert len(ops) >= 4
+
+
 def test_supervised_is_l1():
     model = torch.nn.Conv2d(3, 3, 1)
     batch = {"input": torch.rand(2, 3, 8, 8), "target": torch.rand(2, 3, 8, 8)}
