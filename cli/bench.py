@@ -27,6 +27,12 @@ from rawrcl.cli.common import user_errors
 @click.option("--pretrain-steps", default=None, type=int, help="override the protocol's pre-training steps")
 @click.option("--finetune-steps", default=None, type=int, help="override the protocol's fine-tuning steps")
 @click.option("--device", default=None, help="override the protocol's device (cpu, cuda)")
+@click.option(
+    "--skip/--no-skip",
+    default=None,
+    help="U-Net with the classical skip (bilinear demosaic / identity) for every learned model; default: "
+    "the protocol's (no skip: the paper's plain U-Net)",
+)
 @click.option("--threads", default=None, type=int, help="torch CPU threads")
 @click.option("--resume", is_flag=True, help="reuse completed runs in REPORT_DIR/runs")
 @click.option("--force", is_flag=True, help="start over in an existing report directory")
@@ -42,6 +48,7 @@ def bench(
     pretrain_steps,
     finetune_steps,
     device,
+    skip,
     threads,
     resume,
     force,
@@ -61,6 +68,8 @@ def bench(
         overrides["finetune_steps"] = finetune_steps
     if device is not None:
         overrides["device"] = device
+    if skip is not None:
+        overrides["skip"] = skip
     res = run_bench(
         protocol,
         train_dir,

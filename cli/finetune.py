@@ -27,6 +27,13 @@ from rawrcl.cli.common import user_errors
 @click.option("--arch", default="unet", show_default=True, help="with CKPT=scratch: unet | dncnn")
 @click.option("--width", default=None, type=int, help="with CKPT=scratch: body width")
 @click.option("--depth", default=None, type=int, help="with CKPT=scratch: body depth")
+@click.option(
+    "--skip/--no-skip",
+    default=True,
+    show_default=True,
+    help="with CKPT=scratch (U-Net): learn a correction of a fixed classical estimate (bilinear demosaic "
+    "for jdd, identity for denoising); --no-skip: plain U-Net",
+)
 @click.option("--seed", default=0, show_default=True, type=int, help="label choice, init and crop sampling")
 @click.option("--batch-size", default=8, show_default=True, type=int)
 @click.option("--crop", default=64, show_default=True, type=int, help="crop side in clean-photo pixels")
@@ -51,6 +58,7 @@ def finetune(
     arch,
     width,
     depth,
+    skip,
     seed,
     batch_size,
     crop,
@@ -83,6 +91,7 @@ def finetune(
         arch=arch,
         width=width,
         depth=depth,
+        skip=skip,
         seed=seed,
         batch_size=batch_size,
         crop=crop,

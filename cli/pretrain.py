@@ -37,6 +37,13 @@ def _default_cache() -> str:
 @click.option("--arch", type=click.Choice(["unet", "dncnn"]), default="unet", show_default=True)
 @click.option("--width", type=int, default=None, help="Body width (U-Net default 32, DnCNN 64).")
 @click.option("--depth", type=int, default=None, help="U-Net levels (default 3) / DnCNN layers (16).")
+@click.option(
+    "--skip/--no-skip",
+    default=True,
+    show_default=True,
+    help="U-Net: learn a correction added to a fixed classical estimate (identity for RAW/RGB, "
+    "bilinear demosaic for JDD); --no-skip is the plain U-Net of the paper.",
+)
 @click.option("--steps", type=int, default=1000, show_default=True)
 @click.option("--batch-size", type=int, default=64, show_default=True, help="Pairs per step (per rank).")
 @click.option(
@@ -109,6 +116,7 @@ def pretrain(
     arch,
     width,
     depth,
+    skip,
     steps,
     batch_size,
     crop,
@@ -188,6 +196,7 @@ def pretrain(
         arch=arch,
         width=width,
         depth=depth,
+        skip=skip,
         method_options=method_options,
         data_options=data_options,
         trainer_options=trainer_options,

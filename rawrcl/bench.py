@@ -73,6 +73,7 @@ class Protocol:
     arch: str = "unet"
     width: int = 16
     depth: int | None = None
+    skip: bool = False  # the paper's plain U-Net; True adds the classical skip (docs/training.md)
     crop: int = 64
     pretrain_batch: int = 16
     pretrain_steps: int = 300
@@ -153,6 +154,11 @@ class Bench:
         self.samples: dict[str, dict[str, Any]] = {}
 
     # -------------------------------------------------------------------------------------- caching
+    @property
+    def _skip_tag(self) -> str:
+        """Run-name suffix keeping runs with the classical skip apart from plain-U-Net runs."""
+        return "__skip" if self.p.skip else ""
+
     def _cached(self, key: str) -> dict | None:
         path = self.runs_dir / key / "result.json"
         if self.resume and path.exists():
@@ -230,7 +236,7 @@ class Bench:
     def pretrain(self, pretext: str, raw: bool) -> tuple[Path | None, dict]:
         pt = PRETEXTS[pretext]
         task = RAW_PRETRAIN_TASK if raw else RGB_PRETRAIN_TASK
-        run = self.runs_dir / f"pretrain__{task}__{pretext}"
+        run = self.runs_dir / f"pretrain__{task}__{pretext}{self._skip_tag}"
         args = [
             "rawrcl",
             "pretrain",
@@ -246,6 +252,7 @@ class Bench:
             self.p.arch,
             "--width",
             str(self.p.width),
+            "--skip" if self.p.skip else "--no-skip",
             "--steps",
             str(self.p.pretrain_steps),
             "--batch-size",
@@ -300,7 +307,7 @@ class Bench:
         keep: bool = False,
     ) -> dict | None:
         n = "all" if labels == "all" else int(labels)
-        key = f"{task}__{source}__{protocol}__n{n}__s{seed}__t{self.p.finetune_steps}"
+        key = f"{task}__{source}__{protocol}__n{n}__s{seed}__t{self.p.finetune_steps}{self._skip_tag}"
         rec = self._cached(key)
         run = self.runs_dir / key
         if rec is not None:
@@ -316,6 +323,7 @@ class Bench:
             arch=self.p.arch,
             width=self.p.width,
             depth=self.p.depth,
+            skip=self.p.skip,
             seed=seed,
             batch_size=self.p.finetune_batch,
             crop=self.p.crop,
@@ -352,6 +360,7 @@ class Bench:
         ]
         if str(ckpt) == "scratch":
             args += ["--arch", self.p.arch, "--width", str(self.p.width)]
+            args += ["--skip" if self.p.skip else "--no-skip"]
         rec = {
             "kind": "finetune",
             "task": task,
@@ -680,7 +689,9 @@ def write_report(
         "(noise as recorded in each pre-training run's config.json)."
     )
     L.append(
-        f"- Model: {p.arch}, width {p.width}{', depth ' + str(p.depth) if p.depth else ''}. Pre-training: "
+        f"- Model: {p.arch}, width {p.width}{', depth ' + str(p.depth) if p.depth else ''}, "
+        f"{'with the classical skip (--skip)' if p.skip else 'plain (--no-skip, the paper backbone)'}. "
+        "Pre-training: "
         f"{p.pretrain_steps} steps × batch {p.pretrain_batch}, crop {p.crop}, seed 0 (one run per pretext). "
         f"Fine-tuning: {p.finetune_steps} steps × batch {p.finetune_batch}, crop {p.crop}, L1, Adam lr 1e-3; "
         f"seeds {bench.seeds} (seed = label choice + head/model init + crop sampling)."

@@ -599,6 +599,7 @@ def pretrain(
     arch: str = "unet",
     width: int | None = None,
     depth: int | None = None,
+    skip: bool = True,
     method_options: dict | None = None,
     data_options: dict | None = None,
     trainer_options: dict | None = None,
@@ -606,6 +607,8 @@ def pretrain(
 ) -> dict:
     """Self-supervised pre-training (``rawrcl pretrain``). Returns the trainer summary.
 
+    ``skip`` (U-Net): the model adds its output to a fixed classical estimate (identity / bilinear
+    demosaic, see :func:`rawrcl.models.skip_map`).
     ``method_options`` go to :func:`rawrcl.methods.make_method` (e.g. distance, tau, alpha, encoder);
     ``data_options`` to :func:`build_dataset` (crop, overlap, augment, synthetic, noise, noise_profile, …);
     ``trainer_options`` to :class:`Trainer` (steps, batch_size, lr, device, seed, resume, force, …).
@@ -638,6 +641,8 @@ def pretrain(
         if domain is None:
             raise RawrclError(f"unknown --task {task!r}; expected one of {', '.join(PRETEXT_TASKS)}")
         model_cfg = {"arch": arch, "in_channels": in_ch, "head": head, "width": width, "depth": depth}
+        if arch == "unet":
+            model_cfg["skip"] = bool(skip)
         if arch == "encoder":
             model_cfg = {"arch": "encoder", "in_channels": in_ch, "width": width, "depth": depth}
     dataset = build_dataset(data_dir, task, seed=seed, **dopt)

@@ -61,6 +61,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--tasks", default="jdd,raw-denoise")
     ap.add_argument("--width", type=int, default=_env_int("RAWRCL_WIDTH", 24))
     ap.add_argument("--depth", type=int, default=3)
+    ap.add_argument(
+        "--skip",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="U-Net adds its output to a bilinear demosaic (JDD) / the input (denoise); see pretrain --skip",
+    )
     ap.add_argument("--sigma-max", type=float, default=40.0, help="paper sampler σ max (8-bit units)")
     ap.add_argument("--unprocess", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--pretrain-steps", type=int, default=_env_int("RAWRCL_PRETRAIN_STEPS", 2000))
@@ -300,6 +306,7 @@ def main(argv: list[str] | None = None) -> None:
         pre = work / "pretrain"
         cmd = ["rawrcl", "pretrain", str(sim), "--out", str(pre), "--task", "jdd", "--method", "rcl"]
         cmd += ["--width", str(args.width), "--depth", str(args.depth), "--steps", str(args.pretrain_steps)]
+        cmd += ["--skip" if args.skip else "--no-skip"]
         cmd += ["--batch-size", str(args.pretrain_batch), "--crop", str(args.pretrain_crop)]
         cmd += ["--device", args.device, "--seed", str(args.seed), "--cache-dir", "none"]
         cmd += ["--resume"] if (pre / "checkpoints" / "last.pt").exists() else []

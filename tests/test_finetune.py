@@ -14,6 +14,7 @@ from rawrcl.errors import RawrclError
 from rawrcl.eval import evaluate
 from rawrcl.finetune import LabelledCrops, finetune, prepare_model, select_labels
 from rawrcl.methods.supervised import supervised
+from rawrcl.models import read_checkpoint
 from rawrcl.tasks import TASKS
 
 TINY = {"width": 8, "depth": 2}
@@ -147,9 +148,14 @@ def test_finetune_cli(tmp_path, photos):
     ]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output[r.output.index("{") :])["protocol"] == "scratch"
+    res = json.loads(r.output[r.output.index("{") :])
+    assert res["protocol"] == "scratch"
+    assert read_checkpoint(res["checkpoint"])["config"]["skip"] is True  # the default for new U-Nets
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 1 and "exists" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(main, [*args, "--force", "--no-skip"])
+    assert r.exit_code == 0, r.output
+    assert read_checkpoint(res["checkpoint"])["config"]["skip"] is False
 
 
 def test_bench_minimal_grid_writes_report(tmp_path, photos):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -38,6 +39,39 @@ def test_dncnn_predicts_residual():
     torch.nn.init.zeros_(m.head.conv.bias)
     x = torch.rand(1, 3, 9, 11)
     assert torch.equal(m(x), x)  # zero noise estimate -> the input itself
+
+
+def test_bilinear_demosaic_packed_matches_the_classical_one():
+    import colour_demosaicing
+
+    from rawrcl.cfa import mosaic, pack
+    from rawrcl.models.heads import bilinear_demosaic_packed
+
+    rgb = np.random.default_rng(0).random((3, 10, 14)).astype(np.float32)
+    cfa = mosaic(rgb, "RGGB")
+    packed = torch.from_numpy(np.asarray(pack(cfa, "RGGB"))).reshape(1, 4, 5, 7)
+    out = bilinear_demosaic_packed(packed)[0].numpy()
+    ref = colour_demosaicing.demosaicing_CFA_Bayer_bilinear(cfa, "RGGB").transpose(2, 0, 1)
+    assert out.shape == (3, 10, 14)
+    assert np.abs(out - ref)[:, 1:-1, 1:-1].max() < 1e-6  # same kernels away from the border
+    assert np.array_equal(mosaic(out, "RGGB"), cfa)  # every sample kept exactly
+    flat = bilinear_demosaic_packed(torch.full((1, 4, 3, 5), 0.3))
+    assert torch.allclose(flat, torch.full_like(flat, 0.3))  # borders normalised, no reflected colour
+
+
+@pytest.mark.parametrize("in_ch,head", [(4, "jdd"), (4, "raw"), (3, "rgb"), (3, "sr2")])
+def test_unet_skip_adds_the_classical_estimate(in_ch, head):
+    from rawrcl.models import skip_map
+
+    torch.manual_seed(0)
+    m = build_model({"arch": "unet", "in_channels": in_ch, "head": head, "skip": True, **SMALL})
+    x = torch.rand(2, in_ch, 8, 12)
+    assert not torch.allclose(m(x), skip_map(x, head))
+    torch.nn.init.zeros_(m.head.conv.weight)
+    torch.nn.init.zeros_(m.head.conv.bias)
+    assert torch.allclose(m(x), skip_map(x, head))
+    # configs written before the option existed have no key: a plain U-Net, as they were trained
+    assert build_model({"arch": "unet", "in_channels": in_ch, "head": head, **SMALL}).config["skip"] is False
 
 
 def test_replace_head_and_freeze():

@@ -58,11 +58,35 @@ class Head(nn.Module):
         return f"name={self.name!r}"
 
 
+def bilinear_demosaic_packed(packed: torch.Tensor) -> torch.Tensor:
+    """Bilinear demosaic of a packed RGGB mosaic: (B, 4, h, w) [R, G1, G2, B] → (B, 3, 2h, 2w) RGB.
+
+    Each colour plane is interpolated from its own samples only (normalised convolution, so image borders
+    average the samples that exist instead of reflecting the wrong colour). Sampled pixels keep their
+    value exactly. Same units as the input; differentiable; parameter-free.
+    """
+    if packed.ndim != 4 or packed.shape[1] != 4:
+        raise RawrclError(f"bilinear demosaic needs packed RAW (B, 4, h, w), got {tuple(packed.shape)}")
+    # pixel_shuffle puts channel 4c + 2i + j at (i, j) of the 2×2 cell of output plane c; the packed
+    # order [R, G1, G2, B] is (0,0) (0,1) (1,0) (1,1), so plane R takes slot 0, G slots 1-2, B slot 3.
+    select = torch.zeros(12, 4, dtype=packed.dtype, device=packed.device)
+    for plane, ch in [(0, 0), (1, 1), (1, 2), (2, 3)]:
+        select[4 * plane + ch, ch] = 1.0
+    sparse = F.pixel_shuffle(torch.einsum("oc,bchw->bohw", select, packed), 2)  # (B, 3, 2h, 2w)
+    mask = F.pixel_shuffle(select.sum(1).view(1, 12, 1, 1).expand(1, 12, *packed.shape[-2:]), 2)
+    ring = torch.tensor([[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]])
+    cross = torch.tensor([[0.0, 1.0, 0.0], [1.0, 4.0, 1.0], [0.0, 1.0, 0.0]])
+    k = torch.stack([ring, cross, ring]).unsqueeze(1).to(packed)  # (3, 1, 3, 3): R, G, B kernels
+    return F.conv2d(sparse, k, padding=1, groups=3) / F.conv2d(mask, k, padding=1, groups=3)
+
+
 def skip_map(x: torch.Tensor, head: str) -> torch.Tensor:
     """Fixed, parameter-free estimate of the output from the input (the residual learner's baseline).
 
-    Used by DnCNN (which predicts ``skip_map(x) − f(x)``). Identity for same-domain heads; packed RAW →
-    RGB by binning (``packed_to_rgb``); up-scaling heads use bilinear interpolation.
+    Used by DnCNN (which predicts ``skip_map(x) − f(x)``) and by a U-Net built with ``skip=True``
+    (``skip_map(x) + f(x)``). Identity for same-domain heads; packed RAW → full-resolution RGB by
+    :func:`bilinear_demosaic_packed` (input in RGGB geometry; → half-resolution RGB by binning for a
+    scale-1 head); remaining up-scaling by bilinear interpolation.
 
     Shapes: (B, C_in, h, w) → (B, C_out, scale·h, scale·w) of :data:`HEADS`.
     """
@@ -72,7 +96,9 @@ def skip_map(x: torch.Tensor, head: str) -> torch.Tensor:
             raise RawrclError(f"head 'raw' needs packed RAW input (4 channels), got {x.shape[1]}")
         return x
     if x.shape[1] == 4:
-        x = packed_to_rgb(x)
+        if scale == 1:
+            return packed_to_rgb(x)
+        x, scale = bilinear_demosaic_packed(x), scale // 2
     if scale > 1:
         x = F.interpolate(x, scale_factor=scale, mode="bilinear", align_corners=False)
     return x

@@ -7,6 +7,9 @@ Config keys (JSON-able dict; missing keys get defaults, see :func:`model_config`
 - ``in_channels``: 3 (RGB) | 4 (packed RAW [R, G1, G2, B] in RGGB geometry).
 - ``head``: ``"rgb"`` | ``"raw"`` | ``"jdd"`` | ``"sr2"`` | ``"sr4"`` (see :mod:`rawrcl.models.heads`).
 - ``width``, ``depth``: body size (U-Net default 32/3; DnCNN default 64/16).
+- ``skip`` (U-Net only; default ``False``, so older checkpoints load unchanged): add the fixed baseline
+  ``skip_map(x)`` (identity, bilinear demosaic for ``jdd``, bilinear up-scaling) to the head's output,
+  so the network learns a correction of a classical estimate. DnCNN always has its skip.
 
 Output convention: every restoration model outputs an estimate of the *clean* signal on the head's
 grid. DnCNN internally predicts the noise and returns ``skip_map(x) − noise`` (identity skip for
@@ -53,6 +56,7 @@ class RestorationModel(nn.Module):
         else:
             self.body = DnCNNBody(cfg["in_channels"], cfg["width"], cfg["depth"])
         self.residual = cfg["arch"] == "dncnn"
+        self.skip = cfg["arch"] == "unet" and cfg["skip"]
         self.head = Head(cfg["head"], self.body.out_channels)
 
     @property
@@ -67,6 +71,10 @@ class RestorationModel(nn.Module):
         out = self.head(self.body(x))
         if self.residual:
             out = skip_map(x, self.head.name).to(out.dtype) - out
+        elif self.skip:
+            with torch.autocast(x.device.type, enabled=False):  # the baseline keeps fp32 precision
+                base = skip_map(x.float(), self.head.name)
+            out = base + out  # fp32 (type promotion) even when the body ran under bf16/fp16 autocast
         return out
 
     def replace_head(self, name: str | None = None) -> nn.Module:
@@ -76,8 +84,8 @@ class RestorationModel(nn.Module):
         """
         name = name or self.head.name
         head_spec(name)
-        if name == "raw" and self.config["in_channels"] != 4 and self.residual:
-            raise RawrclError("a DnCNN 'raw' head needs packed RAW input")
+        if name == "raw" and self.config["in_channels"] != 4 and (self.residual or self.skip):
+            raise RawrclError("a 'raw' head on a model with a skip needs packed RAW input")
         p = next(self.body.parameters())
         self.head = Head(name, self.body.out_channels).to(device=p.device, dtype=p.dtype)
         self.config = {**self.config, "head": name}
@@ -120,6 +128,8 @@ def model_config(config: dict) -> dict:
             int(cfg["depth"]),
             int(cfg["in_channels"]),
         )
+        if arch == "unet":
+            cfg["skip"] = bool(cfg.get("skip", False))
     return cfg
 
 
