@@ -385,7 +385,7 @@ class Bench:
         head = read_checkpoint(ckpt)["config"].get("head")
         if head != TASKS[task].head:
             return
-        key = f"{task}__{pretext}__zero"
+        key = f"{task}__{pretext}__zero{self._skip_tag}"
         rec = self._cached(key)
         if rec is None:
             t0 = time.perf_counter()
