@@ -43,6 +43,13 @@ from rawrcl.cli.common import user_errors
 @click.option(
     "--augment", is_flag=True, help="random flips/rotations of the clean crops (off: the paper's protocol)"
 )
+@click.option(
+    "--grad-clip",
+    default=1.0,
+    show_default=True,
+    type=float,
+    help="cap on the global gradient norm (catches loss spikes; 0 disables)",
+)
 @click.option("--device", default=None)
 @click.option("--force", is_flag=True, help="overwrite an existing run directory")
 @click.option("--json", "as_json", is_flag=True)
@@ -66,6 +73,7 @@ def finetune(
     noise,
     unprocess,
     augment,
+    grad_clip,
     device,
     force,
     as_json,
@@ -102,6 +110,7 @@ def finetune(
         force=force,
         progress=not as_json,
         augment=augment,
+        grad_clip=grad_clip or None,
     )
     if as_json:
         click.echo(json.dumps(res, indent=2))

@@ -57,6 +57,12 @@ def _default_cache() -> str:
 )
 @click.option("--lr", type=float, default=1e-3, show_default=True)
 @click.option(
+    "--grad-clip",
+    type=float,
+    default=None,
+    help="cap on the global gradient norm (default: none; the norm is logged in metrics.jsonl)",
+)
+@click.option(
     "--alpha", type=float, default=1e-3, show_default=True, help="Weight of the contrastive term (rcl)."
 )
 @click.option("--tau", type=float, default=None, help="Contrastive temperature (default of rawrcl.losses).")
@@ -123,6 +129,7 @@ def pretrain(
     overlap,
     augment,
     lr,
+    grad_clip,
     alpha,
     tau,
     normalize,
@@ -178,6 +185,7 @@ def pretrain(
         "steps": steps,
         "batch_size": batch_size,
         "lr": lr,
+        "grad_clip": grad_clip or None,
         "seed": seed,
         "device": device,
         "amp": amp,

@@ -50,6 +50,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.nn.utils import clip_grad_norm_
 
 from rawrcl import __version__
 from rawrcl.errors import RawrclError
@@ -97,6 +98,7 @@ TRAINER_DEFAULTS: dict = {
     "lr": 1e-3,
     "betas": (0.9, 0.999),
     "eps": 1e-7,
+    "grad_clip": None,  # max global gradient norm (None: no clipping); the norm is logged either way
     "seed": 0,
     "device": "auto",
     "amp": "auto",  # "auto" (bf16/fp16 on CUDA, off elsewhere) | "bf16" | "fp16" | "off"
@@ -407,6 +409,7 @@ class Trainer:
             int(cfg["keep_every"]),
         )
         lr = float(cfg["lr"])
+        grad_clip = math.inf if cfg.get("grad_clip") is None else float(cfg["grad_clip"])
         t0 = time.perf_counter()
         t_last, n_last = t0, 0
         patches = 0
@@ -426,10 +429,13 @@ class Trainer:
                 opt.zero_grad(set_to_none=True)
                 if scaler is not None:
                     scaler.scale(loss).backward()
+                    scaler.unscale_(opt)
+                    grad_norm = clip_grad_norm_(params, grad_clip)
                     scaler.step(opt)
                     scaler.update()
                 else:
                     loss.backward()
+                    grad_norm = clip_grad_norm_(params, grad_clip)
                     opt.step()
                 step += 1
                 n_crops = 2 * bs * self.world
@@ -445,7 +451,7 @@ class Trainer:
                         dist.all_reduce(t)
                         loss_mean = float(t) / self.world
                     now = time.perf_counter()
-                    rec = {"step": step, "loss": loss_value}
+                    rec = {"step": step, "loss": loss_value, "grad_norm": float(grad_norm)}
                     rec.update({k: float(v) for k, v in out.items() if k != "loss"})
                     if self.world > 1:
                         rec["loss_all_ranks"] = loss_mean

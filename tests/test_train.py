@@ -268,3 +268,19 @@ def test_sigterm_saves_the_current_step_and_resumes(tmp_path):
     _fit(run, k + 2, resume=True, method="n2s")
     _fit(tmp_path / "ref", k + 2, method="n2s")
     assert _losses(run) == _losses(tmp_path / "ref")
+
+
+def test_grad_clip_logs_the_norm_and_caps_the_step(tmp_path):
+    torch.set_num_threads(1)
+    _fit(tmp_path / "free", 2, method="n2s")
+    _fit(tmp_path / "clip", 2, method="n2s", grad_clip=1e-6)
+    free, clip = (
+        [json.loads(x) for x in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+        for d in ("free", "clip")
+    )
+    # the logged norm is the one before clipping: identical at step 1, far above the cap
+    assert free[0]["grad_norm"] == clip[0]["grad_norm"] > 1e-3
+    assert free[0]["loss"] == clip[0]["loss"]
+    # a gradient clipped to 1e-6 moves Adam (ε = 1e-7) far less: the second losses differ
+    assert abs(free[1]["loss"] - clip[1]["loss"]) > 1e-6
+    assert json.loads((tmp_path / "clip" / "config.json").read_text())["grad_clip"] == 1e-6
