@@ -138,6 +138,7 @@ def _rcl_rank(rank, world, port, out):
         g = _rcl_grads(xa[rank * n : (rank + 1) * n], xb[rank * n : (rank + 1) * n])
         dist.all_reduce(g)  # what DDP does: average the ranks' gradients
         torch.save(g / world, f"{out}.grad{rank}.pt")
+        dist.barrier()  # no rank tears gloo down while the other still talks (SIGABRT at exit otherwise)
     finally:
         dist.destroy_process_group()
 
