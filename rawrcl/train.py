@@ -408,6 +408,9 @@ class Trainer:
             int(cfg["save_every"]),
             int(cfg["keep_every"]),
         )
+        # 0 (or less) means "only at the end": logging and last.pt then happen at the final step only
+        log_every = log_every if log_every > 0 else max(steps, 1)
+        save_every = save_every if save_every > 0 else max(steps, 1)
         lr = float(cfg["lr"])
         grad_clip = math.inf if cfg.get("grad_clip") is None else float(cfg["grad_clip"])
         t0 = time.perf_counter()

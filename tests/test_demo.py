@@ -54,6 +54,16 @@ def test_demo_reduced(tmp_path: Path, tiny_models):
     assert any("PSNR" in line for line in lines) and any(str(out) in line for line in lines)
 
 
+def test_demo_with_pretraining(tmp_path: Path, tiny_models):
+    """--pretrain adds a self-supervised RCL model's row (it crashed on save_every=0 before)."""
+    from rawrcl.demo import run_demo
+
+    s = run_demo(tmp_path / "demo", pretrain=True, steps=2, n_photos=1, size=96, jdd_model=tiny_models[0],
+                 denoise_model=tiny_models[1], echo=lambda _: None)  # fmt: skip
+    row = s["psnr_db"]["jdd"]["rawrcl jdd (pretrained (RCL, self-supervised))"]
+    assert np.isfinite(row) and (tmp_path / "demo" / "pretrain" / "checkpoints" / "last.pt").is_file()
+
+
 def test_demo_refuses_foreign_folder(tmp_path: Path, tiny_models):
     from rawrcl.demo import run_demo
 

@@ -284,3 +284,12 @@ def test_grad_clip_logs_the_norm_and_caps_the_step(tmp_path):
     # a gradient clipped to 1e-6 moves Adam (ε = 1e-7) far less: the second losses differ
     assert abs(free[1]["loss"] - clip[1]["loss"]) > 1e-6
     assert json.loads((tmp_path / "clip" / "config.json").read_text())["grad_clip"] == 1e-6
+
+
+def test_zero_intervals_mean_only_at_the_end(tmp_path):
+    """save_every / log_every ≤ 0 (as `rawrcl demo --pretrain` passes) log and save at the last step only."""
+    torch.set_num_threads(1)
+    summary = _fit(tmp_path / "r", 2, method="n2s", save_every=0, log_every=0)
+    assert summary["steps"] == 2
+    assert [json.loads(x)["step"] for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()] == [2]
+    assert (tmp_path / "r" / "checkpoints" / "last.pt").exists()
