@@ -159,6 +159,10 @@ class Bench:
         """Run-name suffix keeping runs with the classical skip apart from plain-U-Net runs."""
         return "__skip" if self.p.skip else ""
 
+    @property
+    def _skip_flag(self) -> str:
+        return "--skip" if self.p.skip else "--no-skip"
+
     def _cached(self, key: str) -> dict | None:
         path = self.runs_dir / key / "result.json"
         if self.resume and path.exists():
@@ -252,7 +256,7 @@ class Bench:
             self.p.arch,
             "--width",
             str(self.p.width),
-            "--skip" if self.p.skip else "--no-skip",
+            self._skip_flag,
             "--steps",
             str(self.p.pretrain_steps),
             "--batch-size",
@@ -360,7 +364,7 @@ class Bench:
         ]
         if str(ckpt) == "scratch":
             args += ["--arch", self.p.arch, "--width", str(self.p.width)]
-            args += ["--skip" if self.p.skip else "--no-skip"]
+            args += [self._skip_flag]
         rec = {
             "kind": "finetune",
             "task": task,

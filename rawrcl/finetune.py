@@ -139,9 +139,8 @@ def prepare_model(
             "head": task.head,
             "width": width,
             "depth": depth,
+            "skip": skip,
         }
-        if arch == "unet":
-            cfg["skip"] = bool(skip)
         model = build_model({k: v for k, v in cfg.items() if v is not None})
         info = {"source": "scratch", "protocol": "scratch", "head_replaced": False}
         for p in model.parameters():
@@ -217,9 +216,9 @@ def finetune(
     ``clean`` is a folder of clean photos or a list of arrays; the N labels are :func:`select_labels`
     (``seed``). Training uses the engine's Trainer (Adam β=(0.9, 0.999), ε=1e-7, constant ``lr``) with the
     L1 ``supervised`` method, ``steps`` steps of ``batch_size`` crops of ``crop`` clean pixels;
-    ``augment`` adds random flips/rotations of the clean crops (:class:`LabelledCrops`). ``grad_clip`` caps
-    the global gradient norm (None: off); typical L1 norms are 0.03–0.2, so 1.0 only catches spikes (one
-    diverged an lr-1e-3 run at step 900 without it).
+    ``augment`` adds random flips/rotations of the clean crops (:class:`LabelledCrops`). ``grad_clip``
+    caps the global gradient norm (None: off); logged L1 norms stay within 0.03–0.7, so 1.0 only catches
+    spikes (one diverged an lr-1e-3 run at step 900 without it).
 
     Returns ``{"run_dir", "checkpoint", "labels": [names], "n_labels", "protocol", "task", "source",
     "steps", "seed", "final_loss"}``; ``finetune.json`` in the run dir holds the same.

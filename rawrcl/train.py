@@ -473,7 +473,7 @@ class Trainer:
                     bar.update(1)
                     bar.set_postfix(loss=f"{loss_value:.4g}")
                 if stop and step < steps:
-                    if self.is_main and step % save_every != 0 and step != steps:
+                    if self.is_main and step % save_every != 0:
                         self._save(self.ckpt_dir / "last.pt", step, opt, scaler)
                     if bar is not None:
                         bar.close()
@@ -650,8 +650,7 @@ def pretrain(
         if domain is None:
             raise RawrclError(f"unknown --task {task!r}; expected one of {', '.join(PRETEXT_TASKS)}")
         model_cfg = {"arch": arch, "in_channels": in_ch, "head": head, "width": width, "depth": depth}
-        if arch == "unet":
-            model_cfg["skip"] = bool(skip)
+        model_cfg["skip"] = skip  # ignored by DnCNN (see rawrcl.models.model_config)
         if arch == "encoder":
             model_cfg = {"arch": "encoder", "in_channels": in_ch, "width": width, "depth": depth}
     dataset = build_dataset(data_dir, task, seed=seed, **dopt)

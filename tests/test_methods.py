@@ -146,25 +146,13 @@ def _rcl_rank(rank, world, port, out):
 def test_rcl_ddp_gathers_negatives_across_ranks(tmp_path):
     """Two gloo ranks with 2 images each give the gradient of single-process RCL on all 4 images
     (each anchor meets the other rank's crops as negatives; without the gather it would not)."""
-    import socket
-    import time
-
-    import torch.multiprocessing as mp
+    from tests._spawn import run_ranks
 
     gen = torch.Generator().manual_seed(5)
     xa, xb = torch.rand(4, 4, 16, 16, generator=gen), torch.rand(4, 4, 16, 16, generator=gen)
     base = str(tmp_path / "rcl")
     torch.save((xa, xb), base + ".in.pt")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.start_processes(_rcl_rank, args=(2, port, base), nprocs=2, join=False, start_method="spawn")
-    deadline = time.monotonic() + 120
-    while not ctx.join(timeout=1):
-        if time.monotonic() > deadline:
-            for proc in ctx.processes:
-                proc.kill()
-            pytest.fail("two-rank gloo run did not finish within 120 s")
+    run_ranks(_rcl_rank, 2, base, timeout=120)
     g_ddp = torch.load(base + ".grad0.pt", weights_only=True)
     g_single = _rcl_grads(xa, xb)
     assert torch.allclose(g_ddp, g_single, rtol=1e-4, atol=1e-7)

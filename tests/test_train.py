@@ -5,23 +5,21 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 import skimage.data
 import torch
-import torch.multiprocessing as mp
 
 from rawrcl.data import PhotoFolderDataset
 from rawrcl.errors import RawrclError
 from rawrcl.methods import make_method
 from rawrcl.models import build_model, load_checkpoint
 from rawrcl.train import Trainer
+from tests._spawn import run_ranks, wait_for_steps
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -103,12 +101,7 @@ def test_sigkill_and_resume(tmp_path):
         [sys.executable, "-c", KILL_SCRIPT.format(tests=str(REPO / "tests"), run=str(run))]
     )
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            m = run / "metrics.jsonl"
-            if m.exists() and len(m.read_text().splitlines()) >= 4:
-                break
-            time.sleep(0.05)
+        wait_for_steps(run, 4)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:
@@ -120,12 +113,6 @@ def test_sigkill_and_resume(tmp_path):
     _fit(run, k + 3, resume=True, method="n2s")
     _fit(tmp_path / "ref", k + 3, method="n2s")
     assert _losses(run) == _losses(tmp_path / "ref")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _ddp_worker(rank, world, port, out):
@@ -153,17 +140,7 @@ def _ddp_worker(rank, world, port, out):
 
 def test_ddp_two_ranks_gloo(tmp_path):
     out = tmp_path / "ddp"
-    # spawn, not fork: forking a process whose torch thread pools already run can deadlock. A deadline
-    # keeps a stuck rendezvous from hanging the suite.
-    ctx = mp.start_processes(
-        _ddp_worker, args=(2, _free_port(), str(out)), nprocs=2, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + 180
-    while not ctx.join(timeout=2):
-        if time.monotonic() > deadline:
-            for proc in ctx.processes:
-                proc.kill()
-            pytest.fail("two-rank gloo DDP did not finish within 180 s")
+    run_ranks(_ddp_worker, 2, str(out), timeout=180)
     p0 = torch.load(tmp_path / "params0.pt", weights_only=True)
     p1 = torch.load(tmp_path / "params1.pt", weights_only=True)
     assert torch.equal(p0, p1)  # gradients were all-reduced
@@ -251,12 +228,7 @@ def test_sigterm_saves_the_current_step_and_resumes(tmp_path):
         text=True,
     )
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            m = run / "metrics.jsonl"
-            if m.exists() and len(m.read_text().splitlines()) >= 3:
-                break
-            time.sleep(0.05)
+        wait_for_steps(run, 3)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     finally:

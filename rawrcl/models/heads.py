@@ -72,8 +72,11 @@ def bilinear_demosaic_packed(packed: torch.Tensor) -> torch.Tensor:
     select = torch.zeros(12, 4, dtype=packed.dtype, device=packed.device)
     for plane, ch in [(0, 0), (1, 1), (1, 2), (2, 3)]:
         select[4 * plane + ch, ch] = 1.0
-    sparse = F.pixel_shuffle(torch.einsum("oc,bchw->bohw", select, packed), 2)  # (B, 3, 2h, 2w)
-    mask = F.pixel_shuffle(select.sum(1).view(1, 12, 1, 1).expand(1, 12, *packed.shape[-2:]), 2)
+
+    def spread(p: torch.Tensor) -> torch.Tensor:  # (B, 4, h, w) → (B, 3, 2h, 2w), zeros where unsampled
+        return F.pixel_shuffle(torch.einsum("oc,bchw->bohw", select, p), 2)
+
+    sparse, mask = spread(packed), spread(torch.ones_like(packed[:1]))
     ring = torch.tensor([[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]])
     cross = torch.tensor([[0.0, 1.0, 0.0], [1.0, 4.0, 1.0], [0.0, 1.0, 0.0]])
     k = torch.stack([ring, cross, ring]).unsqueeze(1).to(packed)  # (3, 1, 3, 3): R, G, B kernels

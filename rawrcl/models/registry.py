@@ -130,6 +130,8 @@ def model_config(config: dict) -> dict:
         )
         if arch == "unet":
             cfg["skip"] = bool(cfg.get("skip", False))
+        else:
+            cfg.pop("skip", None)  # DnCNN always has its own skip; the option is U-Net only
     return cfg
 
 

@@ -1,0 +1,45 @@
+"""Test helpers for multi-process runs: gloo ranks with a deadline, and waiting on a training run."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for MASTER_PORT)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(worker: Callable, world: int, *args, timeout: float = 120) -> None:
+    """Run ``worker(rank, world, port, *args)`` in ``world`` spawned processes and wait for all of them.
+
+    spawn, not fork: forking a process whose torch thread pools already run can deadlock. The deadline
+    keeps a stuck rendezvous from hanging the suite (the ranks are killed and the test fails).
+    """
+    ctx = mp.start_processes(
+        worker, args=(world, free_port(), *args), nprocs=world, join=False, start_method="spawn"
+    )
+    deadline = time.monotonic() + timeout
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            for proc in ctx.processes:
+                proc.kill()
+            pytest.fail(f"{world}-rank run did not finish within {timeout:.0f} s")
+
+
+def wait_for_steps(run: Path, n: int, timeout: float = 60) -> None:
+    """Wait until the training run ``run`` has logged ``n`` lines of metrics.jsonl (or ``timeout`` s)."""
+    deadline = time.monotonic() + timeout
+    m = Path(run) / "metrics.jsonl"
+    while time.monotonic() < deadline:
+        if m.exists() and len(m.read_text().splitlines()) >= n:
+            return
+        time.sleep(0.05)
