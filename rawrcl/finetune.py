@@ -49,7 +49,12 @@ class LabelledCrops(torch.utils.data.Dataset):
         geometry change and stay correctly phased (8× more distinct labels; off = the paper's protocol).
 
     Items: ``{"input": (C_in, h, w), "target": (C_out, s·h, s·w)}`` float32 tensors.
+
+    ``keyed = True``: the trainer passes ``(image, sample seed)`` keys with a fresh seed every step, so every
+    step sees new crops, noise draws (and cameras, flips); a plain int index would fix one sample per photo.
     """
+
+    keyed = True
 
     def __init__(
         self,

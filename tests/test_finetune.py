@@ -188,3 +188,20 @@ def test_bench_minimal_grid_writes_report(tmp_path, photos):
     assert json.loads((tmp_path / "rep" / "results.json").read_text())["test_files"] == ["p3.png"]
     with pytest.raises(RawrclError):
         run_bench(proto, tmp_path / "train", tmp_path / "test", tmp_path / "rep")
+
+
+def test_finetune_draws_fresh_crops_and_noise_every_step(tmp_path, photos, monkeypatch):
+    """The trainer must key LabelledCrops by (photo, fresh sample seed): with plain photo indices every
+    step would re-use one fixed crop + noise draw per photo and longer training would memorise them."""
+    seen: list = []
+    orig = LabelledCrops.__getitem__
+
+    def spy(self, key):
+        seen.append(key)
+        return orig(self, key)
+
+    monkeypatch.setattr(LabelledCrops, "__getitem__", spy)
+    kw = dict(labels=1, steps=4, batch_size=2, crop=32, noise="high", seed=0, **TINY)
+    finetune("scratch", "raw-denoise", photos, tmp_path / "run", protocol="full", **kw)
+    assert len(seen) == 8 and all(isinstance(k, tuple) and k[0] == 0 for k in seen)
+    assert len({k[1] for k in seen}) == 8  # 8 distinct samples of the single labelled photo
