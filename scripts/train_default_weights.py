@@ -91,7 +91,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--augment",
         action="store_true",
-        help="random flips/rotations of the clean crops while fine-tuning (58 photos over-fit without)",
+        help="random flips/rotations of the clean crops while fine-tuning (finetune --augment)",
     )
     ap.add_argument("--mix-lr", type=float, default=2.5e-4)
     ap.add_argument(
@@ -120,6 +120,21 @@ def run(cmd: list[str], record: list[str]) -> str:
     if res.returncode != 0:
         raise SystemExit(f"command failed ({res.returncode}): {line}")
     return res.stdout
+
+
+def init_record(ckpt: Path, torch) -> dict:
+    """Provenance of an ``--init`` checkpoint: its own ``extra["provenance"]`` (installed weights), else the
+    ``report.json`` of the run of this script that wrote it (``WORK/finetune_<task>/<stage>/checkpoints/
+    last.pt``), following that run's own ``--init`` back, so a chain of continuations stays reproducible."""
+    extra = torch.load(ckpt, map_location="cpu", weights_only=True).get("extra", {})
+    prov = extra.get("provenance")
+    report = ckpt.parents[3] / "report.json" if len(ckpt.parents) > 3 else None
+    if prov is None and report is not None and report.is_file():
+        prov = json.loads(report.read_text()).get("provenance")
+        init = (prov or {}).get("init")
+        if init and init.get("provenance") is None and Path(init["checkpoint"]).is_file():
+            prov = {**prov, "init": init_record(Path(init["checkpoint"]).resolve(), torch)}
+    return {"checkpoint": str(ckpt), "provenance": prov}
 
 
 def split(data: Path, work: Path, heldout: int) -> tuple[Path, Path, list[str], list[str]]:
@@ -230,6 +245,18 @@ def mix_stage(args, task: str, ckpt: Path, train_dir: Path, work: Path, record: 
     return out / "checkpoints" / "last.pt"
 
 
+def portable(obj):
+    """``obj`` (JSON-like) with this checkout's absolute path and the interpreter's path removed from every
+    string, so the shipped provenance names repository-relative paths only."""
+    if isinstance(obj, dict):
+        return {k: portable(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [portable(v) for v in obj]
+    if isinstance(obj, str):
+        return obj.replace(sys.executable, "python").replace(str(REPO) + os.sep, "")
+    return obj
+
+
 def install(ckpt: Path, task: str, provenance: dict) -> Path:
     import torch
 
@@ -239,7 +266,8 @@ def install(ckpt: Path, task: str, provenance: dict) -> Path:
     raw = read_checkpoint(ckpt)
     state = {k: (v.half() if v.is_floating_point() else v) for k, v in raw["state_dict"].items()}
     dst = REPO / "rawrcl" / "weights" / TASK_FILES[task]
-    extra = {"provenance": json.loads(json.dumps(provenance, default=str)), "weights_dtype": "float16"}
+    prov = portable(json.loads(json.dumps(provenance, default=str)))
+    extra = {"provenance": prov, "weights_dtype": "float16"}
     atomic_torch_save({"config": raw["config"], "state_dict": state, "extra": extra}, dst)
     os.chmod(dst, 0o644)  # package data: readable by everyone (the temporary file was 0600)
     torch.load(dst, weights_only=True)  # must load under the safe loader
@@ -285,8 +313,7 @@ def main(argv: list[str] | None = None) -> None:
         import torch
 
         pre_ckpt = Path(args.init).resolve()
-        extra = torch.load(pre_ckpt, map_location="cpu", weights_only=True).get("extra", {})
-        init_provenance = {"checkpoint": str(args.init), "provenance": extra.get("provenance")}
+        init_provenance = init_record(pre_ckpt, torch)
         log(f"continuing from {pre_ckpt} (no simulate / pretrain)")
     else:
         sim = work / "sim"
