@@ -231,9 +231,7 @@ def finetune(
     t = get_task(task, unprocess=unprocess)
     images = load_images(clean)
     chosen = select_labels(images, labels, seed)
-    model, info = prepare_model(
-        ckpt, t, protocol, arch=arch, width=width, depth=depth, skip=skip, seed=seed
-    )
+    model, info = prepare_model(ckpt, t, protocol, arch=arch, width=width, depth=depth, skip=skip, seed=seed)
     run_dir = _prepare_out(out, force)
     dataset = LabelledCrops(chosen, t, crop=crop, seed=seed, noise=noise, augment=augment)
     cfg = {
