@@ -22,8 +22,10 @@ import numpy as np
 from rawrcl.errors import RawrclError
 
 TEXTURE_QUANTILE = 0.995
-INIT_FRACTION = 0.03
-INIT_ITERS = 6
+MAX_ITERS = 12
+SCAN_RATIO = 0.9  # geometric grid of trial noise levels below the median-energy bound
+SCAN_STEPS = 40  # lowest trial level: 0.9**40 ≈ 1.5 % of the bound
+SCAN_MIN_FRACTION = 0.02  # a trial level must select at least this fraction of the bin
 
 
 def _gradient_energy(x: np.ndarray, p: int) -> np.ndarray:
@@ -67,34 +69,60 @@ def _noise_eigen_mean(x: np.ndarray) -> float:
     return float(means[ok[-1]]) if ok.size else float(ev[0])
 
 
-def _bin_variance(x: np.ndarray, g: np.ndarray, gq: float, iters: int = INIT_ITERS) -> tuple[float, int]:
-    """Noise variance of one bin of patches (uncorrected) and the number of patches kept."""
+def _selected_variance(x: np.ndarray, g: np.ndarray, gq: float, s2: float, n_min: int) -> tuple[float, int]:
+    """Noise-subspace variance of the patches that look like pure noise of variance ``s2``
+    (gradient energy below its ``gq`` quantile); NaN when fewer than ``n_min`` qualify."""
+    sel = g < gq * s2
+    n = int(sel.sum())
+    return (_noise_eigen_mean(x[sel]) if n >= n_min else float("nan")), n
+
+
+def _bin_variance(
+    x: np.ndarray, g: np.ndarray, gq: float, gmed: float, iters: int = MAX_ITERS
+) -> tuple[float, int]:
+    """Noise variance of one bin of patches (uncorrected) and the number of patches kept.
+
+    The estimate is the *lowest* self-consistent level s² = f(s²), where f(s²) is the noise-subspace
+    variance of the patches whose gradient energy is below the pure-noise ``gq`` quantile at s²:
+    texture only adds energy, so a textured bin can have further fixpoints above the noise level.
+    s² is scanned upwards on a geometric grid from well below the median-energy bound
+    median(g)/``gmed`` (which is ≥ the noise level) until f(s²) ≤ s², then refined by fixed-point
+    steps. Levels that select fewer than ``n_min`` patches are skipped: tiny, heavily overlapping
+    sets are nearly rank-deficient and would fake a fixpoint far below the noise (the bug of a
+    start from the few smoothest patches: some bins locked onto 1/4 of the variance).
+    """
     d = x.shape[1]
-    # start from the smoothest patches (lowest gradient energy), then iterate the selection
-    n0 = max(4 * d, int(INIT_FRACTION * x.shape[0]))
-    sel0 = np.argsort(g, kind="stable")[:n0]
-    s2 = _noise_eigen_mean(x[sel0])
-    keep = n0
-    for _ in range(iters):
-        sel = g < gq * s2
-        n = int(sel.sum())
-        if n < 2 * d:
+    n_min = max(8 * d, int(SCAN_MIN_FRACTION * x.shape[0]))
+    top = float(np.median(g)) / gmed
+    if not top > 0:
+        return 0.0, 0
+    s2, n = top, x.shape[0]
+    for k in range(SCAN_STEPS, -1, -1):
+        level = top * SCAN_RATIO**k
+        f, n = _selected_variance(x, g, gq, level, n_min)
+        if np.isfinite(f) and f <= level:
+            s2 = f
             break
-        s2_new = _noise_eigen_mean(x[sel])
-        keep = n
-        if abs(s2_new - s2) <= 3e-3 * s2:
-            s2 = s2_new
+    else:
+        s2, n = _selected_variance(x, g, gq, top, 0)
+    for _ in range(iters):  # refine: fixed-point steps from just above the crossing
+        f, n_new = _selected_variance(x, g, gq, s2, n_min)
+        if not np.isfinite(f):
             break
-        s2 = s2_new
-    return s2, keep
+        done = abs(f - s2) <= 3e-3 * s2
+        s2, n = f, n_new
+        if done:
+            break
+    return s2, n
 
 
 @lru_cache(maxsize=8)
-def _texture_quantile(patch: int) -> float:
-    """99.5 % quantile of the gradient energy of a unit-variance white-noise patch (Monte Carlo)."""
+def _texture_quantiles(patch: int) -> tuple[float, float]:
+    """(99.5 % quantile, median) of the gradient energy of a unit-variance white-noise patch
+    (Monte Carlo, fixed seed)."""
     rng = np.random.default_rng(2024)
-    x = rng.standard_normal((200000, patch * patch))
-    return float(np.quantile(_gradient_energy(x, patch), TEXTURE_QUANTILE))
+    e = _gradient_energy(rng.standard_normal((200000, patch * patch)), patch)
+    return float(np.quantile(e, TEXTURE_QUANTILE)), float(np.median(e))
 
 
 @lru_cache(maxsize=32)
@@ -103,12 +131,12 @@ def _bias(patch: int, n: int) -> float:
     patches per bin (fixed-seed Monte Carlo on a white-noise plane)."""
     rng = np.random.default_rng(777)
     side = int(np.ceil(np.sqrt(n))) + patch - 1
-    gq = _texture_quantile(patch)
+    gq, gmed = _texture_quantiles(patch)
     vals = []
     for _ in range(int(np.clip(200000 // n, 8, 400))):
         plane = rng.standard_normal((side, side))
         _, x, g = extract_patches(plane, np.zeros_like(plane, bool), patch, plane.size)
-        vals.append(_bin_variance(x, g, gq)[0])
+        vals.append(_bin_variance(x, g, gq, gmed)[0])
     return float(np.mean(vals))
 
 
@@ -141,7 +169,7 @@ def binned_pca_variance(
     nb = int(min(max_bins, max(2, n // min_count)))
     order = np.argsort(mu, kind="stable")
     groups = np.array_split(order, nb)
-    gq = _texture_quantile(patch)
+    gq, gmed = _texture_quantiles(patch)
     means, vars_, counts = [], [], []
     for idx in groups:
         if idx.size < 2 * patch * patch:
@@ -153,7 +181,7 @@ def binned_pca_variance(
             xb = xb / sd[:, None]
             gb = gb / sd**2
             scale = float(model[idx].mean())
-        s2, _ = _bin_variance(xb, gb, gq)
+        s2, _ = _bin_variance(xb, gb, gq, gmed)
         means.append(float(mu[idx].mean()))
         vars_.append(s2 / _bias_for(patch, idx.size) * scale)
         counts.append(int(idx.size))

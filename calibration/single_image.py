@@ -33,11 +33,11 @@ Method (in the spirit of Foi et al. 2008 and darktable's noise profiler, own imp
    above the line, 4.685 below, since texture only adds variance), so λ ≥ 0. The uncertainty is a
    bootstrap over tiles (one standard deviation).
 
-Experimental alternative (``estimator="pca"``, :mod:`.pca_noise`): per signal-level bin, the mean of
-the noise-subspace eigenvalues of the 5×5 patch covariance (Chen et al. 2015) after iterative
-removal of textured patches (Liu et al.), then the same NNLS fit. It is less biased by texture at
-x = 0.5 on unfiltered CBSD68 photos but not yet stable on smooth, strongly noisy scenes (see
-docs/calibration.md), so the default stays ``"tiles"``; its uncertainty is a bootstrap over bins.
+Alternative (``estimator="pca"``, :mod:`.pca_noise`): per signal-level bin, the lowest level at which
+the noise-subspace eigenvalues of the 5×5 patch covariance (Chen et al. 2015) of the patches that look
+like pure noise at that level (Liu et al.) reproduce it; then the same NNLS fit. More accurate than
+``"tiles"`` on smooth scenes, less on fine texture (docs/calibration.md), so the default stays
+``"tiles"``; its uncertainty is a bootstrap over bins.
 
 Units: the input is a mosaic in [0, 1] after black/white level; λshot in [0, 1] units, λread in
 [0, 1]² units (variance = λshot·x + λread).

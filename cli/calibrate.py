@@ -57,6 +57,14 @@ def _plot_path(base: Path, n: int, i: int, src: str | None) -> Path:
     "auto: metadata when present, else image.",
 )
 @click.option(
+    "--estimator",
+    type=click.Choice(["tiles", "pca"]),
+    default="tiles",
+    show_default=True,
+    help="Single-image estimator: tiles (robust quantile of local high-pass variance) or pca "
+    "(experimental: noise-subspace eigenvalues of 5×5 patches; docs/calibration.md compares them).",
+)
+@click.option(
     "--flats",
     type=click.Path(file_okay=False, path_type=str),
     help="Folder of flat frames (two per exposure level) for photon transfer.",
@@ -83,6 +91,7 @@ def _plot_path(base: Path, n: int, i: int, src: str | None) -> Path:
 def calibrate(
     files: tuple[str, ...],
     method: str,
+    estimator: str,
     flats: str | None,
     darks: str | None,
     as_json: bool,
@@ -122,7 +131,7 @@ def calibrate(
     else:
         for path in files:
             try:
-                results.append(calibrate_file(path, method))
+                results.append(calibrate_file(path, method, estimator=estimator))
             except RawrclError as exc:
                 errors[len(results)] = str(exc)
                 click.echo(f"rawrcl: error: {exc}", err=True)

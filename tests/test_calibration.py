@@ -323,6 +323,15 @@ def test_cli_json_plot_profile(tmp_path):
     assert res.exit_code == 1 and "--force" in res.output
 
 
+def test_cli_estimator_option(tmp_path):
+    b = _write_noisy_dng(tmp_path / "b.dng", 2e-3, 4e-5, iso=400, seed=1)
+    res = _cli(["calibrate", str(b), "--method", "image", "--estimator", "pca", "--json"])
+    assert res.exit_code == 0, res.output
+    (o,) = json.loads(res.output)
+    assert o["extra"]["settings"]["estimator"] == "pca"
+    assert o["lambda_shot"] == pytest.approx(2e-3, rel=0.25)
+
+
 def test_cli_bad_inputs(tmp_path):
     from rawrcl.cli import main
 
@@ -362,7 +371,19 @@ def test_single_image_pca_estimator_option():
     ls, lr = 1e-3, 1e-5
     res = estimate_mosaic(add_noise(_smooth_scene(), ls, lr, rng), "GRBG", bootstrap=4, estimator="pca")
     for x in (0.1, 0.5):
-        assert res.std_at(x) == pytest.approx(_std(ls, lr, x), rel=0.08)
+        assert res.std_at(x) == pytest.approx(_std(ls, lr, x), rel=0.04)
     assert set(res.bins) == {"R", "G1", "G2", "B"} and res.extra["settings"]["estimator"] == "pca"
     with pytest.raises(RawrclError, match="estimator"):
         estimate_mosaic(add_noise(_smooth_scene(), ls, lr, rng), "GRBG", estimator="nope")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_single_image_pca_strong_noise_no_collapse(seed):
+    """Strong noise on the smooth scene: each bin must converge to the noise level. The old start
+    from the 3 % smoothest patches locked some bins onto 1/4 of the variance (seed 1: λread fitted
+    as 0, std at x = 0.1 37 % low) and over-corrected the others by 5 %."""
+    ls, lr = 3e-3, 1e-3
+    noisy = add_noise(_smooth_scene(), ls, lr, np.random.default_rng(seed))
+    res = estimate_mosaic(noisy, "GRBG", bootstrap=0, estimator="pca")
+    for x in (0.1, 0.5):
+        assert res.std_at(x) == pytest.approx(_std(ls, lr, x), rel=0.04)
