@@ -29,7 +29,8 @@ from rawrcl.cli.common import user_errors
 def evaluate(model, task, clean_dir, noise, seed, limit, unprocess, device, as_json, per_image):
     """Evaluate MODEL (a checkpoint / run dir, or a baseline: noisy, bilinear, malvar, menon, vng, ea,
     menon+nlm, nlm, bicubic, demosaicnet) on TASK. PSNR/SSIM: scikit-image defaults on 8-bit sRGB with an
-    8-pixel border crop (paper App. C.3); RAW tasks also report linear-domain PSNR."""
+    8-pixel border crop (paper App. C.3); RAW tasks also report linear-domain PSNR. A RAW denoiser
+    checkpoint (head 'raw') on --task jdd is scored as denoise → bilinear demosaic."""
     from rawrcl.eval import evaluate as _evaluate
 
     res = _evaluate(

@@ -72,7 +72,11 @@ def _run(
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
 @click.option("-o", "--out", required=True, help="Output file (single input) or folder.")
 @click.option(
-    "--model", "model_path", default=None, help="Checkpoint with head 'jdd' (default: shipped weights)."
+    "--model",
+    "model_path",
+    default=None,
+    help="Checkpoint (or run directory) with head 'jdd' (default: shipped weights); a RAW denoiser "
+    "(head 'raw') runs as denoise → bilinear demosaic.",
 )
 @click.option(
     "--render",

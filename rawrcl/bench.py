@@ -7,7 +7,8 @@ Grid, for each task of the protocol (all on the *same* test photos and noisy inp
 2. self-supervised pre-training on the *unlabelled* noisy training photos, one run per pretext
    (``rcl`` EMD α=1e-3, the consistency-only ablation ``rcl α=0``, ``n2s``; the ``paper`` protocol adds
    RCL-BD, RCL-MMD, N2N and M2M), via ``rawrcl pretrain`` (the engine); the pre-trained model is evaluated
-   as is when its head already solves the task ("0 labels");
+   as is when its head already solves the task ("0 labels"); for JDD also a Noise2Self RAW denoiser
+   (pre-trained on ``raw-denoise``) followed by a bilinear demosaic, the 0-label row ``n2s-raw+bilinear``;
 3. few-label fine-tuning (``full`` protocol, L1) of every pre-trained model with N labels, and supervised
    learning from scratch (SL) with the same N labels, budget and seeds; the Oracle is SL with all
    training photos labelled; the label sweep (paper Table 3) repeats SL and RCL+SL at several N;
@@ -121,6 +122,9 @@ PROTOCOLS: dict[str, Protocol] = {
 }
 
 RAW_PRETRAIN_TASK, RGB_PRETRAIN_TASK = "jdd", "denoise"
+#: method label of the 0-label JDD row built from a Noise2Self RAW denoiser (pre-trained on task
+#: raw-denoise) followed by a bilinear demosaic (rawrcl.models.DenoiseThenDemosaic)
+ZERO_LABEL_RAW = "n2s-raw+bilinear"
 
 
 def _cmd(args: list[str]) -> str:
@@ -237,9 +241,11 @@ class Bench:
             self.log(f"[bench] {task} {name}: {rec['psnr']:.2f} dB")
 
     # ------------------------------------------------------------------------------------- pretrain
-    def pretrain(self, pretext: str, raw: bool) -> tuple[Path | None, dict]:
+    def pretrain(self, pretext: str, raw: bool, task: str | None = None) -> tuple[Path | None, dict]:
+        """One ``rawrcl pretrain`` run; ``task`` overrides the data task (default: jdd for RAW, denoise
+        for RGB)."""
         pt = PRETEXTS[pretext]
-        task = RAW_PRETRAIN_TASK if raw else RGB_PRETRAIN_TASK
+        task = task or (RAW_PRETRAIN_TASK if raw else RGB_PRETRAIN_TASK)
         run = self.runs_dir / f"pretrain__{task}__{pretext}{self._skip_tag}"
         args = [
             "rawrcl",
@@ -387,8 +393,8 @@ class Bench:
         from rawrcl.models import read_checkpoint
 
         head = read_checkpoint(ckpt)["config"].get("head")
-        if head != TASKS[task].head:
-            return
+        if head != TASKS[task].head and not (TASKS[task].head == "jdd" and head == "raw"):
+            return  # (a RAW denoiser on jdd is scored as denoise → bilinear demosaic)
         key = f"{task}__{pretext}__zero{self._skip_tag}"
         rec = self._cached(key)
         if rec is None:
@@ -431,7 +437,7 @@ class Bench:
     # -------------------------------------------------------------------------------------- the grid
     def run(self) -> dict:
         p = self.p
-        pre: dict[tuple[str, bool], tuple[Path | None, dict]] = {}
+        pre: dict[tuple[str, bool | str], tuple[Path | None, dict]] = {}
         density: dict[str, dict] = {}
         for task in p.tasks:
             t = TASKS[task]
@@ -449,6 +455,13 @@ class Bench:
                 ckpt = pre[(pretext, t.raw_input)][0]
                 if ckpt is not None:
                     self.zero_label(task, pretext, ckpt)
+            if t.head == "jdd" and "n2s" in p.pretexts:
+                # 0-label JDD that is well posed: a Noise2Self RAW denoiser, then a bilinear demosaic
+                if ("n2s", "raw-denoise") not in pre:
+                    pre[("n2s", "raw-denoise")] = self.pretrain("n2s", True, task="raw-denoise")
+                ckpt = pre[("n2s", "raw-denoise")][0]
+                if ckpt is not None:
+                    self.zero_label(task, ZERO_LABEL_RAW, ckpt)
             for seed in self.seeds:
                 for n in (p.labels, *p.sweep):
                     keep = seed == 0 and n == p.labels
@@ -464,8 +477,9 @@ class Bench:
                     ckpt = pre.get((pretext, t.raw_input), (None, {}))[0]
                     if ckpt is not None:
                         self.finetune_eval(task, pretext, ckpt, p.labels, 0, "linear")
+        kind = {True: "raw", False: "rgb", "raw-denoise": "raw-denoise"}
         return {
-            "pretrain": {f"{k[0]} ({'raw' if k[1] else 'rgb'})": v[1] for k, v in pre.items()},
+            "pretrain": {f"{k[0]} ({kind[k[1]]})": v[1] for k, v in pre.items()},
             "density": density,
         }
 
@@ -542,6 +556,7 @@ def summarise(records: list[dict], protocol: Protocol) -> dict:
         cmp("RCL pre-training beats N2S pre-training (both + SL)", f"rcl+SL{n}", f"n2s+SL{n}")
         ref = "bilinear" if "bilinear" in rows else "noisy"
         cmp(f"pre-trained RCL model with 0 labels beats {ref}", "rcl (0 labels)", ref)
+        cmp(f"N2S RAW denoiser + bilinear, 0 labels, beats {ref}", f"{ZERO_LABEL_RAW} (0 labels)", ref)
         for pt in protocol.pretexts:
             if pt != "rcl":
                 cmp(f"{pt} pre-training helps SL{n}", f"{pt}+SL{n}", sl)

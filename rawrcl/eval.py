@@ -330,18 +330,21 @@ def model_predictor(model: torch.nn.Module, task: Task, device: str = "cpu", mul
 
 
 def load_model(path: str | Path, task: Task, device: str = "cpu") -> tuple[torch.nn.Module, dict]:
-    """Load a checkpoint with ``rawrcl.models.load_checkpoint`` and check it fits ``task``."""
-    from rawrcl.models import load_checkpoint
+    """Load a checkpoint with ``rawrcl.models.load_checkpoint`` and check it fits ``task``.
 
-    p = Path(path)
-    if p.is_dir():  # a run directory
-        p = p / "checkpoints" / "last.pt"
+    A RAW denoiser (head ``"raw"``) given for a JDD task is evaluated as denoise → bilinear demosaic
+    (:class:`rawrcl.models.DenoiseThenDemosaic`)."""
+    from rawrcl.models import as_jdd, load_checkpoint
+
+    p = Path(path)  # a checkpoint file or a run directory (read_checkpoint resolves it)
     if not p.exists():
         raise RawrclError(
             f"{path}: no such checkpoint (or baseline name; known: {', '.join(BASELINE_NAMES)})"
         )
     model, config = load_checkpoint(p, map_location=device)
     in_ch, head = config.get("in_channels"), config.get("head")
+    if task.head == "jdd" and head == "raw":  # a RAW denoiser, followed by a bilinear demosaic
+        model, head = as_jdd(model, head), "jdd"
     if in_ch is not None and int(in_ch) != task.in_channels:
         raise RawrclError(
             f"{path}: model takes {in_ch} input channels but task {task.name!r} needs {task.in_channels}"

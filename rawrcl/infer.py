@@ -81,14 +81,17 @@ def default_weights_path(task: str) -> Path:
 
 def load_model(path: str | os.PathLike | None, task: str) -> nn.Module:
     """Load the checkpoint at ``path`` (default: the shipped weights for ``task``) and check that its head
-    fits the task. Returns the model in eval mode on the CPU.
+    fits the task. For ``"jdd"``, a RAW denoiser (head ``"raw"``) is accepted and run as denoise →
+    bilinear demosaic (:class:`rawrcl.models.DenoiseThenDemosaic`). Returns the model in eval mode on the CPU.
     """
-    from rawrcl.models import load_checkpoint
+    from rawrcl.models import as_jdd, load_checkpoint
 
     ckpt = default_weights_path(task) if path is None else Path(path)
     model, cfg = load_checkpoint(ckpt, map_location="cpu")
     _, head, in_ch = DEFAULT_WEIGHTS[task]
     got_head = getattr(model, "head_name", cfg.get("head"))
+    if head == "jdd" and got_head == "raw":  # a RAW denoiser, followed by a bilinear demosaic
+        model, got_head = as_jdd(model, got_head), "jdd"
     got_in = cfg.get("in_channels")
     if got_head != head or got_in != in_ch:
         raise RawrclError(

@@ -158,14 +158,19 @@ def test_finetune_cli(tmp_path, photos):
     assert read_checkpoint(res["checkpoint"])["config"]["skip"] is False
 
 
-def test_bench_minimal_grid_writes_report(tmp_path, photos):
-    """The bench machinery end to end without pre-training (pretexts are exercised by the real bench)."""
-    from rawrcl.bench import Protocol, run_bench
-
+def _bench_photo_dirs(tmp_path, photos) -> None:
+    """tmp_path/train (3 photos) and tmp_path/test (the rest) as 8-bit PNGs."""
     for sub, items in (("train", photos[:3]), ("test", photos[3:])):
         (tmp_path / sub).mkdir()
         for name, img in items:
             imsave(tmp_path / sub / f"{name}.png", (img.transpose(1, 2, 0) * 255).astype(np.uint8))
+
+
+def test_bench_minimal_grid_writes_report(tmp_path, photos):
+    """The bench machinery end to end without pre-training (pretexts are exercised by the real bench)."""
+    from rawrcl.bench import Protocol, run_bench
+
+    _bench_photo_dirs(tmp_path, photos)
     proto = Protocol(
         "tiny",
         tasks=("denoise",),
@@ -188,6 +193,36 @@ def test_bench_minimal_grid_writes_report(tmp_path, photos):
     assert json.loads((tmp_path / "rep" / "results.json").read_text())["test_files"] == ["p3.png"]
     with pytest.raises(RawrclError):
         run_bench(proto, tmp_path / "train", tmp_path / "test", tmp_path / "rep")
+
+
+def test_bench_zero_label_jdd_row_from_a_raw_denoiser(tmp_path, photos):
+    """With n2s among the pretexts, the JDD grid pre-trains a Noise2Self RAW denoiser and scores it at
+    0 labels as denoise → bilinear demosaic (row and verdict in the report)."""
+    from rawrcl.bench import ZERO_LABEL_RAW, Protocol, run_bench
+
+    _bench_photo_dirs(tmp_path, photos)
+    proto = Protocol(
+        "tiny",
+        tasks=("jdd",),
+        pretexts=("n2s",),
+        width=8,
+        depth=2,
+        crop=32,
+        pretrain_batch=2,
+        pretrain_steps=2,
+        finetune_batch=2,
+        finetune_steps=2,
+        labels=1,
+        sweep=(),
+        seeds=1,
+        linear=False,
+    )
+    res = run_bench(proto, tmp_path / "train", tmp_path / "test", tmp_path / "rep", log=lambda m: None)
+    zero = [r for r in res["records"] if r["method"] == ZERO_LABEL_RAW]
+    assert len(zero) == 1 and zero[0]["labels"] == 0 and np.isfinite(zero[0]["psnr"])
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert f"{ZERO_LABEL_RAW} (0 labels)" in report and "N2S RAW denoiser + bilinear" in report
+    assert "--task raw-denoise" in report
 
 
 def test_finetune_draws_fresh_crops_and_noise_every_step(tmp_path, photos, monkeypatch):

@@ -268,10 +268,27 @@ def test_cli_never_overwrites_without_force(workdir: Path, tmp_path: Path):
 
 
 def test_cli_errors_are_one_line(workdir: Path, tmp_path: Path):
-    res = _cli(["jdd", workdir / "a.dng", "-o", tmp_path / "x.tiff", "--model", workdir / "identity_raw.pt"])
+    res = _cli(["jdd", workdir / "a.dng", "-o", tmp_path / "x.tiff", "--model", workdir / "rgb.pt"])
     assert res.exit_code == 1 and "head" in res.stderr and len(res.stderr.strip().splitlines()) == 1
     res = _cli(["jdd", workdir / "missing.dng", "-o", tmp_path / "y", "--model", workdir / "jdd.pt", "-q"])
     assert res.exit_code == 1 and "missing.dng" in res.stderr
+
+
+def test_jdd_with_a_raw_denoiser_is_denoise_then_bilinear(workdir: Path, tmp_path: Path):
+    import tifffile
+
+    from rawrcl.models.heads import bilinear_demosaic_packed
+    from rawrcl.raw import read_raw
+
+    res = _cli(
+        ["jdd", workdir / "b.dng", "-o", tmp_path / "x.tiff", "--model", workdir / "identity_raw.pt"]
+        + ["--render", "linear", "-q"]
+    )
+    assert res.exit_code == 0, res.output
+    raw = read_raw(workdir / "b.dng")  # RGGB, even size: the CFA grid is the packed grid
+    ref = bilinear_demosaic_packed(torch.from_numpy(pack(raw.cfa, raw.pattern))[None].float())[0]
+    out = tifffile.imread(tmp_path / "x.tiff").astype(np.float64) / 65535
+    assert np.abs(out - ref.permute(1, 2, 0).numpy()).max() < 2e-3
 
 
 def test_denoise_rgb_photo(workdir: Path, tmp_path: Path):

@@ -113,6 +113,9 @@ def test_checkpoint_roundtrip(tmp_path):
     raw = torch.load(path, weights_only=True)
     assert raw["extra"]["step"] == 3
     assert not list(tmp_path.glob(".*tmp"))  # atomic write left no temp file
+    run = tmp_path / "run"
+    save_checkpoint(run / "checkpoints" / "last.pt", m)
+    assert torch.equal(load_checkpoint(run)[0](x), m(x))  # a run directory reads its last.pt
 
 
 def test_bad_checkpoint(tmp_path):

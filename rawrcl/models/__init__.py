@@ -3,6 +3,7 @@
 See :mod:`rawrcl.models.registry` for the config keys and the output convention.
 """
 
+from rawrcl.models.compose import DenoiseThenDemosaic, as_jdd
 from rawrcl.models.dncnn import DnCNNBody
 from rawrcl.models.heads import HEADS, Head, skip_map
 from rawrcl.models.registry import (
@@ -19,11 +20,13 @@ from rawrcl.models.unet import UNetBody
 
 __all__ = [
     "ARCHS",
+    "DenoiseThenDemosaic",
     "HEADS",
     "DnCNNBody",
     "Head",
     "RestorationModel",
     "UNetBody",
+    "as_jdd",
     "build_model",
     "load_checkpoint",
     "model_config",

@@ -178,8 +178,12 @@ def save_checkpoint(
 
 
 def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
-    """Load the raw checkpoint dict (weights_only=True); :class:`RawrclError` if unreadable."""
+    """Load the raw checkpoint dict (weights_only=True); :class:`RawrclError` if unreadable.
+
+    ``path`` may also be a run directory (its ``checkpoints/last.pt`` is read)."""
     path = Path(path)
+    if path.is_dir():
+        path = path / "checkpoints" / "last.pt"
     if not path.is_file():
         raise RawrclError(f"{path}: checkpoint not found")
     try:

@@ -1,0 +1,41 @@
+"""A RAW denoiser as a JDD model: denoise the packed mosaic, then demosaic it bilinearly.
+
+Why: a RAW denoiser can be trained with no clean images at all (Noise2Self masking on the noisy mosaic
+is well posed), while a JDD network trained self-supervised has no signal for the two colours a
+pixel does not sample (docs/benchmarks.md). Chaining the self-supervised denoiser with a fixed
+demosaic gives a usable 0-label RGB pipeline.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from rawrcl.models.heads import bilinear_demosaic_packed
+
+
+class DenoiseThenDemosaic(nn.Module):
+    """``bilinear_demosaic_packed(denoiser(x))``.
+
+    ``denoiser``: packed RAW → packed RAW (head ``"raw"``). Shapes: (B, 4, h, w) [R, G1, G2, B] in RGGB
+    geometry, [0, 1] → (B, 3, 2h, 2w) linear camera RGB in the same units. Reports ``head_name`` "jdd".
+    """
+
+    head_name = "jdd"
+    scale = 2
+
+    def __init__(self, denoiser: nn.Module) -> None:
+        super().__init__()
+        self.denoiser = denoiser
+        self.config = {**getattr(denoiser, "config", {}), "head": "jdd", "composed": "raw+bilinear"}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.denoiser(x)
+        with torch.autocast(y.device.type, enabled=False):
+            return bilinear_demosaic_packed(y.float())
+
+
+def as_jdd(model: nn.Module, head: str | None) -> nn.Module:
+    """``model`` itself when its head is ``"jdd"``; a RAW denoiser (head ``"raw"``) wrapped in
+    :class:`DenoiseThenDemosaic`; anything else unchanged (the caller's head check reports it)."""
+    return DenoiseThenDemosaic(model) if head == "raw" else model
