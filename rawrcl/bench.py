@@ -390,11 +390,10 @@ class Bench:
         return self._store(key, rec)
 
     def zero_label(self, task: str, pretext: str, ckpt: Path) -> None:
-        from rawrcl.models import read_checkpoint
+        from rawrcl.models import read_checkpoint, serves
 
-        head = read_checkpoint(ckpt)["config"].get("head")
-        if head != TASKS[task].head and not (TASKS[task].head == "jdd" and head == "raw"):
-            return  # (a RAW denoiser on jdd is scored as denoise → bilinear demosaic)
+        if not serves(read_checkpoint(ckpt)["config"].get("head"), TASKS[task].head):
+            return
         key = f"{task}__{pretext}__zero{self._skip_tag}"
         rec = self._cached(key)
         if rec is None:

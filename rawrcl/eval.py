@@ -334,7 +334,7 @@ def load_model(path: str | Path, task: Task, device: str = "cpu") -> tuple[torch
 
     A RAW denoiser (head ``"raw"``) given for a JDD task is evaluated as denoise → bilinear demosaic
     (:class:`rawrcl.models.DenoiseThenDemosaic`)."""
-    from rawrcl.models import as_jdd, load_checkpoint
+    from rawrcl.models import adapt, load_checkpoint, serves
 
     p = Path(path)  # a checkpoint file or a run directory (read_checkpoint resolves it)
     if not p.exists():
@@ -343,18 +343,16 @@ def load_model(path: str | Path, task: Task, device: str = "cpu") -> tuple[torch
         )
     model, config = load_checkpoint(p, map_location=device)
     in_ch, head = config.get("in_channels"), config.get("head")
-    if task.head == "jdd" and head == "raw":  # a RAW denoiser, followed by a bilinear demosaic
-        model, head = as_jdd(model, head), "jdd"
     if in_ch is not None and int(in_ch) != task.in_channels:
         raise RawrclError(
             f"{path}: model takes {in_ch} input channels but task {task.name!r} needs {task.in_channels}"
         )
-    if head is not None and head != task.head:
+    if head is not None and not serves(head, task.head):
         raise RawrclError(
             f"{path}: model head {head!r} does not solve task {task.name!r} (needs head {task.head!r}); "
             "fine-tune it first (rawrcl finetune)"
         )
-    return model, config
+    return adapt(model, head, task.head), config
 
 
 # ------------------------------------------------------------------------------------------------- data

@@ -84,21 +84,19 @@ def load_model(path: str | os.PathLike | None, task: str) -> nn.Module:
     fits the task. For ``"jdd"``, a RAW denoiser (head ``"raw"``) is accepted and run as denoise →
     bilinear demosaic (:class:`rawrcl.models.DenoiseThenDemosaic`). Returns the model in eval mode on the CPU.
     """
-    from rawrcl.models import as_jdd, load_checkpoint
+    from rawrcl.models import adapt, load_checkpoint, serves
 
     ckpt = default_weights_path(task) if path is None else Path(path)
     model, cfg = load_checkpoint(ckpt, map_location="cpu")
     _, head, in_ch = DEFAULT_WEIGHTS[task]
     got_head = getattr(model, "head_name", cfg.get("head"))
-    if head == "jdd" and got_head == "raw":  # a RAW denoiser, followed by a bilinear demosaic
-        model, got_head = as_jdd(model, got_head), "jdd"
     got_in = cfg.get("in_channels")
-    if got_head != head or got_in != in_ch:
+    if not serves(got_head, head) or got_in != in_ch:
         raise RawrclError(
             f"{ckpt}: model has head {got_head!r} with {got_in} input channels; {task!r} needs head {head!r} "
             f"with {in_ch} (fine-tune one with rawrcl finetune --task {task})"
         )
-    return model.eval()
+    return adapt(model, got_head, head).eval()
 
 
 def default_model(task: str) -> nn.Module:

@@ -166,25 +166,21 @@ def _bench_photo_dirs(tmp_path, photos) -> None:
             imsave(tmp_path / sub / f"{name}.png", (img.transpose(1, 2, 0) * 255).astype(np.uint8))
 
 
+def _tiny_protocol(**changes):
+    """A seconds-long bench protocol (denoise only, no pre-training) with ``changes`` applied."""
+    from rawrcl.bench import Protocol
+
+    base = {"tasks": ("denoise",), "pretexts": (), "width": 8, "depth": 2, "crop": 32, "finetune_batch": 2}
+    base |= {"finetune_steps": 3, "labels": 1, "sweep": (2,), "seeds": 1, "linear": False}
+    return Protocol("tiny", **(base | changes))
+
+
 def test_bench_minimal_grid_writes_report(tmp_path, photos):
     """The bench machinery end to end without pre-training (pretexts are exercised by the real bench)."""
-    from rawrcl.bench import Protocol, run_bench
+    from rawrcl.bench import run_bench
 
     _bench_photo_dirs(tmp_path, photos)
-    proto = Protocol(
-        "tiny",
-        tasks=("denoise",),
-        pretexts=(),
-        width=8,
-        depth=2,
-        crop=32,
-        finetune_batch=2,
-        finetune_steps=3,
-        labels=1,
-        sweep=(2,),
-        seeds=1,
-        linear=False,
-    )
+    proto = _tiny_protocol()
     res = run_bench(proto, tmp_path / "train", tmp_path / "test", tmp_path / "rep", log=lambda m: None)
     report = (tmp_path / "rep" / "report.md").read_text()
     assert "SL1 (scratch)" in report and "Oracle" in report and "rawrcl finetune scratch" in report
@@ -198,24 +194,11 @@ def test_bench_minimal_grid_writes_report(tmp_path, photos):
 def test_bench_zero_label_jdd_row_from_a_raw_denoiser(tmp_path, photos):
     """With n2s among the pretexts, the JDD grid pre-trains a Noise2Self RAW denoiser and scores it at
     0 labels as denoise → bilinear demosaic (row and verdict in the report)."""
-    from rawrcl.bench import ZERO_LABEL_RAW, Protocol, run_bench
+    from rawrcl.bench import ZERO_LABEL_RAW, run_bench
 
     _bench_photo_dirs(tmp_path, photos)
-    proto = Protocol(
-        "tiny",
-        tasks=("jdd",),
-        pretexts=("n2s",),
-        width=8,
-        depth=2,
-        crop=32,
-        pretrain_batch=2,
-        pretrain_steps=2,
-        finetune_batch=2,
-        finetune_steps=2,
-        labels=1,
-        sweep=(),
-        seeds=1,
-        linear=False,
+    proto = _tiny_protocol(
+        tasks=("jdd",), pretexts=("n2s",), pretrain_batch=2, pretrain_steps=2, finetune_steps=2, sweep=()
     )
     res = run_bench(proto, tmp_path / "train", tmp_path / "test", tmp_path / "rep", log=lambda m: None)
     zero = [r for r in res["records"] if r["method"] == ZERO_LABEL_RAW]

@@ -3,7 +3,7 @@
 See :mod:`rawrcl.models.registry` for the config keys and the output convention.
 """
 
-from rawrcl.models.compose import DenoiseThenDemosaic, as_jdd
+from rawrcl.models.compose import DenoiseThenDemosaic, adapt, serves
 from rawrcl.models.dncnn import DnCNNBody
 from rawrcl.models.heads import HEADS, Head, skip_map
 from rawrcl.models.registry import (
@@ -26,12 +26,13 @@ __all__ = [
     "Head",
     "RestorationModel",
     "UNetBody",
-    "as_jdd",
+    "adapt",
     "build_model",
     "load_checkpoint",
     "model_config",
     "read_checkpoint",
     "save_checkpoint",
+    "serves",
     "skip_map",
     "unwrap",
 ]

@@ -18,16 +18,12 @@ class DenoiseThenDemosaic(nn.Module):
     """``bilinear_demosaic_packed(denoiser(x))``.
 
     ``denoiser``: packed RAW → packed RAW (head ``"raw"``). Shapes: (B, 4, h, w) [R, G1, G2, B] in RGGB
-    geometry, [0, 1] → (B, 3, 2h, 2w) linear camera RGB in the same units. Reports ``head_name`` "jdd".
+    geometry, [0, 1] → (B, 3, 2h, 2w) linear camera RGB in the same units.
     """
-
-    head_name = "jdd"
-    scale = 2
 
     def __init__(self, denoiser: nn.Module) -> None:
         super().__init__()
         self.denoiser = denoiser
-        self.config = {**getattr(denoiser, "config", {}), "head": "jdd", "composed": "raw+bilinear"}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.denoiser(x)
@@ -35,7 +31,13 @@ class DenoiseThenDemosaic(nn.Module):
             return bilinear_demosaic_packed(y.float())
 
 
-def as_jdd(model: nn.Module, head: str | None) -> nn.Module:
-    """``model`` itself when its head is ``"jdd"``; a RAW denoiser (head ``"raw"``) wrapped in
-    :class:`DenoiseThenDemosaic`; anything else unchanged (the caller's head check reports it)."""
-    return DenoiseThenDemosaic(model) if head == "raw" else model
+def serves(head: str | None, wanted: str) -> bool:
+    """Whether a model with output head ``head`` can run a task that needs head ``wanted``: the same
+    head, or a RAW denoiser (``"raw"``) for ``"jdd"`` (through :func:`adapt`)."""
+    return head == wanted or (head, wanted) == ("raw", "jdd")
+
+
+def adapt(model: nn.Module, head: str | None, wanted: str) -> nn.Module:
+    """``model`` ready for head ``wanted``: a RAW denoiser wrapped in :class:`DenoiseThenDemosaic` for
+    ``"jdd"``, anything else unchanged (check :func:`serves` first)."""
+    return DenoiseThenDemosaic(model) if (head, wanted) == ("raw", "jdd") else model
