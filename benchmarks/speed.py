@@ -3,6 +3,7 @@
     python benchmarks/speed.py                       # 24 MP, CPU (+ CUDA when present)
     python benchmarks/speed.py --mp 4 --threads 2    # smaller frame on a busy machine
     python benchmarks/speed.py --json out.json
+    python benchmarks/speed.py --tta                 # also the 8-pass self-ensemble rows
 
 Rows (all on the same synthetic Bayer frame, RGGB, values in [0, 1]):
 
@@ -27,6 +28,7 @@ import platform
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +90,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--gpu-batch", type=int, default=8, help="tiles per batch on CUDA")
     ap.add_argument("--overlap", type=int, default=32)
     ap.add_argument("--width", type=int, default=None, help="time a random U-Net of this width instead")
+    ap.add_argument("--tta", action="store_true", help="also time the self-ensemble (--tta) rows")
     ap.add_argument("--skip", default="", help="comma list of rows to skip: cpu-bf16,menon,libraw,cpu,gpu")
     ap.add_argument("--json", default=None, help="write the rows as JSON here")
     args = ap.parse_args(argv)
@@ -139,9 +142,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
             precision=precision,
         )
         sync = torch.cuda.synchronize if cuda else None
-        for task, fn in (("jdd", jdd_cfa), ("raw-denoise", denoise_cfa)):
+        runs = [(t, fn, False) for t, fn in (("jdd", jdd_cfa), ("raw-denoise", denoise_cfa))]
+        runs += [(t, fn, True) for t, fn, _ in runs] if args.tta else []
+        for task, fn, tta in runs:
             model, kind = models[task]
-            name = "rawrcl jdd" if task == "jdd" else "rawrcl denoise"
+            name = ("rawrcl jdd" if task == "jdd" else "rawrcl denoise") + (" --tta" if tta else "")
+            opts = replace(opts, self_ensemble=tta)
             fn(model, cfa[:1024, :1024], "RGGB", opts)  # warm-up: allocator, oneDNN/cuDNN kernels
             sec = _timed(
                 lambda fn=fn, model=model, opts=opts: fn(model, cfa, "RGGB", opts), warmup=cuda, sync=sync

@@ -25,8 +25,11 @@ from rawrcl.cli.common import user_errors
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print a JSON object")
 @click.option("--per-image", is_flag=True, help="include per-image values (with --json)")
+@click.option(
+    "--tta", is_flag=True, help="self-ensemble: average the model over 8 flips/transposes (8x slower)"
+)
 @user_errors
-def evaluate(model, task, clean_dir, noise, seed, limit, unprocess, device, as_json, per_image):
+def evaluate(model, task, clean_dir, noise, seed, limit, unprocess, device, as_json, per_image, tta):
     """Evaluate MODEL (a checkpoint / run dir, or a baseline: noisy, bilinear, malvar, menon, vng, ea,
     menon+nlm, nlm, bicubic, demosaicnet) on TASK. PSNR/SSIM: scikit-image defaults on 8-bit sRGB with an
     8-pixel border crop (paper App. C.3); RAW tasks also report linear-domain PSNR. A RAW denoiser
@@ -34,7 +37,15 @@ def evaluate(model, task, clean_dir, noise, seed, limit, unprocess, device, as_j
     from rawrcl.eval import evaluate as _evaluate
 
     res = _evaluate(
-        model, task, clean_dir, noise, seed, limit=limit, unprocess=unprocess or None, device=device
+        model,
+        task,
+        clean_dir,
+        noise,
+        seed,
+        limit=limit,
+        unprocess=unprocess or None,
+        device=device,
+        self_ensemble=tta,
     )
     if not per_image:
         res.pop("per_image", None)

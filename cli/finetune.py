@@ -34,6 +34,13 @@ from rawrcl.cli.common import user_errors
     help="with CKPT=scratch (U-Net): learn a correction of a fixed classical estimate (bilinear demosaic "
     "for jdd, identity for denoising); --no-skip: plain U-Net",
 )
+@click.option(
+    "--demosaic",
+    type=click.Choice(["bilinear", "malvar"]),
+    default="bilinear",
+    show_default=True,
+    help="with CKPT=scratch, jdd: the demosaic in the skip (malvar = Malvar-He-Cutler).",
+)
 @click.option("--seed", default=0, show_default=True, type=int, help="label choice, init and crop sampling")
 @click.option("--batch-size", default=8, show_default=True, type=int)
 @click.option("--crop", default=64, show_default=True, type=int, help="crop side in clean-photo pixels")
@@ -66,6 +73,7 @@ def finetune(
     width,
     depth,
     skip,
+    demosaic,
     seed,
     batch_size,
     crop,
@@ -100,6 +108,7 @@ def finetune(
         width=width,
         depth=depth,
         skip=skip,
+        demosaic=demosaic,
         seed=seed,
         batch_size=batch_size,
         crop=crop,

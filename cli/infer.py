@@ -35,6 +35,12 @@ def _tile_options(func):
             show_default=True,
             help="Autocast precision; auto = bf16 on CUDA and on CPUs with native bf16, else fp32.",
         ),
+        click.option(
+            "--tta",
+            is_flag=True,
+            help="Self-ensemble: average the model over 8 flips/transposes (Bayer phase kept); "
+            "8x slower, a little better (docs/weights.md).",
+        ),
         click.option("--force", is_flag=True, help="Overwrite existing outputs."),
         click.option("--quiet", "-q", is_flag=True, help="No progress bars or per-file lines."),
     ]
@@ -44,14 +50,28 @@ def _tile_options(func):
 
 
 def _run(
-    runner_name: str, inputs, out, *, force, quiet, tile, overlap, batch_tiles, device, precision, **kw
+    runner_name: str,
+    inputs,
+    out,
+    *,
+    force,
+    quiet,
+    tile,
+    overlap,
+    batch_tiles,
+    device,
+    precision,
+    tta,
+    **kw,
 ) -> None:
     """Call ``rawrcl.infer.<runner_name>`` with the options of :func:`_tile_options` (tiling, device,
     progress, ``--force``) and the command's own ``kw``; exit 1 when any input failed (the others are
     still written)."""
     from rawrcl import infer
 
-    opts = infer.TileOptions(tile, overlap, batch_tiles, device, precision, progress=not quiet)
+    opts = infer.TileOptions(
+        tile, overlap, batch_tiles, device, precision, progress=not quiet, self_ensemble=tta
+    )
     result = getattr(infer, runner_name)(
         inputs,
         out,

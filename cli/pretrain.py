@@ -44,6 +44,13 @@ def _default_cache() -> str:
     help="U-Net: learn a correction added to a fixed classical estimate (identity for RAW/RGB, "
     "bilinear demosaic for JDD); --no-skip is the plain U-Net of the paper.",
 )
+@click.option(
+    "--demosaic",
+    type=click.Choice(["bilinear", "malvar"]),
+    default="bilinear",
+    show_default=True,
+    help="JDD: the demosaic in the skip (malvar = Malvar-He-Cutler, sharper on fine texture).",
+)
 @click.option("--steps", type=int, default=1000, show_default=True)
 @click.option("--batch-size", type=int, default=64, show_default=True, help="Pairs per step (per rank).")
 @click.option(
@@ -123,6 +130,7 @@ def pretrain(
     width,
     depth,
     skip,
+    demosaic,
     steps,
     batch_size,
     crop,
@@ -205,6 +213,7 @@ def pretrain(
         width=width,
         depth=depth,
         skip=skip,
+        demosaic=demosaic,
         method_options=method_options,
         data_options=data_options,
         trainer_options=trainer_options,

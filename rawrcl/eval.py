@@ -392,6 +392,7 @@ def evaluate(
     unprocess: bool | None = None,
     device: str = "cpu",
     keep_samples: int = 0,
+    self_ensemble: bool = False,
 ) -> dict:
     """Evaluate a checkpoint / model / classical baseline on a task.
 
@@ -406,6 +407,8 @@ def evaluate(
         method sees the same noisy inputs.
     keep_samples : keep (input preview, output, target) sRGB arrays of the first k images under
         ``"samples"`` (not JSON-serialisable; for figures).
+    self_ensemble : run a model as :class:`rawrcl.models.SelfEnsemble` (8 flips/transposes averaged;
+        8× the time). Not for baselines.
 
     Returns
     -------
@@ -416,15 +419,23 @@ def evaluate(
     images = load_images(clean, limit)
     if not images:
         raise RawrclError("no test images")
-    if isinstance(model_or_baseline, torch.nn.Module):
-        runner, label = model_predictor(model_or_baseline, t, device), type(model_or_baseline).__name__
-    elif isinstance(model_or_baseline, str) and model_or_baseline in BASELINES:
+    if isinstance(model_or_baseline, str) and model_or_baseline in BASELINES:
+        if self_ensemble:
+            raise RawrclError("the self-ensemble (--tta) applies to models, not to classical baselines")
         if not baseline_applies(model_or_baseline, t):
             raise RawrclError(f"baseline {model_or_baseline!r} does not apply to task {t.name!r}")
         runner, label = BASELINES[model_or_baseline], model_or_baseline
     else:
-        model, _ = load_model(model_or_baseline, t, device)
-        runner, label = model_predictor(model, t, device), str(model_or_baseline)
+        if isinstance(model_or_baseline, torch.nn.Module):
+            model, label = model_or_baseline, type(model_or_baseline).__name__
+        else:
+            model, _ = load_model(model_or_baseline, t, device)
+            label = str(model_or_baseline)
+        if self_ensemble:
+            from rawrcl.models import SelfEnsemble
+
+            model, label = SelfEnsemble(model), f"{label} (self-ensemble)"
+        runner = model_predictor(model, t, device)
     per_image, samples = [], []
     t0 = time.perf_counter()
     for i, (name, img) in enumerate(images):

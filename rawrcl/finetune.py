@@ -122,12 +122,13 @@ def prepare_model(
     width: int | None = None,
     depth: int | None = None,
     skip: bool = True,
+    demosaic: str = "bilinear",
     seed: int = 0,
 ) -> tuple[torch.nn.Module, dict]:
     """Model ready for fine-tuning on ``task``; returns (model, info).
 
-    ``ckpt == "scratch"`` builds a new model (``arch``, ``width``, ``depth``, U-Net ``skip``) with the
-    task's head, seeded.
+    ``ckpt == "scratch"`` builds a new model (``arch``, ``width``, ``depth``, U-Net ``skip``, the skip's
+    ``demosaic``) with the task's head, seeded.
     Otherwise the checkpoint (path, run dir, or module) is loaded; ``linear`` replaces its head by a fresh
     ``task.head`` and freezes every other parameter; ``full`` keeps all weights trainable (head replaced
     only if it does not fit the task).
@@ -145,6 +146,7 @@ def prepare_model(
             "width": width,
             "depth": depth,
             "skip": skip,
+            "demosaic": demosaic,
         }
         model = build_model({k: v for k, v in cfg.items() if v is not None})
         info = {"source": "scratch", "protocol": "scratch", "head_replaced": False}
@@ -204,6 +206,7 @@ def finetune(
     width: int | None = None,
     depth: int | None = None,
     skip: bool = True,
+    demosaic: str = "bilinear",
     seed: int = 0,
     batch_size: int = 8,
     crop: int = 64,
@@ -231,7 +234,9 @@ def finetune(
     t = get_task(task, unprocess=unprocess)
     images = load_images(clean)
     chosen = select_labels(images, labels, seed)
-    model, info = prepare_model(ckpt, t, protocol, arch=arch, width=width, depth=depth, skip=skip, seed=seed)
+    model, info = prepare_model(
+        ckpt, t, protocol, arch=arch, width=width, depth=depth, skip=skip, demosaic=demosaic, seed=seed
+    )
     run_dir = _prepare_out(out, force)
     dataset = LabelledCrops(chosen, t, crop=crop, seed=seed, noise=noise, augment=augment)
     cfg = {

@@ -111,7 +111,11 @@ def default_model(task: str) -> nn.Module:
 
 @dataclass
 class TileOptions:
-    """How :func:`tiled_apply` runs: tile/overlap in model-input pixels, see module docstring."""
+    """How :func:`tiled_apply` runs: tile/overlap in model-input pixels, see module docstring.
+
+    ``self_ensemble``: average the model over the 8 Bayer-phase-preserving flips/transposes
+    (:class:`rawrcl.models.SelfEnsemble`; 8× the time, +0.2–0.8 dB on our held-out photos).
+    """
 
     tile: int = 512
     overlap: int = 32
@@ -119,8 +123,14 @@ class TileOptions:
     device: str | None = None
     precision: str = "auto"
     progress: bool = False
+    self_ensemble: bool = False
 
     def apply(self, model: nn.Module, x: torch.Tensor, scale: int, desc: str = "tiles") -> torch.Tensor:
+        """Run ``model`` over ``x`` (B, C, h, w) tile by tile (→ (B, C_out, scale·h, scale·w))."""
+        if self.self_ensemble:
+            from rawrcl.models import SelfEnsemble
+
+            model = SelfEnsemble(model)
         bar = None
         cb: Callable[[int], None] | None = None
         if self.progress:
@@ -201,7 +211,8 @@ def denoise_rgb(model: nn.Module, rgb: np.ndarray, opts: TileOptions | None = No
     rgb = np.asarray(rgb, dtype=np.float32)
     if rgb.ndim != 3 or rgb.shape[0] != 3:
         raise RawrclError(f"expected a (3, H, W) RGB image, got shape {rgb.shape}")
-    out = (opts or TileOptions()).apply(model, torch.from_numpy(np.ascontiguousarray(rgb))[None], scale=1)
+    x = torch.from_numpy(np.ascontiguousarray(rgb))[None]
+    out = (opts or TileOptions()).apply(model, x, scale=1, desc="denoise tiles")
     return out[0].numpy()
 
 

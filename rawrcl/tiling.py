@@ -200,16 +200,21 @@ class _FullPrecisionHead(nn.Module):
 
 @contextmanager
 def full_precision_head(model: nn.Module, enabled: bool = True):
-    """Temporarily wrap ``model.head`` (if any) in :class:`_FullPrecisionHead`."""
-    head = getattr(model, "head", None)
-    if not enabled or not isinstance(head, nn.Module) or isinstance(head, _FullPrecisionHead):
-        yield model
-        return
-    model.head = _FullPrecisionHead(head)
+    """Temporarily wrap every ``.head`` of ``model`` and of the models it wraps (self-ensemble,
+    denoise → demosaic) in :class:`_FullPrecisionHead`."""
+    owners = [
+        m
+        for m in (model.modules() if enabled else ())
+        if isinstance(getattr(m, "head", None), nn.Module) and not isinstance(m.head, _FullPrecisionHead)
+    ]
+    heads = [m.head for m in owners]
+    for m, head in zip(owners, heads, strict=True):
+        m.head = _FullPrecisionHead(head)
     try:
         yield model
     finally:
-        model.head = head
+        for m, head in zip(owners, heads, strict=True):
+            m.head = head
 
 
 def tiled_apply(

@@ -609,6 +609,7 @@ def pretrain(
     width: int | None = None,
     depth: int | None = None,
     skip: bool = True,
+    demosaic: str = "bilinear",
     method_options: dict | None = None,
     data_options: dict | None = None,
     trainer_options: dict | None = None,
@@ -616,8 +617,8 @@ def pretrain(
 ) -> dict:
     """Self-supervised pre-training (``rawrcl pretrain``). Returns the trainer summary.
 
-    ``skip`` (U-Net): the model adds its output to a fixed classical estimate (identity / bilinear
-    demosaic, see :func:`rawrcl.models.skip_map`).
+    ``skip`` (U-Net): the model adds its output to a fixed classical estimate (identity / a demosaic,
+    see :func:`rawrcl.models.skip_map`); ``demosaic`` names that demosaic ("bilinear" | "malvar").
     ``method_options`` go to :func:`rawrcl.methods.make_method` (e.g. distance, tau, alpha, encoder);
     ``data_options`` to :func:`build_dataset` (crop, overlap, augment, synthetic, noise, noise_profile, …);
     ``trainer_options`` to :class:`Trainer` (steps, batch_size, lr, device, seed, resume, force, …).
@@ -651,6 +652,7 @@ def pretrain(
             raise RawrclError(f"unknown --task {task!r}; expected one of {', '.join(PRETEXT_TASKS)}")
         model_cfg = {"arch": arch, "in_channels": in_ch, "head": head, "width": width, "depth": depth}
         model_cfg["skip"] = skip  # ignored by DnCNN (see rawrcl.models.model_config)
+        model_cfg["demosaic"] = demosaic
         if arch == "encoder":
             model_cfg = {"arch": "encoder", "in_channels": in_ch, "width": width, "depth": depth}
     dataset = build_dataset(data_dir, task, seed=seed, **dopt)

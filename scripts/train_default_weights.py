@@ -67,6 +67,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=True,
         help="U-Net adds its output to a bilinear demosaic (JDD) / the input (denoise); see pretrain --skip",
     )
+    ap.add_argument(
+        "--demosaic",
+        choices=("bilinear", "malvar"),
+        default="bilinear",
+        help="demosaic in the JDD skip (with --init: the checkpoint's weights are kept, its skip switched)",
+    )
     ap.add_argument("--sigma-max", type=float, default=40.0, help="paper sampler σ max (8-bit units)")
     ap.add_argument("--unprocess", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--pretrain-steps", type=int, default=_env_int("RAWRCL_PRETRAIN_STEPS", 2000))
@@ -125,16 +131,51 @@ def run(cmd: list[str], record: list[str]) -> str:
 def init_record(ckpt: Path, torch) -> dict:
     """Provenance of an ``--init`` checkpoint: its own ``extra["provenance"]`` (installed weights), else the
     ``report.json`` of the run of this script that wrote it (``WORK/finetune_<task>/<stage>/checkpoints/
-    last.pt``), following that run's own ``--init`` back, so a chain of continuations stays reproducible."""
+    last.pt``); every ``init`` link further back that was recorded without provenance is looked up again
+    the same way, so a chain of continuations stays reproducible."""
     extra = torch.load(ckpt, map_location="cpu", weights_only=True).get("extra", {})
     prov = extra.get("provenance")
     report = ckpt.parents[3] / "report.json" if len(ckpt.parents) > 3 else None
     if prov is None and report is not None and report.is_file():
         prov = json.loads(report.read_text()).get("provenance")
-        init = (prov or {}).get("init")
-        if init and init.get("provenance") is None and Path(init["checkpoint"]).is_file():
-            prov = {**prov, "init": init_record(Path(init["checkpoint"]).resolve(), torch)}
+    init = (prov or {}).get("init")
+    if init:
+        if init.get("provenance") is None and Path(init["checkpoint"]).is_file():
+            init = init_record(Path(init["checkpoint"]).resolve(), torch)
+        elif init.get("provenance") is not None:
+            init = {**init, "provenance": _repair(init["provenance"], torch)}
+        prov = {**prov, "init": init}
     return {"checkpoint": str(ckpt), "provenance": prov}
+
+
+def _repair(prov: dict, torch) -> dict:
+    """``prov`` with its ``init`` chain looked up again where a link lacks provenance (see init_record)."""
+    init = prov.get("init")
+    if not init:
+        return prov
+    if init.get("provenance") is None and Path(init["checkpoint"]).is_file():
+        return {**prov, "init": init_record(Path(init["checkpoint"]).resolve(), torch)}
+    if init.get("provenance") is not None:
+        return {**prov, "init": {**init, "provenance": _repair(init["provenance"], torch)}}
+    return prov
+
+
+def with_demosaic(ckpt: Path, demosaic: str, work: Path, provenance: dict, record: list[str]) -> Path:
+    """``ckpt`` itself, or (when its skip uses another demosaic) ``WORK/init_<demosaic>.pt``: the same
+    weights with the skip's demosaic switched, carrying ``ckpt``'s provenance."""
+    from rawrcl.models import build_model, read_checkpoint, save_checkpoint
+
+    raw = read_checkpoint(ckpt)
+    if raw["config"].get("demosaic", "bilinear") == demosaic:
+        return ckpt
+    model = build_model({**raw["config"], "demosaic": demosaic})
+    model.load_state_dict(raw["state_dict"])  # float16 installed weights are copied into float32
+    dst = work / f"init_{demosaic}.pt"
+    note = f"weights of {ckpt} with the skip's demosaic switched to {demosaic!r}"
+    save_checkpoint(dst, model, extra={"provenance": {"note": note, "init": provenance}})
+    record.append(f"# {note} -> {dst}")
+    log(note)
+    return dst
 
 
 def split(data: Path, work: Path, heldout: int) -> tuple[Path, Path, list[str], list[str]]:
@@ -315,6 +356,7 @@ def main(argv: list[str] | None = None) -> None:
         pre_ckpt = Path(args.init).resolve()
         init_provenance = init_record(pre_ckpt, torch)
         log(f"continuing from {pre_ckpt} (no simulate / pretrain)")
+        pre_ckpt = with_demosaic(pre_ckpt, args.demosaic, work, init_provenance, record)
     else:
         sim = work / "sim"
         cmd = ["rawrcl", "simulate", str(train_dir), str(sim), "--sampler", "paper"]
@@ -333,7 +375,7 @@ def main(argv: list[str] | None = None) -> None:
         pre = work / "pretrain"
         cmd = ["rawrcl", "pretrain", str(sim), "--out", str(pre), "--task", "jdd", "--method", "rcl"]
         cmd += ["--width", str(args.width), "--depth", str(args.depth), "--steps", str(args.pretrain_steps)]
-        cmd += ["--skip" if args.skip else "--no-skip"]
+        cmd += ["--skip" if args.skip else "--no-skip", "--demosaic", args.demosaic]
         cmd += ["--batch-size", str(args.pretrain_batch), "--crop", str(args.pretrain_crop)]
         cmd += ["--device", args.device, "--seed", str(args.seed), "--cache-dir", "none"]
         cmd += ["--resume"] if (pre / "checkpoints" / "last.pt").exists() else []

@@ -132,3 +132,19 @@ def test_raw_denoiser_is_scored_on_jdd_as_denoise_then_bilinear(photos, tmp_path
     assert ours["psnr"] == pytest.approx(ref["psnr"], abs=0.05)
     with pytest.raises(RawrclError, match="needs"):
         load_model(ckpt, TASKS["denoise"])
+
+
+def test_self_ensemble_eval(photos):
+    """`self_ensemble` averages 8 flips of a model; an equivariant model (bilinear) scores the same, a
+    baseline name refuses it."""
+    from rawrcl.models.heads import bilinear_demosaic_packed
+
+    class Bilinear(torch.nn.Module):
+        def forward(self, x):
+            return bilinear_demosaic_packed(x)
+
+    plain = evaluate(Bilinear(), "jdd", photos, "high", 0)
+    ens = evaluate(Bilinear(), "jdd", photos, "high", 0, self_ensemble=True)
+    assert ens["psnr"] == pytest.approx(plain["psnr"], abs=0.02) and "self-ensemble" in ens["model"]
+    with pytest.raises(RawrclError, match="baselines"):
+        evaluate("bilinear", "jdd", photos, "high", 0, self_ensemble=True)

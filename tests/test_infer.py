@@ -19,6 +19,7 @@ from rawrcl.infer import (
     write_image,
 )
 from rawrcl.tiling import tile_starts, tiled_apply, whole_apply
+from tests._fakes import SparseJDD
 
 torch.set_num_threads(1)
 
@@ -32,19 +33,6 @@ def _small_cnn(cin: int = 4, cout: int = 3, scale: int = 2, seed: int = 0) -> nn
     return nn.Sequential(
         nn.Conv2d(cin, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), *last
     ).eval()
-
-
-class SparseJDD(nn.Module):
-    """Packed RGGB (B, 4, h, w) → sparse full-res RGB (B, 3, 2h, 2w): each sample at its CFA site."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, _, h, w = x.shape
-        out = x.new_zeros(b, 3, 2 * h, 2 * w)
-        out[:, 0, 0::2, 0::2] = x[:, 0]
-        out[:, 1, 0::2, 1::2] = x[:, 1]
-        out[:, 1, 1::2, 0::2] = x[:, 2]
-        out[:, 2, 1::2, 1::2] = x[:, 3]
-        return out
 
 
 class ChannelGain(nn.Module):
@@ -349,3 +337,23 @@ def test_outputs_are_readable_by_others(tmp_path):
     os.umask(umask)
     assert mode == 0o666 & ~umask  # not mkstemp's 0600
     assert not [p for p in tmp_path.iterdir() if p.name != "out.tiff"]  # no temporary left behind
+
+
+def test_tta_flag_keeps_the_grid_and_an_identity_exact(workdir: Path, tmp_path: Path):
+    """`--tta` runs the self-ensemble through tiling: identity denoiser → the same DN; JDD → same grid."""
+    import rawpy
+    import tifffile
+
+    dst = tmp_path / "a.dng"
+    res = _cli(
+        ["denoise", workdir / "a.dng", "-o", dst, "--model", workdir / "identity_raw.pt", "--tta", "-q"]
+    )
+    assert res.exit_code == 0, res.output
+    with rawpy.imread(str(workdir / "a.dng")) as r0, rawpy.imread(str(dst)) as r1:
+        np.testing.assert_array_equal(r1.raw_image_visible, r0.raw_image_visible)
+    args = ["jdd", workdir / "a.dng", "--model", workdir / "jdd.pt", "--tile", "16", "--overlap", "4", "-q"]
+    assert _cli([*args, "-o", tmp_path / "plain.tiff"]).exit_code == 0
+    assert _cli([*args, "-o", tmp_path / "tta.tiff", "--tta"]).exit_code == 0
+    plain, tta = tifffile.imread(tmp_path / "plain.tiff"), tifffile.imread(tmp_path / "tta.tiff")
+    assert plain.shape == tta.shape == (45, 63, 3)
+    assert not np.array_equal(plain, tta)  # a random network: the average differs from one pass

@@ -59,6 +59,41 @@ def test_bilinear_demosaic_packed_matches_the_classical_one():
     assert torch.allclose(flat, torch.full_like(flat, 0.3))  # borders normalised, no reflected colour
 
 
+def test_malvar_demosaic_packed_matches_the_classical_one():
+    import colour_demosaicing
+
+    from rawrcl.cfa import mosaic, pack
+    from rawrcl.models.heads import malvar_demosaic_packed
+
+    rgb = np.random.default_rng(1).random((3, 12, 18)).astype(np.float32)
+    cfa = mosaic(rgb, "RGGB")[0]
+    packed = torch.from_numpy(np.asarray(pack(cfa, "RGGB")))[None]
+    out = malvar_demosaic_packed(packed)[0].numpy()
+    ref = colour_demosaicing.demosaicing_CFA_Bayer_Malvar2004(cfa.astype(np.float64), "RGGB")
+    assert out.shape == (3, 12, 18)
+    assert np.abs(out - ref.transpose(2, 0, 1))[:, 2:-2, 2:-2].max() < 1e-5  # same kernels inside
+    assert np.array_equal(mosaic(out, "RGGB")[0], cfa)  # every sample kept exactly
+    flat = malvar_demosaic_packed(torch.full((1, 4, 3, 5), 0.3))
+    assert torch.allclose(flat, torch.full_like(flat, 0.3))  # phase-keeping reflection: no border colour
+    assert malvar_demosaic_packed(torch.rand(1, 4, 1, 3)).shape == (1, 3, 2, 6)  # tiny inputs too
+
+
+def test_skip_demosaic_option():
+    from rawrcl.models import skip_map
+    from rawrcl.models.heads import malvar_demosaic_packed
+
+    cfg = {"arch": "unet", "in_channels": 4, "head": "jdd", "skip": True, **SMALL}
+    assert build_model(cfg).config["demosaic"] == "bilinear"  # older checkpoints: as trained
+    m = build_model({**cfg, "demosaic": "malvar"})
+    torch.nn.init.zeros_(m.head.conv.weight)
+    torch.nn.init.zeros_(m.head.conv.bias)
+    x = torch.rand(1, 4, 8, 10)
+    assert torch.allclose(m(x), malvar_demosaic_packed(x))
+    assert torch.allclose(skip_map(x, "jdd", "malvar"), malvar_demosaic_packed(x))
+    with pytest.raises(RawrclError, match="demosaic"):
+        model_config({**cfg, "demosaic": "menon"})
+
+
 @pytest.mark.parametrize("in_ch,head", [(4, "jdd"), (4, "raw"), (3, "rgb"), (3, "sr2")])
 def test_unet_skip_adds_the_classical_estimate(in_ch, head):
     from rawrcl.models import skip_map

@@ -5,6 +5,7 @@ See :mod:`rawrcl.models.registry` for the config keys and the output convention.
 
 from rawrcl.models.compose import DenoiseThenDemosaic, adapt, serves
 from rawrcl.models.dncnn import DnCNNBody
+from rawrcl.models.ensemble import SelfEnsemble
 from rawrcl.models.heads import HEADS, Head, skip_map
 from rawrcl.models.registry import (
     ARCHS,
@@ -25,6 +26,7 @@ __all__ = [
     "DnCNNBody",
     "Head",
     "RestorationModel",
+    "SelfEnsemble",
     "UNetBody",
     "adapt",
     "build_model",

@@ -14,11 +14,13 @@ Every head is a single 3×3 convolution (followed by a pixel shuffle for the up-
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from rawrcl.cfa import packed_to_rgb
+from rawrcl.cfa import pack, packed_to_rgb, unpack
 from rawrcl.errors import RawrclError
 
 #: head name -> (output channels, up-scaling factor)
@@ -83,13 +85,54 @@ def bilinear_demosaic_packed(packed: torch.Tensor) -> torch.Tensor:
     return F.conv2d(sparse, k, padding=1, groups=3) / F.conv2d(mask, k, padding=1, groups=3)
 
 
-def skip_map(x: torch.Tensor, head: str) -> torch.Tensor:
+#: Malvar, He & Cutler (2004) gradient-corrected 5×5 kernels (× 1/8), applied to the whole mosaic:
+#: green at a red/blue site; the colour of the horizontal neighbours at a green site ("row"); of the
+#: vertical neighbours ("column"); of the diagonal neighbours at a red/blue site ("diagonal").
+_MALVAR = (
+    [[0, 0, -1, 0, 0], [0, 0, 2, 0, 0], [-1, 2, 4, 2, -1], [0, 0, 2, 0, 0], [0, 0, -1, 0, 0]],
+    [[0, 0, 0.5, 0, 0], [0, -1, 0, -1, 0], [-1, 4, 5, 4, -1], [0, -1, 0, -1, 0], [0, 0, 0.5, 0, 0]],
+    [[0, 0, -1, 0, 0], [0, -1, 4, -1, 0], [0.5, 0, 5, 0, 0.5], [0, -1, 4, -1, 0], [0, 0, -1, 0, 0]],
+    [[0, 0, -1.5, 0, 0], [0, 2, 0, 2, 0], [-1.5, 0, 6, 0, -1.5], [0, 2, 0, 2, 0], [0, 0, -1.5, 0, 0]],
+)
+
+
+def malvar_demosaic_packed(packed: torch.Tensor) -> torch.Tensor:
+    """Malvar–He–Cutler (2004) demosaic of a packed RGGB mosaic: (B, 4, h, w) → (B, 3, 2h, 2w) RGB.
+
+    Bilinear interpolation corrected by the Laplacian of the sampled colour (fixed 5×5 kernels): sharper
+    than :func:`bilinear_demosaic_packed` on edges and fine texture, and as cheap (one convolution).
+    Borders use a 2-pixel reflection of the mosaic, which keeps the Bayer phase. Sampled pixels keep
+    their value exactly. Same units as the input; differentiable; parameter-free.
+    """
+    if packed.ndim != 4 or packed.shape[1] != 4:
+        raise RawrclError(f"Malvar demosaic needs packed RAW (B, 4, h, w), got {tuple(packed.shape)}")
+    mos = unpack(packed, "RGGB")[:, None]  # (B, 1, 2h, 2w)
+    mode = "reflect" if min(mos.shape[-2:]) > 2 else "replicate"
+    k = torch.tensor(_MALVAR, dtype=packed.dtype, device=packed.device).unsqueeze(1) / 8
+    f = pack(F.conv2d(F.pad(mos, (2, 2, 2, 2), mode=mode), k), "RGGB")  # (B, kernel, site, h, w)
+    g_rb, row, col, diag = f.unbind(1)  # each (B, site [R, G1, G2, B], h, w)
+    r_, g1, g2, b_ = packed.unbind(1)
+    r = torch.stack([r_, row[:, 1], col[:, 2], diag[:, 3]], 1)
+    g = torch.stack([g_rb[:, 0], g1, g2, g_rb[:, 3]], 1)
+    b = torch.stack([diag[:, 0], col[:, 1], row[:, 2], b_], 1)
+    return torch.stack([unpack(c, "RGGB") for c in (r, g, b)], 1)
+
+
+#: the demosaics a skip can use (config key ``demosaic``)
+DEMOSAICS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "bilinear": bilinear_demosaic_packed,
+    "malvar": malvar_demosaic_packed,
+}
+
+
+def skip_map(x: torch.Tensor, head: str, demosaic: str = "bilinear") -> torch.Tensor:
     """Fixed, parameter-free estimate of the output from the input (the residual learner's baseline).
 
     Used by DnCNN (which predicts ``skip_map(x) − f(x)``) and by a U-Net built with ``skip=True``
     (``skip_map(x) + f(x)``). Identity for same-domain heads; packed RAW → full-resolution RGB by
-    :func:`bilinear_demosaic_packed` (input in RGGB geometry; → half-resolution RGB by binning for a
-    scale-1 head); remaining up-scaling by bilinear interpolation.
+    :func:`bilinear_demosaic_packed` or, with ``demosaic="malvar"``, :func:`malvar_demosaic_packed`
+    (input in RGGB geometry; → half-resolution RGB by binning for a scale-1 head); remaining up-scaling by
+    bilinear interpolation.
 
     Shapes: (B, C_in, h, w) → (B, C_out, scale·h, scale·w) of :data:`HEADS`.
     """
@@ -101,7 +144,9 @@ def skip_map(x: torch.Tensor, head: str) -> torch.Tensor:
     if x.shape[1] == 4:
         if scale == 1:
             return packed_to_rgb(x)
-        x, scale = bilinear_demosaic_packed(x), scale // 2
+        if demosaic not in DEMOSAICS:
+            raise RawrclError(f"unknown demosaic {demosaic!r}; expected one of {', '.join(DEMOSAICS)}")
+        x, scale = DEMOSAICS[demosaic](x), scale // 2
     if scale > 1:
         x = F.interpolate(x, scale_factor=scale, mode="bilinear", align_corners=False)
     return x

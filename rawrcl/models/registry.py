@@ -10,6 +10,9 @@ Config keys (JSON-able dict; missing keys get defaults, see :func:`model_config`
 - ``skip`` (U-Net only; default ``False``, so older checkpoints load unchanged): add the fixed baseline
   ``skip_map(x)`` (identity, bilinear demosaic for ``jdd``, bilinear up-scaling) to the head's output,
   so the network learns a correction of a classical estimate. DnCNN always has its skip.
+- ``demosaic``: the demosaic inside that skip for packed RAW → RGB heads, ``"bilinear"`` (default, so
+  older checkpoints load unchanged) or ``"malvar"`` (Malvar–He–Cutler, sharper;
+  :data:`rawrcl.models.heads.DEMOSAICS`).
 
 Output convention: every restoration model outputs an estimate of the *clean* signal on the head's
 grid. DnCNN internally predicts the noise and returns ``skip_map(x) − noise`` (identity skip for
@@ -31,7 +34,7 @@ import torch.nn as nn
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_path
 from rawrcl.models.dncnn import DnCNNBody
-from rawrcl.models.heads import Head, head_spec, skip_map
+from rawrcl.models.heads import DEMOSAICS, Head, head_spec, skip_map
 from rawrcl.models.unet import UNetBody
 
 DEFAULTS: dict[str, dict] = {
@@ -56,6 +59,7 @@ class RestorationModel(nn.Module):
         else:
             self.body = DnCNNBody(cfg["in_channels"], cfg["width"], cfg["depth"])
         self.residual = cfg["arch"] == "dncnn"
+        self.demosaic = cfg["demosaic"]
         self.skip = cfg["arch"] == "unet" and cfg["skip"]
         self.head = Head(cfg["head"], self.body.out_channels)
 
@@ -70,10 +74,10 @@ class RestorationModel(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.head(self.body(x))
         if self.residual:
-            out = skip_map(x, self.head.name).to(out.dtype) - out
+            out = skip_map(x, self.head.name, self.demosaic).to(out.dtype) - out
         elif self.skip:
             with torch.autocast(x.device.type, enabled=False):  # the baseline keeps fp32 precision
-                base = skip_map(x.float(), self.head.name)
+                base = skip_map(x.float(), self.head.name, self.demosaic)
             out = base + out  # fp32 (type promotion) even when the body ran under bf16/fp16 autocast
         return out
 
@@ -128,6 +132,9 @@ def model_config(config: dict) -> dict:
             int(cfg["depth"]),
             int(cfg["in_channels"]),
         )
+        cfg["demosaic"] = str(cfg.get("demosaic") or "bilinear")
+        if cfg["demosaic"] not in DEMOSAICS:
+            raise RawrclError(f"unknown demosaic {cfg['demosaic']!r}; expected one of {', '.join(DEMOSAICS)}")
         if arch == "unet":
             cfg["skip"] = bool(cfg.get("skip", False))
         else:

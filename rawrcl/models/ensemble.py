@@ -1,0 +1,70 @@
+"""Geometric self-ensemble ("test-time augmentation"): average a model over the 8 flips/transposes.
+
+A standard way to buy a little quality with compute (Lim et al. 2017, EDSR "self-ensemble"): run the model
+on the 8 dihedral transforms of the input, undo each transform on its output and average. The model is
+not retrained; inference costs 8×.
+
+On a Bayer mosaic a plain flip changes the CFA phase (RGGB → GRBG), which a model trained on RGGB cannot
+read. :class:`SelfEnsemble` therefore transforms packed RAW input as the full-resolution mosaic and keeps
+the phase (Liu et al. 2019, "Bayer preserving augmentation"): a transpose keeps RGGB as it is; before a
+horizontal (vertical) flip the mosaic is reflection-padded by one column (row) on each side — a 1-pixel
+reflection keeps the Bayer phase of the padding — so the flipped mosaic starts on an R column (row) again;
+the padding is cropped from the output after flipping back.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from rawrcl.cfa import pack, unpack
+from rawrcl.errors import RawrclError
+
+
+class SelfEnsemble(nn.Module):
+    """``mean over t of T_t⁻¹(model(T_t(x)))`` for the 8 flips/transposes ``T_t``.
+
+    The input kind is read from its channels: 4 = packed RAW (B, 4, h, w) [R, G1, G2, B] in RGGB
+    geometry, transformed as the (2h, 2w) mosaic; 3 = RGB (B, 3, H, W). Outputs with 4 channels at the
+    input's size are packed RAW (head ``"raw"``); any other output is an image on a grid ``s`` times the
+    mosaic's (RAW input: JDD s = 1, ...) or the photo's (RGB input), s a positive integer. Values and units
+    pass through ([0, 1] RAW or photo values); shapes are those of ``model``.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        from rawrcl.tiling import model_multiple
+
+        self.model = model
+        self.size_multiple = model_multiple(model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.ndim != 4 or x.shape[1] not in (3, 4):
+            raise RawrclError(f"self-ensemble expects (B, 3|4, H, W), got {tuple(x.shape)}")
+        raw = x.shape[1] == 4
+        grid = unpack(x, "RGGB")[:, None] if raw else x  # the mosaic keeps its phase under the transforms
+        acc, packed_out = None, False
+        for t in range(8):
+            transpose, fh, fv = bool(t & 1), bool(t & 2), bool(t & 4)
+            g = grid
+            if fh:
+                g = (F.pad(g, (1, 1, 0, 0), mode="reflect") if raw else g).flip(-1)
+            if fv:
+                g = (F.pad(g, (0, 0, 1, 1), mode="reflect") if raw else g).flip(-2)
+            if transpose:
+                g = g.transpose(-1, -2)
+            y = self.model(pack(g[:, 0], "RGGB") if raw else g)
+            if raw and y.shape[1] == 4 and 2 * y.shape[-1] == g.shape[-1]:
+                y, packed_out = unpack(y, "RGGB")[:, None], True
+            s = y.shape[-1] // g.shape[-1]  # output pixels per mosaic / photo pixel
+            if transpose:
+                y = y.transpose(-1, -2)
+            if fv:
+                y = y.flip(-2)[..., s:-s, :] if raw else y.flip(-2)
+            if fh:
+                y = y.flip(-1)[..., s:-s] if raw else y.flip(-1)
+            y = y.float()
+            acc = y if acc is None else acc + y
+        out = acc / 8
+        return pack(out[:, 0], "RGGB") if packed_out else out

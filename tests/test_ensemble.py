@@ -1,0 +1,64 @@
+"""Self-ensemble (test-time augmentation): Bayer phase kept under flips, exact inverse transforms."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from rawrcl.cfa import pack, unpack
+from rawrcl.errors import RawrclError
+from rawrcl.models import SelfEnsemble, build_model
+from rawrcl.models.heads import bilinear_demosaic_packed
+from tests._fakes import SparseJDD
+
+torch.set_num_threads(1)
+
+
+class Lambda(nn.Module):
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x)
+
+
+def _transpose_packed(x: torch.Tensor) -> torch.Tensor:
+    """Transpose the mosaic behind packed RGGB (B, 4, h, w): stays RGGB, G1 and G2 swap."""
+    return pack(unpack(x, "RGGB").transpose(-1, -2), "RGGB")
+
+
+def test_equivariant_models_are_unchanged():
+    x = torch.rand(2, 4, 10, 13)
+    torch.testing.assert_close(SelfEnsemble(nn.Identity())(x), x)  # packed RAW → packed RAW
+    torch.testing.assert_close(SelfEnsemble(SparseJDD())(x), SparseJDD()(x))  # every pixel, every colour
+    rgb = torch.rand(1, 3, 9, 11)
+    torch.testing.assert_close(SelfEnsemble(nn.Identity())(rgb), rgb)
+    up = Lambda(lambda z: F.interpolate(z, scale_factor=2, mode="nearest"))  # an "sr2" model
+    torch.testing.assert_close(SelfEnsemble(up)(rgb), up(rgb))
+    bil = Lambda(bilinear_demosaic_packed)  # equivariant away from its own border handling
+    torch.testing.assert_close(SelfEnsemble(bil)(x)[..., 2:-2, 2:-2], bil(x)[..., 2:-2, 2:-2])
+
+
+@pytest.mark.parametrize("head", ["jdd", "raw"])
+def test_ensemble_of_a_real_network_commutes_with_transpose(head):
+    """SelfEnsemble(f) averages over the whole group, so it commutes with the group's transpose exactly
+    (no padding is involved) even though f itself does not."""
+    torch.manual_seed(0)
+    f = build_model({"arch": "unet", "in_channels": 4, "head": head, "width": 4, "depth": 2}).eval()
+    x = torch.rand(1, 4, 12, 16)
+    with torch.no_grad():
+        e, e_t = SelfEnsemble(f)(x), SelfEnsemble(f)(_transpose_packed(x))
+        plain, plain_t = f(x), f(_transpose_packed(x))
+    back = _transpose_packed(e_t) if head == "raw" else e_t.transpose(-1, -2)
+    torch.testing.assert_close(back, e, atol=1e-5, rtol=1e-4)
+    plain_back = _transpose_packed(plain_t) if head == "raw" else plain_t.transpose(-1, -2)
+    assert (plain_back - plain).abs().max() > 1e-3  # the network alone is not transpose-equivariant
+    assert e.shape == plain.shape
+
+
+def test_rejects_other_inputs():
+    with pytest.raises(RawrclError, match="self-ensemble"):
+        SelfEnsemble(nn.Identity())(torch.rand(1, 2, 8, 8))
