@@ -245,7 +245,8 @@ def tiled_apply(
     batch_tiles : tiles per forward pass.
     device : "cpu", "cuda", "cuda:1", None/"auto" (CUDA when available).
     precision : "auto" | "fp32" | "bf16" | "fp16" (autocast dtype; see :func:`resolve_precision`).
-    channels_last : use channels-last memory format (default: on CUDA only).
+    channels_last : use channels-last memory format (default: on CUDA and CPU — on the CPU oneDNN runs the
+        U-Net's convolutions ≈ 1.35–1.7× faster in NHWC, measured at 12 MP on 2 threads; off elsewhere).
     multiple : the model's size multiple (default :func:`model_multiple`).
     progress : called with the number of tiles just finished (e.g. ``tqdm.update``).
 
@@ -266,7 +267,7 @@ def tiled_apply(
         raise RawrclError(f"--batch-tiles must be ≥ 1, got {batch_tiles}")
     dtype = resolve_precision(precision, dev)
     if channels_last is None:
-        channels_last = dev.type == "cuda"
+        channels_last = dev.type in ("cuda", "cpu")
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     model.to(dev, memory_format=fmt)
 
