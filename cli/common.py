@@ -34,3 +34,8 @@ def user_errors(func: F) -> F:
             sys.exit(130)
 
     return wrapper  # type: ignore[return-value]
+
+
+#: the skip demosaics (keys of ``rawrcl.models.heads.DEMOSAICS``; spelled out so that importing the CLI
+#: does not import torch)
+DEMOSAIC_CHOICE = click.Choice(["bilinear", "malvar"])

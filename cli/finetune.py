@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import click
-from rawrcl.cli.common import user_errors
+from rawrcl.cli.common import DEMOSAIC_CHOICE, user_errors
 
 
 @click.command("finetune")
@@ -36,7 +36,7 @@ from rawrcl.cli.common import user_errors
 )
 @click.option(
     "--demosaic",
-    type=click.Choice(["bilinear", "malvar"]),
+    type=DEMOSAIC_CHOICE,
     default="bilinear",
     show_default=True,
     help="with CKPT=scratch, jdd: the demosaic in the skip (malvar = Malvar-He-Cutler).",

@@ -8,7 +8,7 @@ import shlex
 import sys
 
 import click
-from rawrcl.cli.common import user_errors
+from rawrcl.cli.common import DEMOSAIC_CHOICE, user_errors
 
 
 def _default_cache() -> str:
@@ -46,7 +46,7 @@ def _default_cache() -> str:
 )
 @click.option(
     "--demosaic",
-    type=click.Choice(["bilinear", "malvar"]),
+    type=DEMOSAIC_CHOICE,
     default="bilinear",
     show_default=True,
     help="JDD: the demosaic in the skip (malvar = Malvar-He-Cutler, sharper on fine texture).",

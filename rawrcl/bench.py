@@ -241,11 +241,10 @@ class Bench:
             self.log(f"[bench] {task} {name}: {rec['psnr']:.2f} dB")
 
     # ------------------------------------------------------------------------------------- pretrain
-    def pretrain(self, pretext: str, raw: bool, task: str | None = None) -> tuple[Path | None, dict]:
-        """One ``rawrcl pretrain`` run; ``task`` overrides the data task (default: jdd for RAW, denoise
-        for RGB)."""
+    def pretrain(self, pretext: str, task: str) -> tuple[Path | None, dict]:
+        """One ``rawrcl pretrain --task TASK`` run (RAW tasks on synthetic noisy mosaics)."""
         pt = PRETEXTS[pretext]
-        task = task or (RAW_PRETRAIN_TASK if raw else RGB_PRETRAIN_TASK)
+        raw = TASKS[task].raw_input
         run = self.runs_dir / f"pretrain__{task}__{pretext}{self._skip_tag}"
         args = [
             "rawrcl",
@@ -436,29 +435,31 @@ class Bench:
     # -------------------------------------------------------------------------------------- the grid
     def run(self) -> dict:
         p = self.p
-        pre: dict[tuple[str, bool | str], tuple[Path | None, dict]] = {}
+        pre: dict[tuple[str, str], tuple[Path | None, dict]] = {}  # (pretext, data task) -> run
         density: dict[str, dict] = {}
+
+        def pretrained(pretext: str, data: str) -> Path | None:
+            if (pretext, data) not in pre:
+                pre[(pretext, data)] = self.pretrain(pretext, data)
+            return pre[(pretext, data)][0]
+
         for task in p.tasks:
             t = TASKS[task]
+            domain = "raw" if t.raw_input else "rgb"
+            data = RAW_PRETRAIN_TASK if t.raw_input else RGB_PRETRAIN_TASK
             self.baselines(task)
             for pretext in p.pretexts:
                 if pretext == "m2m" and not t.raw_input:
                     continue
-                if (pretext, t.raw_input) not in pre:
-                    pre[(pretext, t.raw_input)] = self.pretrain(pretext, t.raw_input)
-                    ck = pre[(pretext, t.raw_input)][0]
-                    if ck is not None and pretext == "rcl":
-                        density[f"{'raw' if t.raw_input else 'rgb'}"] = self.inspect(
-                            ck, "raw" if t.raw_input else "rgb"
-                        )
-                ckpt = pre[(pretext, t.raw_input)][0]
+                first = (pretext, data) not in pre
+                ckpt = pretrained(pretext, data)
+                if first and ckpt is not None and pretext == "rcl":
+                    density[domain] = self.inspect(ckpt, domain)
                 if ckpt is not None:
                     self.zero_label(task, pretext, ckpt)
             if t.head == "jdd" and "n2s" in p.pretexts:
                 # 0-label JDD that is well posed: a Noise2Self RAW denoiser, then a bilinear demosaic
-                if ("n2s", "raw-denoise") not in pre:
-                    pre[("n2s", "raw-denoise")] = self.pretrain("n2s", True, task="raw-denoise")
-                ckpt = pre[("n2s", "raw-denoise")][0]
+                ckpt = pretrained("n2s", "raw-denoise")
                 if ckpt is not None:
                     self.zero_label(task, ZERO_LABEL_RAW, ckpt)
             for seed in self.seeds:
@@ -466,19 +467,19 @@ class Bench:
                     keep = seed == 0 and n == p.labels
                     self.finetune_eval(task, "scratch", "scratch", n, seed, "full", keep)
                     for pretext in p.pretexts:
-                        ckpt = pre.get((pretext, t.raw_input), (None, {}))[0]
+                        ckpt = pre.get((pretext, data), (None, {}))[0]
                         if ckpt is None or (n != p.labels and pretext != "rcl"):
                             continue
                         self.finetune_eval(task, pretext, ckpt, n, seed, "full", keep and pretext == "rcl")
                 self.finetune_eval(task, "scratch", "scratch", "all", seed, "full")  # Oracle
             if p.linear:
                 for pretext in p.pretexts:
-                    ckpt = pre.get((pretext, t.raw_input), (None, {}))[0]
+                    ckpt = pre.get((pretext, data), (None, {}))[0]
                     if ckpt is not None:
                         self.finetune_eval(task, pretext, ckpt, p.labels, 0, "linear")
-        kind = {True: "raw", False: "rgb", "raw-denoise": "raw-denoise"}
+        label = {RAW_PRETRAIN_TASK: "raw", RGB_PRETRAIN_TASK: "rgb"}  # report keys: "rcl (raw)", …
         return {
-            "pretrain": {f"{k[0]} ({kind[k[1]]})": v[1] for k, v in pre.items()},
+            "pretrain": {f"{k[0]} ({label.get(k[1], k[1])})": v[1] for k, v in pre.items()},
             "density": density,
         }
 

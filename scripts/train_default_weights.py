@@ -138,26 +138,20 @@ def init_record(ckpt: Path, torch) -> dict:
     report = ckpt.parents[3] / "report.json" if len(ckpt.parents) > 3 else None
     if prov is None and report is not None and report.is_file():
         prov = json.loads(report.read_text()).get("provenance")
+    return {"checkpoint": str(ckpt), "provenance": _repair(prov, torch)}
+
+
+def _repair(prov: dict | None, torch) -> dict | None:
+    """``prov`` with every link of its ``init`` chain that lacks provenance looked up again
+    (:func:`init_record`)."""
     init = (prov or {}).get("init")
-    if init:
-        if init.get("provenance") is None and Path(init["checkpoint"]).is_file():
-            init = init_record(Path(init["checkpoint"]).resolve(), torch)
-        elif init.get("provenance") is not None:
-            init = {**init, "provenance": _repair(init["provenance"], torch)}
-        prov = {**prov, "init": init}
-    return {"checkpoint": str(ckpt), "provenance": prov}
-
-
-def _repair(prov: dict, torch) -> dict:
-    """``prov`` with its ``init`` chain looked up again where a link lacks provenance (see init_record)."""
-    init = prov.get("init")
     if not init:
         return prov
-    if init.get("provenance") is None and Path(init["checkpoint"]).is_file():
+    if init.get("provenance") is None:
+        if not Path(init["checkpoint"]).is_file():
+            return prov
         return {**prov, "init": init_record(Path(init["checkpoint"]).resolve(), torch)}
-    if init.get("provenance") is not None:
-        return {**prov, "init": {**init, "provenance": _repair(init["provenance"], torch)}}
-    return prov
+    return {**prov, "init": {**init, "provenance": _repair(init["provenance"], torch)}}
 
 
 def with_demosaic(ckpt: Path, demosaic: str, work: Path, provenance: dict, record: list[str]) -> Path:

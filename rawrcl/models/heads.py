@@ -86,14 +86,17 @@ def bilinear_demosaic_packed(packed: torch.Tensor) -> torch.Tensor:
 
 
 #: Malvar, He & Cutler (2004) gradient-corrected 5×5 kernels (× 1/8), applied to the whole mosaic:
-#: green at a red/blue site; the colour of the horizontal neighbours at a green site ("row"); of the
-#: vertical neighbours ("column"); of the diagonal neighbours at a red/blue site ("diagonal").
-_MALVAR = (
-    [[0, 0, -1, 0, 0], [0, 0, 2, 0, 0], [-1, 2, 4, 2, -1], [0, 0, 2, 0, 0], [0, 0, -1, 0, 0]],
-    [[0, 0, 0.5, 0, 0], [0, -1, 0, -1, 0], [-1, 4, 5, 4, -1], [0, -1, 0, -1, 0], [0, 0, 0.5, 0, 0]],
-    [[0, 0, -1, 0, 0], [0, -1, 4, -1, 0], [0.5, 0, 5, 0, 0.5], [0, -1, 4, -1, 0], [0, 0, -1, 0, 0]],
-    [[0, 0, -1.5, 0, 0], [0, 2, 0, 2, 0], [-1.5, 0, 6, 0, -1.5], [0, 2, 0, 2, 0], [0, 0, -1.5, 0, 0]],
-)
+#: green at a red/blue site; the colour of the horizontal neighbours at a green site ("row"; its transpose
+#: gives the vertical neighbours' colour, "column"); of the diagonal neighbours at a red/blue site.
+_MALVAR_GREEN = [[0, 0, -1, 0, 0], [0, 0, 2, 0, 0], [-1, 2, 4, 2, -1], [0, 0, 2, 0, 0], [0, 0, -1, 0, 0]]
+_MALVAR_ROW = [[0, 0, 0.5, 0, 0], [0, -1, 0, -1, 0], [-1, 4, 5, 4, -1], [0, -1, 0, -1, 0], [0, 0, 0.5, 0, 0]]
+_MALVAR_DIAG = [
+    [0, 0, -1.5, 0, 0],
+    [0, 2, 0, 2, 0],
+    [-1.5, 0, 6, 0, -1.5],
+    [0, 2, 0, 2, 0],
+    [0, 0, -1.5, 0, 0],
+]
 
 
 def malvar_demosaic_packed(packed: torch.Tensor) -> torch.Tensor:
@@ -108,7 +111,11 @@ def malvar_demosaic_packed(packed: torch.Tensor) -> torch.Tensor:
         raise RawrclError(f"Malvar demosaic needs packed RAW (B, 4, h, w), got {tuple(packed.shape)}")
     mos = unpack(packed, "RGGB")[:, None]  # (B, 1, 2h, 2w)
     mode = "reflect" if min(mos.shape[-2:]) > 2 else "replicate"
-    k = torch.tensor(_MALVAR, dtype=packed.dtype, device=packed.device).unsqueeze(1) / 8
+    kg, krow, kdiag = (
+        torch.tensor(k, dtype=packed.dtype, device=packed.device) / 8
+        for k in (_MALVAR_GREEN, _MALVAR_ROW, _MALVAR_DIAG)
+    )
+    k = torch.stack([kg, krow, krow.T, kdiag]).unsqueeze(1)  # (4, 1, 5, 5)
     f = pack(F.conv2d(F.pad(mos, (2, 2, 2, 2), mode=mode), k), "RGGB")  # (B, kernel, site, h, w)
     g_rb, row, col, diag = f.unbind(1)  # each (B, site [R, G1, G2, B], h, w)
     r_, g1, g2, b_ = packed.unbind(1)
