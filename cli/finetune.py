@@ -57,6 +57,12 @@ from rawrcl.cli.common import DEMOSAIC_CHOICE, user_errors
     type=float,
     help="cap on the global gradient norm (catches loss spikes; 0 disables)",
 )
+@click.option(
+    "--ema",
+    default=None,
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    help="keep an exponential moving average of the weights with this decay (e.g. 0.999) and save it",
+)
 @click.option("--device", default=None)
 @click.option("--force", is_flag=True, help="overwrite an existing run directory")
 @click.option("--json", "as_json", is_flag=True)
@@ -82,6 +88,7 @@ def finetune(
     unprocess,
     augment,
     grad_clip,
+    ema,
     device,
     force,
     as_json,
@@ -120,6 +127,7 @@ def finetune(
         progress=not as_json,
         augment=augment,
         grad_clip=grad_clip or None,
+        ema=ema,
     )
     if as_json:
         click.echo(json.dumps(res, indent=2))

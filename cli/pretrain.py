@@ -70,6 +70,13 @@ def _default_cache() -> str:
     help="cap on the global gradient norm (default: none; the norm is logged in metrics.jsonl)",
 )
 @click.option(
+    "--ema",
+    default=None,
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    help="Keep an exponential moving average of the weights with this decay (e.g. 0.999); checkpoints "
+    "hold the average.",
+)
+@click.option(
     "--alpha", type=float, default=1e-3, show_default=True, help="Weight of the contrastive term (rcl)."
 )
 @click.option("--tau", type=float, default=None, help="Contrastive temperature (default of rawrcl.losses).")
@@ -138,6 +145,7 @@ def pretrain(
     augment,
     lr,
     grad_clip,
+    ema,
     alpha,
     tau,
     normalize,
@@ -194,6 +202,7 @@ def pretrain(
         "batch_size": batch_size,
         "lr": lr,
         "grad_clip": grad_clip or None,
+        "ema": ema,
         "seed": seed,
         "device": device,
         "amp": amp,

@@ -218,6 +218,7 @@ def finetune(
     progress: bool = False,
     augment: bool = False,
     grad_clip: float | None = 1.0,
+    ema: float | None = None,
 ) -> dict:
     """Fine-tune (or train from scratch) on N labelled photos; returns a summary dict.
 
@@ -226,7 +227,8 @@ def finetune(
     L1 ``supervised`` method, ``steps`` steps of ``batch_size`` crops of ``crop`` clean pixels;
     ``augment`` adds random flips/rotations of the clean crops (:class:`LabelledCrops`). ``grad_clip``
     caps the global gradient norm (None: off); logged L1 norms stay within 0.03–0.7, so 1.0 only catches
-    spikes (one diverged an lr-1e-3 run at step 900 without it).
+    spikes (one diverged an lr-1e-3 run at step 900 without it). ``ema`` (a decay such as 0.999) makes the
+    checkpoint hold an exponential moving average of the weights (:class:`rawrcl.train.WeightEMA`).
 
     Returns ``{"run_dir", "checkpoint", "labels": [names], "n_labels", "protocol", "task", "source",
     "steps", "seed", "final_loss"}``; ``finetune.json`` in the run dir holds the same.
@@ -253,6 +255,7 @@ def finetune(
         "n_labels": len(chosen),
         "augment": bool(augment),
         "grad_clip": None if grad_clip is None else float(grad_clip),
+        "ema": None if ema is None else float(ema),
         "model": dict(getattr(model, "config", {})),
     }
     if device:

@@ -9,6 +9,9 @@ Run directory
   ``elapsed_s``.
 - ``checkpoints/init.pt`` (weights before the first step, for ``rawrcl inspect``), ``checkpoints/last.pt``
   (every ``save_every`` steps and at the end) and ``checkpoints/step_NNNNNNN.pt`` every ``keep_every`` steps.
+  With ``ema`` set (a decay, e.g. 0.999) the checkpoints' ``state_dict`` is the exponential moving average
+  of the weights (:class:`WeightEMA`), so every consumer — eval, inference, fine-tuning, install — gets the
+  averaged model; the optimiser's own weights travel in ``extra["train_weights"]`` for ``--resume``.
   Every file is written atomically (temp file + ``os.replace``), so a run killed at any instant leaves a
   consistent ``last.pt``. On SIGINT (Ctrl-C) or SIGTERM a single-process run finishes the current step,
   writes ``last.pt`` at that step and raises :class:`TrainingInterrupted` (the CLI prints one line and
@@ -99,6 +102,7 @@ TRAINER_DEFAULTS: dict = {
     "betas": (0.9, 0.999),
     "eps": 1e-7,
     "grad_clip": None,  # max global gradient norm (None: no clipping); the norm is logged either way
+    "ema": None,  # decay of an exponential moving average of the weights (e.g. 0.999); None: off
     "seed": 0,
     "device": "auto",
     "amp": "auto",  # "auto" (bf16/fp16 on CUDA, off elsewhere) | "bf16" | "fp16" | "off"
@@ -199,6 +203,36 @@ def _to_device(batch, device: torch.device, channels_last: bool):
     if isinstance(batch, (list, tuple)):
         return type(batch)(_to_device(v, device, channels_last) for v in batch)
     return batch
+
+
+class WeightEMA:
+    """Exponential moving average of a model's floating-point parameters and buffers.
+
+    After optimiser step ``t`` (1-based, counted over the whole run) the average moves by
+    ``ema ← d·ema + (1−d)·w`` with ``d = min(decay, (1 + t) / (10 + t))``: the warm-up keeps the average
+    from being dominated by the initial weights in short runs. Non-float entries are copied.
+    """
+
+    def __init__(self, model: nn.Module, decay: float) -> None:
+        if not 0.0 < decay < 1.0:
+            raise RawrclError(f"--ema must lie in (0, 1) (a decay such as 0.999), got {decay}")
+        self.decay = float(decay)
+        self.state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    @torch.no_grad()
+    def update(self, model: nn.Module, step: int) -> None:
+        """Fold in the weights after optimiser step ``step`` (1-based)."""
+        d = min(self.decay, (1.0 + step) / (10.0 + step))
+        floats_e, floats_w = [], []
+        for k, w in model.state_dict().items():
+            e = self.state[k]
+            if e.is_floating_point():
+                floats_e.append(e)
+                floats_w.append(w.detach())
+            else:
+                e.copy_(w)
+        if floats_e:
+            torch._foreach_lerp_(floats_e, floats_w, 1.0 - d)
 
 
 class _KeyedIndices(torch.utils.data.Sampler):
@@ -302,7 +336,7 @@ class Trainer:
                 break  # a torn last line from a killed run
         atomic_write_text(path, "".join(x + "\n" for x in keep))
 
-    def _save(self, path: Path, step: int, opt, scaler) -> None:
+    def _save(self, path: Path, step: int, opt, scaler, ema: WeightEMA | None = None) -> None:
         extra = {
             "step": step,
             "optimizer": opt.state_dict(),
@@ -312,7 +346,18 @@ class Trainer:
         }
         if scaler is not None:
             extra["scaler"] = scaler.state_dict()
-        save_checkpoint(path, self.model, getattr(unwrap(self.model), "config", None), extra)
+        bare = unwrap(self.model)
+        if ema is None:
+            save_checkpoint(path, bare, getattr(bare, "config", None), extra)
+            return
+        trained = {k: v.detach().clone() for k, v in bare.state_dict().items()}
+        extra["train_weights"] = {k: v.cpu() for k, v in trained.items()}  # copies, not views of the model
+        extra["ema"] = ema.decay
+        try:  # the checkpoint's state_dict is the average; the optimiser's weights go back afterwards
+            bare.load_state_dict(ema.state)
+            save_checkpoint(path, bare, getattr(bare, "config", None), extra)
+        finally:
+            bare.load_state_dict(trained)
 
     # -- main loop
     def fit(self) -> dict:
@@ -352,9 +397,15 @@ class Trainer:
         scaler = torch.amp.GradScaler("cuda") if amp == "fp16" and device.type == "cuda" else None
 
         start = 0
+        ema = None
         if resume is not None:
             ex = resume.get("extra", {})
-            bare.load_state_dict(resume["state_dict"])
+            if cfg.get("ema") is not None and "train_weights" in ex:
+                bare.load_state_dict(resume["state_dict"])  # the average, then the optimiser's weights
+                ema = WeightEMA(bare, float(cfg["ema"]))
+                bare.load_state_dict(ex["train_weights"])
+            else:
+                bare.load_state_dict(ex.get("train_weights", resume["state_dict"]))
             opt.load_state_dict(ex["optimizer"])
             if scaler is not None and "scaler" in ex:
                 scaler.load_state_dict(ex["scaler"])
@@ -375,6 +426,8 @@ class Trainer:
             self._write_config(self._record())
             if self.is_main:
                 self._save(self.ckpt_dir / "init.pt", 0, opt, scaler)
+        if ema is None and cfg.get("ema") is not None:
+            ema = WeightEMA(bare, float(cfg["ema"]))
 
         model: nn.Module = bare
         if cfg["compile"]:
@@ -441,6 +494,8 @@ class Trainer:
                     grad_norm = clip_grad_norm_(params, grad_clip)
                     opt.step()
                 step += 1
+                if ema is not None:
+                    ema.update(bare, step)
                 n_crops = 2 * bs * self.world
                 patches += n_crops
                 n_last += n_crops
@@ -466,15 +521,15 @@ class Trainer:
                             fh.write(json.dumps(rec) + "\n")
                 if self.is_main:
                     if step % save_every == 0 or step == steps:
-                        self._save(self.ckpt_dir / "last.pt", step, opt, scaler)
+                        self._save(self.ckpt_dir / "last.pt", step, opt, scaler, ema)
                     if keep_every and step % keep_every == 0:
-                        self._save(self.ckpt_dir / f"step_{step:07d}.pt", step, opt, scaler)
+                        self._save(self.ckpt_dir / f"step_{step:07d}.pt", step, opt, scaler, ema)
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix(loss=f"{loss_value:.4g}")
                 if stop and step < steps:
                     if self.is_main and step % save_every != 0:
-                        self._save(self.ckpt_dir / "last.pt", step, opt, scaler)
+                        self._save(self.ckpt_dir / "last.pt", step, opt, scaler, ema)
                     if bar is not None:
                         bar.close()
                     raise TrainingInterrupted(self.run_dir, step, stop[0])
@@ -642,7 +697,7 @@ def pretrain(
         dopt = {**old.get("data_options", {}), **{k: v for k, v in dopt.items() if k in ("cache_dir",)}}
         seed = int(old.get("seed", seed))
         topt["seed"] = seed
-        for k in ("batch_size", "lr"):
+        for k in ("batch_size", "lr", "ema"):
             if k in old:
                 topt[k] = old[k]
         data_dir = old.get("data_dir", data_dir)

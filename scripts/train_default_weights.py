@@ -101,6 +101,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--mix-lr", type=float, default=2.5e-4)
     ap.add_argument(
+        "--ema",
+        type=float,
+        default=None,
+        help="fine-tuning keeps an exponential moving average of the weights with this decay (e.g. 0.999)",
+    )
+    ap.add_argument(
         "--init",
         default=None,
         help="continue from this checkpoint (e.g. the shipped weights) instead of simulate + pretrain; its "
@@ -202,7 +208,7 @@ def finetune_task(args, task: str, source: Path, train_dir: Path, work: Path, re
             f"rawrcl.finetune.finetune({str(ckpt)!r}, {task!r}, {str(train_dir)!r}, {str(out)!r}, "
             f"labels='all', protocol='full', steps={steps}, batch_size={args.batch_size}, crop={args.crop}, "
             f"lr={lr:g}, noise=PaperSampler(0, {args.sigma_max:g}), unprocess={args.unprocess}, "
-            f"seed={args.seed + c + 1}, device={args.device!r}, augment={args.augment})"
+            f"seed={args.seed + c + 1}, device={args.device!r}, augment={args.augment}, ema={args.ema})"
         )
         record.append(call)
         done = out / "finetune.json"
@@ -229,6 +235,7 @@ def finetune_task(args, task: str, source: Path, train_dir: Path, work: Path, re
                 force=True,
                 progress=sys.stderr.isatty(),
                 augment=args.augment,
+                ema=args.ema,
             )
             log(f"finetune {task} chunk {c}: {time.time() - t0:.0f} s")
         ckpt = out / "checkpoints" / "last.pt"
@@ -252,7 +259,7 @@ def mix_stage(args, task: str, ckpt: Path, train_dir: Path, work: Path, record: 
         f"unprocess_mix={args.mix:g}), {str(train_dir)!r}, {str(out)!r}, labels='all', protocol='full', "
         f"steps={args.mix_steps}, batch_size={args.batch_size}, crop={args.crop}, lr={args.mix_lr:g}, "
         f"noise=PaperSampler(0, {args.sigma_max:g}), seed={seed}, device={args.device!r}, "
-        f"augment={args.augment})"
+        f"augment={args.augment}, ema={args.ema})"
     )
     done = out / "finetune.json"
     if done.exists() and json.loads(done.read_text()).get("steps") == args.mix_steps:
@@ -276,6 +283,7 @@ def mix_stage(args, task: str, ckpt: Path, train_dir: Path, work: Path, record: 
             force=True,
             progress=sys.stderr.isatty(),
             augment=args.augment,
+            ema=args.ema,
         )
     return out / "checkpoints" / "last.pt"
 

@@ -153,9 +153,13 @@ def test_finetune_cli(tmp_path, photos):
     assert read_checkpoint(res["checkpoint"])["config"]["skip"] is True  # the default for new U-Nets
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 1 and "exists" in r.output and "Traceback" not in r.output
-    r = CliRunner().invoke(main, [*args, "--force", "--no-skip"])
+    r = CliRunner().invoke(main, [*args, "--force", "--no-skip", "--ema", "0.99"])
     assert r.exit_code == 0, r.output
-    assert read_checkpoint(res["checkpoint"])["config"]["skip"] is False
+    ckpt = read_checkpoint(res["checkpoint"])
+    assert ckpt["config"]["skip"] is False
+    assert ckpt["extra"]["ema"] == 0.99 and set(ckpt["extra"]["train_weights"]) == set(ckpt["state_dict"])
+    r = CliRunner().invoke(main, [*args, "--force", "--ema", "1"])
+    assert r.exit_code == 2 and "--ema" in r.output and "Traceback" not in r.output
 
 
 def _bench_photo_dirs(tmp_path, photos) -> None:

@@ -265,3 +265,34 @@ def test_zero_intervals_mean_only_at_the_end(tmp_path):
     assert summary["steps"] == 2
     assert [json.loads(x)["step"] for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()] == [2]
     assert (tmp_path / "r" / "checkpoints" / "last.pt").exists()
+
+
+def test_ema_checkpoints_hold_the_average_and_resume_exactly(tmp_path):
+    """With ``ema`` the saved state_dict is the warm-up EMA of the optimiser's weights (which travel in
+    extra["train_weights"]); training itself is unchanged and a resumed run reproduces the same average."""
+    torch.set_num_threads(1)
+    _fit(tmp_path / "plain", 4, method="n2s")
+    _fit(tmp_path / "ema", 4, method="n2s", ema=0.9, keep_every=1)
+    assert _losses(tmp_path / "ema") == _losses(tmp_path / "plain")
+    ck = tmp_path / "ema" / "checkpoints"
+    init = torch.load(ck / "init.pt", weights_only=True)["state_dict"]
+    expected = {k: v.clone() for k, v in init.items()}
+    for t in range(1, 5):
+        saved = torch.load(ck / f"step_{t:07d}.pt", weights_only=True)
+        d = min(0.9, (1 + t) / (10 + t))
+        for k, w in saved["extra"]["train_weights"].items():
+            expected[k] = d * expected[k] + (1 - d) * w
+            assert torch.allclose(saved["state_dict"][k], expected[k], atol=1e-6), (t, k)
+    last = torch.load(ck / "last.pt", weights_only=True)
+    plain = torch.load(tmp_path / "plain" / "checkpoints" / "last.pt", weights_only=True)["state_dict"]
+    assert all(torch.equal(plain[k], v) for k, v in last["extra"]["train_weights"].items())
+    assert any(not torch.equal(plain[k], v) for k, v in last["state_dict"].items())
+    # kill-and-resume: same losses and bit-identical average
+    _fit(tmp_path / "b", 2, method="n2s", ema=0.9)
+    _fit(tmp_path / "b", 4, method="n2s", ema=0.9, resume=True)
+    assert _losses(tmp_path / "b") == _losses(tmp_path / "ema")
+    resumed = torch.load(tmp_path / "b" / "checkpoints" / "last.pt", weights_only=True)
+    for key in ("state_dict",):
+        assert all(torch.equal(resumed[key][k], v) for k, v in last[key].items())
+    with pytest.raises(RawrclError, match="ema"):
+        _fit(tmp_path / "bad", 1, method="n2s", ema=1.0)
