@@ -375,6 +375,8 @@ class Trainer:
         steps, bs, seed = int(cfg["steps"]), int(cfg["batch_size"]), int(cfg["seed"])
         if steps < 0 or bs < 1:
             raise RawrclError("--steps must be ≥ 0 and --batch-size ≥ 1")
+        if cfg.get("ema") is not None and not 0.0 < float(cfg["ema"]) < 1.0:
+            raise RawrclError(f"--ema must lie in (0, 1) (a decay such as 0.999), got {cfg['ema']}")
 
         resume = self._prepare_run_dir()
         if self.world > 1:

@@ -296,3 +296,4 @@ def test_ema_checkpoints_hold_the_average_and_resume_exactly(tmp_path):
         assert all(torch.equal(resumed[key][k], v) for k, v in last[key].items())
     with pytest.raises(RawrclError, match="ema"):
         _fit(tmp_path / "bad", 1, method="n2s", ema=1.0)
+    assert not (tmp_path / "bad").exists()  # refused before the run directory is made
