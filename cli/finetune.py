@@ -58,6 +58,11 @@ from rawrcl.cli.common import DEMOSAIC_CHOICE, user_errors
     help="cap on the global gradient norm (catches loss spikes; 0 disables)",
 )
 @click.option(
+    "--balance-noise",
+    is_flag=True,
+    help="noise-balanced L1: weight each crop's error by 1/(σ + 2/255), σ its noise std at 0.5 ([0,1] units)",
+)
+@click.option(
     "--ema",
     default=None,
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
@@ -88,6 +93,7 @@ def finetune(
     unprocess,
     augment,
     grad_clip,
+    balance_noise,
     ema,
     device,
     force,
@@ -128,6 +134,7 @@ def finetune(
         augment=augment,
         grad_clip=grad_clip or None,
         ema=ema,
+        balance_noise=balance_noise,
     )
     if as_json:
         click.echo(json.dumps(res, indent=2))

@@ -14,8 +14,10 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +50,9 @@ class LabelledCrops(torch.utils.data.Dataset):
         square crop before the task degrades it, so the mosaic and noise are synthesised after the
         geometry change and stay correctly phased (8× more distinct labels; off = the paper's protocol).
 
-    Items: ``{"input": (C_in, h, w), "target": (C_out, s·h, s·w)}`` float32 tensors.
+    Items: ``{"input": (C_in, h, w), "target": (C_out, s·h, s·w), "sigma": ()}`` float32 tensors; ``sigma``
+    is the drawn noise's standard deviation at signal 0.5, √(λshot·0.5 + λread) in [0, 1] units (0 for a
+    noise-free task), for the noise-balanced loss.
 
     ``keyed = True``: the trainer passes ``(image, sample seed)`` keys with a fresh seed every step, so every
     step sees new crops, noise draws (and cameras, flips); a plain int index would fix one sample per photo.
@@ -93,8 +97,10 @@ class LabelledCrops(torch.utils.data.Dataset):
         patch = img[:, y : y + c, x : x + c]
         if self.augment:
             patch = np.ascontiguousarray(dihedral(patch, int(rng.integers(0, 8))))
-        inp, target = self.task.degrade(patch, rng, self.noise)
-        return {"input": inp, "target": target}
+        s = self.task.sample(patch, rng, self.noise)
+        nm = s["meta"]["noise"]
+        sigma = 0.0 if nm is None else math.sqrt(nm.lambda_shot * 0.5 + nm.lambda_read)
+        return {"input": s["input"], "target": s["target"], "sigma": torch.tensor(sigma, dtype=torch.float32)}
 
 
 def select_labels(
@@ -219,6 +225,7 @@ def finetune(
     augment: bool = False,
     grad_clip: float | None = 1.0,
     ema: float | None = None,
+    balance_noise: bool = False,
 ) -> dict:
     """Fine-tune (or train from scratch) on N labelled photos; returns a summary dict.
 
@@ -229,6 +236,8 @@ def finetune(
     caps the global gradient norm (None: off); logged L1 norms stay within 0.03–0.7, so 1.0 only catches
     spikes (one diverged an lr-1e-3 run at step 900 without it). ``ema`` (a decay such as 0.999) makes the
     checkpoint hold an exponential moving average of the weights (:class:`rawrcl.train.WeightEMA`).
+    ``balance_noise`` weights each sample's L1 by its noise level (``supervised(..., balance=True)``, see
+    :mod:`rawrcl.methods.supervised`), so low-noise samples are not drowned out by high-noise ones.
 
     Returns ``{"run_dir", "checkpoint", "labels": [names], "n_labels", "protocol", "task", "source",
     "steps", "seed", "final_loss"}``; ``finetune.json`` in the run dir holds the same.
@@ -256,6 +265,7 @@ def finetune(
         "augment": bool(augment),
         "grad_clip": None if grad_clip is None else float(grad_clip),
         "ema": None if ema is None else float(ema),
+        "loss": "l1-noise-balanced" if balance_noise else "l1",
         "model": dict(getattr(model, "config", {})),
     }
     if device:
@@ -278,7 +288,8 @@ def _fit(
     """Train with ``rawrcl.train.Trainer`` (the engine); returns the last logged loss if available."""
     tcfg = {**cfg, "progress": progress, "save_every": max(int(cfg["steps"]), 1), "keep_every": 0}
     tcfg["log_every"] = 20
-    Trainer(model, supervised, dataset, run_dir, tcfg).fit()
+    method = partial(supervised, balance=True) if cfg.get("loss") == "l1-noise-balanced" else supervised
+    Trainer(model, method, dataset, run_dir, tcfg).fit()
     return _last_loss(run_dir)
 
 

@@ -101,6 +101,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--mix-lr", type=float, default=2.5e-4)
     ap.add_argument(
+        "--balance-noise",
+        action="store_true",
+        help="fine-tune with the noise-balanced L1 (finetune --balance-noise)",
+    )
+    ap.add_argument(
         "--ema",
         type=float,
         default=None,
@@ -208,7 +213,8 @@ def finetune_task(args, task: str, source: Path, train_dir: Path, work: Path, re
             f"rawrcl.finetune.finetune({str(ckpt)!r}, {task!r}, {str(train_dir)!r}, {str(out)!r}, "
             f"labels='all', protocol='full', steps={steps}, batch_size={args.batch_size}, crop={args.crop}, "
             f"lr={lr:g}, noise=PaperSampler(0, {args.sigma_max:g}), unprocess={args.unprocess}, "
-            f"seed={args.seed + c + 1}, device={args.device!r}, augment={args.augment}, ema={args.ema})"
+            f"seed={args.seed + c + 1}, device={args.device!r}, augment={args.augment}, ema={args.ema}, "
+            f"balance_noise={args.balance_noise})"
         )
         record.append(call)
         done = out / "finetune.json"
@@ -236,6 +242,7 @@ def finetune_task(args, task: str, source: Path, train_dir: Path, work: Path, re
                 progress=sys.stderr.isatty(),
                 augment=args.augment,
                 ema=args.ema,
+                balance_noise=args.balance_noise,
             )
             log(f"finetune {task} chunk {c}: {time.time() - t0:.0f} s")
         ckpt = out / "checkpoints" / "last.pt"
@@ -259,7 +266,7 @@ def mix_stage(args, task: str, ckpt: Path, train_dir: Path, work: Path, record: 
         f"unprocess_mix={args.mix:g}), {str(train_dir)!r}, {str(out)!r}, labels='all', protocol='full', "
         f"steps={args.mix_steps}, batch_size={args.batch_size}, crop={args.crop}, lr={args.mix_lr:g}, "
         f"noise=PaperSampler(0, {args.sigma_max:g}), seed={seed}, device={args.device!r}, "
-        f"augment={args.augment}, ema={args.ema})"
+        f"augment={args.augment}, ema={args.ema}, balance_noise={args.balance_noise})"
     )
     done = out / "finetune.json"
     if done.exists() and json.loads(done.read_text()).get("steps") == args.mix_steps:
@@ -284,6 +291,7 @@ def mix_stage(args, task: str, ckpt: Path, train_dir: Path, work: Path, record: 
             progress=sys.stderr.isatty(),
             augment=args.augment,
             ema=args.ema,
+            balance_noise=args.balance_noise,
         )
     return out / "checkpoints" / "last.pt"
 

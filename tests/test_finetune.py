@@ -86,6 +86,43 @@ def test_supervised_is_l1():
         supervised({"input": batch["input"]}, model)
 
 
+def test_noise_balanced_l1_weights_each_sample_by_its_noise_level():
+    from rawrcl.methods.supervised import BALANCE_SIGMA0
+
+    model = torch.nn.Identity()
+    target = torch.zeros(3, 1, 4, 4)
+    # per-sample L1 errors 0.01, 0.02, 0.08 for noise levels 0, 0.01, 0.05
+    inp = torch.stack([torch.full((1, 4, 4), v) for v in (0.01, 0.02, 0.08)])
+    sigma = torch.tensor([0.0, 0.01, 0.05])
+    out = supervised({"input": inp, "target": target, "sigma": sigma}, model, balance=True)
+    w = 1 / (sigma + BALANCE_SIGMA0)
+    expected = (w / w.mean() * torch.tensor([0.01, 0.02, 0.08])).mean()
+    assert out["loss"].item() == pytest.approx(expected.item(), rel=1e-6)
+    assert out["loss"].item() < 0.6 * 0.11 / 3  # the noisiest sample no longer dominates the plain mean
+    assert out["l1"] == pytest.approx(0.11 / 3, rel=1e-6)  # the log stays the plain mean
+    same = supervised({"input": inp, "target": target, "sigma": torch.full((3,), 0.02)}, model, balance=True)
+    assert same["loss"].item() == pytest.approx(
+        supervised({"input": inp, "target": target}, model)["loss"].item()
+    )
+    with pytest.raises(RawrclError, match="sigma"):
+        supervised({"input": inp, "target": target}, model, balance=True)
+
+
+def test_labelled_crops_carry_the_noise_level_without_changing_the_samples(photos):
+    from rawrcl.noise import FixedSampler
+
+    task = TASKS["raw-denoise"]
+    ds = LabelledCrops(photos[:1], task, crop=32, seed=5, noise=FixedSampler(0.004, 1e-4))
+    item = ds[(0, 9)]
+    assert item["sigma"].item() == pytest.approx(np.sqrt(0.004 * 0.5 + 1e-4), rel=1e-6)
+    rng = np.random.default_rng([5, 0, 9])  # the same draws, by hand: crop offset, then the task's degrade
+    y, x = (int(rng.integers(0, (96 - 32) // 2 + 1)) * 2 for _ in range(2))
+    inp, target = task.degrade(photos[0][1][:, y : y + 32, x : x + 32], rng, FixedSampler(0.004, 1e-4))
+    assert torch.equal(item["input"], inp) and torch.equal(item["target"], target)
+    clean = LabelledCrops(photos[:1], TASKS["sr"], crop=32, seed=5)[(0, 9)]
+    assert clean["sigma"].item() == 0.0
+
+
 def test_linear_protocol_freezes_all_but_a_fresh_head(tmp_path):
     from rawrcl.models import build_model, save_checkpoint
 
@@ -153,11 +190,12 @@ def test_finetune_cli(tmp_path, photos):
     assert read_checkpoint(res["checkpoint"])["config"]["skip"] is True  # the default for new U-Nets
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 1 and "exists" in r.output and "Traceback" not in r.output
-    r = CliRunner().invoke(main, [*args, "--force", "--no-skip", "--ema", "0.99"])
+    r = CliRunner().invoke(main, [*args, "--force", "--no-skip", "--ema", "0.99", "--balance-noise"])
     assert r.exit_code == 0, r.output
     ckpt = read_checkpoint(res["checkpoint"])
     assert ckpt["config"]["skip"] is False
     assert ckpt["extra"]["ema"] == 0.99 and set(ckpt["extra"]["train_weights"]) == set(ckpt["state_dict"])
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["loss"] == "l1-noise-balanced"
     r = CliRunner().invoke(main, [*args, "--force", "--ema", "1"])
     assert r.exit_code == 2 and "--ema" in r.output and "Traceback" not in r.output
 
