@@ -39,3 +39,12 @@ def user_errors(func: F) -> F:
 #: the skip demosaics (keys of ``rawrcl.models.heads.DEMOSAICS``; spelled out so that importing the CLI
 #: does not import torch)
 DEMOSAIC_CHOICE = click.Choice(["bilinear", "malvar"])
+
+#: ``--ema DECAY`` of ``pretrain`` and ``finetune`` (``rawrcl.train.WeightEMA``)
+ema_option = click.option(
+    "--ema",
+    default=None,
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    help="Keep an exponential moving average of the weights with this decay (e.g. 0.999); checkpoints "
+    "hold the average.",
+)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import click
-from rawrcl.cli.common import DEMOSAIC_CHOICE, user_errors
+from rawrcl.cli.common import DEMOSAIC_CHOICE, ema_option, user_errors
 
 
 @click.command("finetune")
@@ -62,12 +62,7 @@ from rawrcl.cli.common import DEMOSAIC_CHOICE, user_errors
     is_flag=True,
     help="noise-balanced L1: weight each crop's error by 1/(σ + 2/255), σ its noise std at 0.5 ([0,1] units)",
 )
-@click.option(
-    "--ema",
-    default=None,
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    help="keep an exponential moving average of the weights with this decay (e.g. 0.999) and save it",
-)
+@ema_option
 @click.option("--device", default=None)
 @click.option("--force", is_flag=True, help="overwrite an existing run directory")
 @click.option("--json", "as_json", is_flag=True)

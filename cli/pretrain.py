@@ -8,7 +8,7 @@ import shlex
 import sys
 
 import click
-from rawrcl.cli.common import DEMOSAIC_CHOICE, user_errors
+from rawrcl.cli.common import DEMOSAIC_CHOICE, ema_option, user_errors
 
 
 def _default_cache() -> str:
@@ -69,13 +69,7 @@ def _default_cache() -> str:
     default=None,
     help="cap on the global gradient norm (default: none; the norm is logged in metrics.jsonl)",
 )
-@click.option(
-    "--ema",
-    default=None,
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    help="Keep an exponential moving average of the weights with this decay (e.g. 0.999); checkpoints "
-    "hold the average.",
-)
+@ema_option
 @click.option(
     "--alpha", type=float, default=1e-3, show_default=True, help="Weight of the contrastive term (rcl)."
 )

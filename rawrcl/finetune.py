@@ -14,9 +14,8 @@
 from __future__ import annotations
 
 import json
-import math
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -99,7 +98,10 @@ class LabelledCrops(torch.utils.data.Dataset):
             patch = np.ascontiguousarray(dihedral(patch, int(rng.integers(0, 8))))
         s = self.task.sample(patch, rng, self.noise)
         nm = s["meta"]["noise"]
-        sigma = 0.0 if nm is None else math.sqrt(nm.lambda_shot * 0.5 + nm.lambda_read)
+        sigma = 0.0
+        if nm is not None:  # plane average for per-channel profiles
+            planes = max(np.size(nm.lambda_shot), np.size(nm.lambda_read))
+            sigma = float(nm.std(torch.full((planes, 1, 1), 0.5, dtype=torch.float64)).mean())
         return {"input": s["input"], "target": s["target"], "sigma": torch.tensor(sigma, dtype=torch.float32)}
 
 
@@ -270,7 +272,8 @@ def finetune(
     }
     if device:
         cfg["device"] = device
-    final = _fit(model, dataset, run_dir, cfg, progress=progress)
+    method = partial(supervised, balance=True) if balance_noise else supervised
+    final = _fit(model, method, dataset, run_dir, cfg, progress=progress)
     summary = {
         "run_dir": str(run_dir),
         "checkpoint": str(run_dir / "checkpoints" / "last.pt"),
@@ -283,12 +286,11 @@ def finetune(
 
 
 def _fit(
-    model: torch.nn.Module, dataset: LabelledCrops, run_dir: Path, cfg: dict, progress: bool
+    model: torch.nn.Module, method: Callable, dataset: LabelledCrops, run_dir: Path, cfg: dict, progress: bool
 ) -> float | None:
     """Train with ``rawrcl.train.Trainer`` (the engine); returns the last logged loss if available."""
     tcfg = {**cfg, "progress": progress, "save_every": max(int(cfg["steps"]), 1), "keep_every": 0}
     tcfg["log_every"] = 20
-    method = partial(supervised, balance=True) if cfg.get("loss") == "l1-noise-balanced" else supervised
     Trainer(model, method, dataset, run_dir, tcfg).fit()
     return _last_loss(run_dir)
 

@@ -205,6 +205,13 @@ def _to_device(batch, device: torch.device, channels_last: bool):
     return batch
 
 
+def _ema_decay(decay) -> float:
+    """``decay`` as a float in (0, 1); :class:`RawrclError` otherwise."""
+    if not 0.0 < float(decay) < 1.0:
+        raise RawrclError(f"--ema must lie in (0, 1) (a decay such as 0.999), got {decay}")
+    return float(decay)
+
+
 class WeightEMA:
     """Exponential moving average of a model's floating-point parameters and buffers.
 
@@ -214,9 +221,7 @@ class WeightEMA:
     """
 
     def __init__(self, model: nn.Module, decay: float) -> None:
-        if not 0.0 < decay < 1.0:
-            raise RawrclError(f"--ema must lie in (0, 1) (a decay such as 0.999), got {decay}")
-        self.decay = float(decay)
+        self.decay = _ema_decay(decay)
         self.state = {k: v.detach().clone() for k, v in model.state_dict().items()}
 
     @torch.no_grad()
@@ -350,8 +355,9 @@ class Trainer:
         if ema is None:
             save_checkpoint(path, bare, getattr(bare, "config", None), extra)
             return
-        trained = {k: v.detach().clone() for k, v in bare.state_dict().items()}
-        extra["train_weights"] = {k: v.cpu() for k, v in trained.items()}  # copies, not views of the model
+        # one CPU copy (never a view of the model) serves as the saved and the restored weights
+        trained = {k: v.detach().to("cpu", copy=True) for k, v in bare.state_dict().items()}
+        extra["train_weights"] = trained
         extra["ema"] = ema.decay
         try:  # the checkpoint's state_dict is the average; the optimiser's weights go back afterwards
             bare.load_state_dict(ema.state)
@@ -375,8 +381,8 @@ class Trainer:
         steps, bs, seed = int(cfg["steps"]), int(cfg["batch_size"]), int(cfg["seed"])
         if steps < 0 or bs < 1:
             raise RawrclError("--steps must be ≥ 0 and --batch-size ≥ 1")
-        if cfg.get("ema") is not None and not 0.0 < float(cfg["ema"]) < 1.0:
-            raise RawrclError(f"--ema must lie in (0, 1) (a decay such as 0.999), got {cfg['ema']}")
+        if cfg.get("ema") is not None:
+            _ema_decay(cfg["ema"])  # refused before the run directory is touched
 
         resume = self._prepare_run_dir()
         if self.world > 1:
