@@ -24,8 +24,8 @@ statistic of the 10 % flattest tiles, flatness judged on the *noise-free* mosaic
 the photo's own texture/grain in its flattest regions leaves to any estimator that selects homogeneous
 regions.
 
-Usage: ``python benchmarks/calibration.py [--photos DIR] [--draws 2] [--limit N] [--prefilter 0,0.5,1.0]
-[--estimator tiles|pca] [--oracle]``
+Usage: ``python benchmarks/calibration.py [--photos DIR|skimage] [--draws 2] [--limit N]
+[--prefilter 0,0.5,1.0] [--estimator tiles|pca] [--oracle] [--csv PATH]``
 """
 
 from __future__ import annotations
@@ -45,8 +45,14 @@ DEFAULT_PHOTOS = Path(__file__).resolve().parents[2] / "shared" / "data" / "cbsd
 
 
 def load_photos(folder: str | None, limit: int | None) -> list[tuple[str, np.ndarray]]:
+    """(name, (H, W, 3) uint8) photos from ``folder``; "skimage" (or no folder and no CBSD68 beside the
+    checkout) gives scikit-image's bundled photos."""
     import imageio.v3 as iio
 
+    from rawrcl.sample_data import bundled_photos
+
+    if folder == "skimage":
+        return bundled_photos(limit)
     d = Path(folder) if folder else DEFAULT_PHOTOS
     if d.is_dir():
         files = sorted(
@@ -55,10 +61,9 @@ def load_photos(folder: str | None, limit: int | None) -> list[tuple[str, np.nda
         photos = [(p.name, np.asarray(iio.imread(p))[..., :3]) for p in files[:limit]]
         if photos:
             return photos
-        if folder:
-            sys.exit(f"no photos in {d}")
-    from rawrcl.sample_data import bundled_photos
-
+        sys.exit(f"no photos in {d}")
+    if folder:
+        sys.exit(f"no such folder: {d}")
     print(f"(no photo folder {d}: using scikit-image's bundled photos)")
     return bundled_photos(limit)
 
@@ -98,13 +103,14 @@ def single_image_table(
     photos, sampler, draws: int, prefilter: float, seed: int, estimator: str = "tiles"
 ) -> dict:
     """Error table over photos × draws; ``estimator`` "tiles" | "pca" (``estimate_mosaic``) or "oracle"
-    (:func:`oracle_estimate`, a diagnostic bound)."""
+    (:func:`oracle_estimate`, a diagnostic bound). ``"samples"`` holds one record per photo × draw
+    (photo name, λshot, λread, true / estimated std and clean floor at x = 0.1 and 0.5 in 8-bit units)."""
     from scipy.ndimage import gaussian_filter
 
     rng = np.random.default_rng(seed)
-    errs, sig8, fails, floor = [], [], 0, []
+    errs, sig8, fails, floor, samples = [], [], 0, [], []
     t0 = time.perf_counter()
-    for _, ph in photos:
+    for name, ph in photos:
         f = ph.astype(np.float64) / 255.0
         if prefilter > 0:
             f = gaussian_filter(f, (prefilter, prefilter, 0))
@@ -132,7 +138,18 @@ def single_image_table(
             except Exception as exc:  # counted as a failure (infinite error)
                 fails += 1
                 errs.append([np.inf, np.inf])
+                est = [np.nan, np.nan]
                 print(f"  estimate failed: {exc}")
+            samples.append(
+                {
+                    "photo": name,
+                    "lambda_shot": nm.lambda_shot,
+                    "lambda_read": nm.lambda_read,
+                    **{f"true8_{x}": v for x, v in zip((0.1, 0.5), sig8[-1], strict=True)},
+                    **{f"est8_{x}": 255 * v for x, v in zip((0.1, 0.5), est, strict=True)},
+                    **{f"clean8_{x}": v for x, v in zip((0.1, 0.5), floor[-1], strict=True)},
+                }
+            )
     e = np.abs(np.array(errs))
     return {
         "n": len(errs),
@@ -145,7 +162,30 @@ def single_image_table(
         "sigma8": np.median(np.array(sig8), axis=0),
         "floor8": (np.nanmedian(np.array(floor), axis=0) if np.isfinite(floor).any() else np.full(2, np.nan)),
         "seconds": time.perf_counter() - t0,
+        "samples": samples,
     }
+
+
+def write_samples_csv(path: str, rows: list[tuple[str, dict]]) -> None:
+    """One CSV line per setting × photo × draw (std in 8-bit units of the [0, 1] linear scale; the
+    relative errors are est8/true8 − 1), written atomically."""
+    import csv
+    import io
+
+    from rawrcl.io import atomic_write_text
+
+    buf = io.StringIO()
+    w = None
+    for setting, t in rows:
+        for rec in t["samples"]:
+            rec = {"setting": setting, **rec}
+            for x in (0.1, 0.5):
+                rec[f"err_{x}"] = rec[f"est8_{x}"] / rec[f"true8_{x}"] - 1
+            if w is None:
+                w = csv.DictWriter(buf, fieldnames=list(rec))
+                w.writeheader()
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in rec.items()})
+    atomic_write_text(path, buf.getvalue())
 
 
 def print_single(rows: list[tuple[str, dict]]) -> None:
@@ -215,7 +255,11 @@ def photon_transfer_table(seed: int) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--photos", help=f"folder of photos (default {DEFAULT_PHOTOS} or skimage photos)")
+    ap.add_argument(
+        "--photos",
+        help=f"folder of photos, or 'skimage' for scikit-image's bundled photos (default {DEFAULT_PHOTOS} "
+        "when it exists, else the skimage photos)",
+    )
     ap.add_argument("--draws", type=int, default=2, help="noise draws per photo (default 2)")
     ap.add_argument("--limit", type=int, default=None, help="use the first N photos only")
     ap.add_argument(
@@ -233,6 +277,12 @@ def main(argv: list[str] | None = None) -> int:
         "any estimator that selects homogeneous regions; not an estimator)",
     )
     ap.add_argument("--skip-flats", action="store_true")
+    ap.add_argument(
+        "--csv",
+        metavar="PATH",
+        help="also write every single-image sample (setting, photo, λ, true/estimated std, clean floor, "
+        "error) to this CSV file, to see which photos fail and why",
+    )
     args = ap.parse_args(argv)
     import torch
 
@@ -252,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     t = single_image_table(photos, BrooksSampler(), args.draws, pb, args.seed + 1, args.estimator)
     rows.append((f"Brooks (low noise), prefilter {pb:g}", t))
     print_single(rows)
+    if args.csv:
+        write_samples_csv(args.csv, rows)
+        print(f"per-sample errors written to {args.csv}")
     if not args.skip_flats:
         photon_transfer_table(args.seed)
     return 0
