@@ -68,23 +68,33 @@ def load_photos(folder: str | None, limit: int | None) -> list[tuple[str, np.nda
     return bundled_photos(limit)
 
 
-def oracle_estimate(noisy: np.ndarray, clean: np.ndarray, frac: float = 0.1, block: int = 8) -> tuple:
+def oracle_estimate(
+    noisy: np.ndarray, clean: np.ndarray, frac: float = 0.1, block: int = 8, detail: str = "cfa"
+) -> tuple:
     """Diagnostic upper bound for any homogeneity-selecting estimator: per signal-level bin, the mean
     noise statistic of the ``frac`` flattest tiles, flatness judged on the *noise-free* mosaic (which no
     real estimator sees), then the same NNLS fit. What remains is the photo's own texture/grain in its
-    flattest regions. Returns (λshot, λread) in [0, 1] units."""
-    from rawrcl.calibration.single_image import fit_nlf, tile_statistics
+    flattest regions. ``detail`` is the estimator's noise detail: "cfa" (the cross-colour residual,
+    predictors fitted on the noisy mosaic and applied to both) or "plane" (the same-plane high-pass).
+    Returns (λshot, λread) in [0, 1] units."""
+    from rawrcl.calibration.cfa_residual import apply_predictor, cfa_residual
+    from rawrcl.calibration.single_image import _tile_reduce, fit_nlf, tile_statistics
 
     from rawrcl.cfa import pack
 
-    pn, pc = pack(noisy, "RGGB"), pack(clean, "RGGB")
-    mu, vn, vc = (
-        np.concatenate(v)
-        for v in zip(
-            *[(*tile_statistics(pn[c], block)[:2], tile_statistics(pc[c], block)[1]) for c in range(4)],
-            strict=True,
-        )
-    )
+    if detail == "cfa":
+        dn, m, weights = cfa_residual(noisy)
+        dc, _ = apply_predictor(clean, weights)
+        pd, pm, pcl = (pack(a, "RGGB")[:, 2:-2, 2:-2] for a in (dn, m, dc))
+        stats = []
+        for c in range(4):
+            zero = np.zeros_like(pd[c])
+            mu_c, vn_c, _ = _tile_reduce(pd[c], pm[c], zero, block, "mean")
+            stats.append((mu_c, vn_c, _tile_reduce(pcl[c], zero, zero, block, "mean")[1]))
+    else:
+        pn, pc = pack(noisy, "RGGB"), pack(clean, "RGGB")
+        stats = [(*tile_statistics(pn[c], block)[:2], tile_statistics(pc[c], block)[1]) for c in range(4)]
+    mu, vn, vc = (np.concatenate(v) for v in zip(*stats, strict=True))
     edges = np.quantile(mu, np.linspace(0, 1, 13))
     idx = np.clip(np.searchsorted(edges, mu) - 1, 0, 11)
     m, v, n = [], [], []

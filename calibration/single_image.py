@@ -2,7 +2,14 @@
 
 Method (in the spirit of Foi et al. 2008 and darktable's noise profiler, own implementation):
 
-1. Per packed CFA plane P (h, w), a separable high-pass ``d = (k ⊗ k) * P / Σk²`` with k the
+1. The noise detail (``detail="cfa"``, default; :mod:`.cfa_residual`): every sample minus its prediction
+   by a linear predictor of its 7×7 neighbourhood of all four CFA sites (``radius=3``), fitted to the
+   image by least squares under constraints that cancel flat patches of any colour and linear ramps,
+   divided by √(1 + Σw²). Texture shared by the colours is predicted from the other sites one pixel
+   away, so far less of it reaches the statistic than with a same-plane high-pass; noise passes with
+   unit gain and ``E[d²] = λshot · m + λread`` with m the w²-weighted local mean.
+   ``detail="plane"`` (and :func:`estimate_plane`, which sees one plane only): per packed CFA plane P
+   (h, w), a separable high-pass ``d = (k ⊗ k) * P / Σk²`` with k the
    4th-order finite difference [1, −4, 6, −4, 1] (``order=4``, default; ``order=2`` gives
    Immerkær's [1, −2, 1] kernel) annihilates every signal that is locally a polynomial of degree
    < 4 in one direction, keeps white noise with unit gain, and passes little natural-image texture
@@ -20,14 +27,16 @@ Method (in the spirit of Foi et al. 2008 and darktable's noise profiler, own imp
    tiles): within equal-count bins of tile mean, only the ``texture_keep`` fraction of tiles with the
    least coarse-scale structure (:func:`coarse_texture`: squared 3-px differences of the plane
    low-passed by a Gaussian of σ = 1.5 px, a band that does not overlap the noise high-pass) is kept.
-   On unfiltered CBSD68 mosaics this lowered the median error at x = 0.5 from 16.9 % to 15.1 %.
+   On unfiltered CBSD68 mosaics (plane detail) this lowered the median error at x = 0.5 from 16.9 % to
+   15.1 %.
 4. Tiles are binned by mean (equal counts). In each bin the ``quantile``-th lowest tile variance is
    taken (the most homogeneous tiles) and divided by the same quantile of pure-noise tiles, measured
-   by Monte Carlo for the same tile size and kernel (a fixed-seed table), which makes it unbiased for
-   Gaussian noise. A second pass normalises each tile by the first fit before taking the quantile
-   (wide bins do not bias it) and, with ``mixture=True``, corrects for the fraction π of tiles that
-   look like pure noise: if only π of the tiles are homogeneous, the q-quantile of all tiles is the
-   (q/π)-quantile of the homogeneous ones; π is identified from the ratio of two low quantiles.
+   by Monte Carlo for the same tile size and detail (fixed-seed white noise through the same kernel or
+   the image's own predictors), which makes it unbiased for Gaussian noise. A second pass normalises
+   each tile by the first fit before taking the quantile (wide bins do not bias it) and, with
+   ``mixture=True``, corrects for the fraction π of tiles that look like pure noise: if only π of the
+   tiles are homogeneous, the q-quantile of all tiles is the (q/π)-quantile of the homogeneous ones;
+   π is identified from the ratio of two low quantiles.
 5. var = λshot · mean + λread is fitted by iteratively re-weighted non-negative least squares
    (weights n / var², and an asymmetric Tukey biweight on robustly centred residuals — tuning 2.5
    above the line, 4.685 below, since texture only adds variance), so λ ≥ 0. The uncertainty is a
@@ -50,9 +59,10 @@ from functools import lru_cache
 import numpy as np
 from scipy.optimize import nnls
 
-from rawrcl.cfa import CHANNELS, check_pattern, pack
+from rawrcl.cfa import CHANNELS, check_pattern, pack, unpack
 from rawrcl.errors import RawrclError
 
+from .cfa_residual import cfa_residual, pure_noise_residuals, window_touches
 from .pca_noise import binned_pca_variance, extract_patches
 from .result import CalibrationResult, PlaneBins
 
@@ -74,6 +84,9 @@ DEFAULTS = {
     "texture_keep": 0.5,
     "texture_scale": 3,
     "texture_min_tiles": 300,
+    "detail": "cfa",
+    "radius": 3,
+    "fit_samples": 200000,
 }
 
 
@@ -124,10 +137,20 @@ def _blocks(a: np.ndarray, b: int) -> np.ndarray:
     return a.reshape(nh, b, nw, b).transpose(0, 2, 1, 3).reshape(nh * nw, b * b)
 
 
+def _tile_reduce(
+    d: np.ndarray, m: np.ndarray, clipped: np.ndarray, block: int, tile_stat: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-tile (mean of m, mean or median of d², clipped fraction) of aligned (h, w) maps."""
+    dd = _blocks(d * d, block)
+    v = dd.mean(axis=1) if tile_stat == "mean" else np.median(dd, axis=1)
+    return _blocks(m, block).mean(axis=1), v, _blocks(clipped, block).mean(axis=1)
+
+
 def tile_statistics(
     plane: np.ndarray, block: int = 8, tile_stat: str = "mean", order: int = 4
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-tile (mean, noise variance estimate, clipped flag) of one packed plane (h, w) in [0, 1].
+    """Per-tile (mean, noise variance estimate, clipped flag) of one packed plane (h, w) in [0, 1],
+    with the same-plane high-pass of :func:`_detail` (``detail="plane"``).
 
     Returns three 1-D arrays of length n_tiles: weighted local mean ([0, 1]), mean(d²) ([0, 1]²),
     and the fraction of the tile's (centre) samples that are clipped (≤ 0 or ≥ 1).
@@ -135,14 +158,7 @@ def tile_statistics(
     d, m = _detail(plane, order)
     a = order // 2
     c = clipped_mask(plane)[a : a + d.shape[0], a : a + d.shape[1]]
-    v = (
-        _blocks(d * d, block).mean(axis=1)
-        if tile_stat == "mean"
-        else np.median(_blocks(d * d, block), axis=1)
-    )
-    mu = _blocks(m, block).mean(axis=1)
-    cl = _blocks(c, block).mean(axis=1)
-    return mu, v, cl
+    return _tile_reduce(d, m, c, block, tile_stat)
 
 
 @lru_cache(maxsize=32)
@@ -156,20 +172,18 @@ def _pure_noise_tiles(block: int, tile_stat: str = "mean", order: int = 4) -> np
 
 
 def pure_noise_quantile(block: int, quantile: float, tile_stat: str = "mean", order: int = 4) -> float:
-    """The ``quantile`` of a tile's noise statistic for unit-variance white Gaussian noise."""
+    """The ``quantile`` of a tile's same-plane noise statistic for unit-variance white Gaussian noise."""
     return float(np.quantile(_pure_noise_tiles(block, tile_stat, order), quantile))
 
 
-def homogeneous_fraction(
-    r: np.ndarray, block: int, tile_stat: str = "mean", order: int = 4, p: tuple = (0.02, 0.1)
-) -> float:
+def homogeneous_fraction(r: np.ndarray, ref: np.ndarray, p: tuple = (0.02, 0.1)) -> float:
     """Fraction π of tiles that look like pure noise, from the shape of the lower tail.
 
-    ``r`` are tile statistics normalised by a noise model (any constant scale). Model: the lower tail
-    of r follows π·F(r/s) with F the pure-noise distribution; the ratio of two low quantiles of r,
-    F⁻¹(p₂/π)/F⁻¹(p₁/π), identifies π (textured tiles only populate the upper part).
+    ``r`` are tile statistics normalised by a noise model (any constant scale); ``ref`` the statistic
+    of pure-noise tiles (same tile size and detail). Model: the lower tail of r follows π·F(r/s) with F
+    the pure-noise distribution; the ratio of two low quantiles of r, F⁻¹(p₂/π)/F⁻¹(p₁/π), identifies π
+    (textured tiles only populate the upper part).
     """
-    ref = _pure_noise_tiles(block, tile_stat, order)
     if r.size < 20:
         return 1.0
     ratio = np.quantile(r, p[1]) / max(np.quantile(r, p[0]), 1e-30)
@@ -252,26 +266,26 @@ def _fit_tiles(
     mu: np.ndarray,
     v: np.ndarray,
     q: float,
-    cq: float,
+    ref: np.ndarray,
     min_count: int,
     max_bins: int,
-    block: int,
-    tile_stat: str,
     mixture: bool,
-    order: int = 4,
 ) -> tuple[float, float, PlaneBins]:
+    """Binned lower-quantile fit of tile statistics ``v`` against tile means ``mu``; ``ref`` is the sorted
+    statistic of pure-noise tiles (same tile size and detail), which makes the quantile unbiased."""
     n = mu.size
     nb = int(min(max_bins, max(2, n // min_count)))
     edges = np.quantile(mu, np.linspace(0, 1, nb + 1))
     edges[0], edges[-1] = -np.inf, np.inf
     edges = np.unique(edges)
+    cq = float(np.quantile(ref, q))
     m, var, cnt = _binned(mu, v, edges, q, cq, None)
     ls, lr, rob = fit_nlf(m, var, cnt)
     model = np.maximum(ls * np.maximum(mu, 0) + lr, 1e-20)
     if ls + lr > 0:
         if mixture:
-            pi = homogeneous_fraction(v / model, block, tile_stat, order)
-            cq = pure_noise_quantile(block, min(q / pi, 0.5), tile_stat, order)
+            pi = homogeneous_fraction(v / model, ref)
+            cq = float(np.quantile(ref, min(q / pi, 0.5)))
         m, var, cnt = _binned(mu, v, edges, q, cq, model)
         ls, lr, rob = fit_nlf(m, var, cnt)
     return ls, lr, PlaneBins(mean=m, var=var, count=cnt, used=rob > 0.05)
@@ -321,14 +335,21 @@ def _plane_tiles(
     texture_scale: int = 3,
     max_bins: int = 24,
     texture_min_tiles: int = 300,
+    detail: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ):
+    """Usable (tile mean, tile statistic) of one packed plane (h, w). ``detail`` = (d, m, clipped), each
+    (h − order, w − order) and aligned like :func:`_detail`'s output, replaces the same-plane high-pass
+    (the cross-colour residual of :mod:`.cfa_residual`)."""
     plane = np.asarray(plane, dtype=np.float64)
     if plane.ndim != 2 or min(plane.shape) < 2 * block + order:
         raise RawrclError(
             f"{name}: plane of shape {plane.shape} is too small for a noise estimate "
             f"(need at least {2 * block + order}×{2 * block + order} per CFA plane)"
         )
-    mu, v, cl = tile_statistics(plane, block, tile_stat, order)
+    if detail is None:
+        mu, v, cl = tile_statistics(plane, block, tile_stat, order)
+    else:
+        mu, v, cl = _tile_reduce(*detail, block, tile_stat)
     keep = (cl <= max_clipped) & np.isfinite(v) & np.isfinite(mu)
     if keep.sum() < 2 * min_count:
         frac = float((cl > max_clipped).mean())
@@ -343,7 +364,7 @@ def _plane_tiles(
         )
     mu, v = mu[keep], v[keep]
     if texture_keep < 1 and mu.size >= texture_min_tiles:
-        t = coarse_texture(plane, block, order, texture_scale)[keep]
+        t = coarse_texture(plane, block, order if detail is None else 2 * _CFA_CROP, texture_scale)[keep]
         nb = int(min(max_bins, max(2, mu.size // (2 * min_count))))
         sel = _texture_filter(mu, t, texture_keep, nb)
         mu, v = mu[sel], v[sel]
@@ -351,21 +372,9 @@ def _plane_tiles(
 
 
 def _fit_with_bootstrap(
-    mu: np.ndarray, v: np.ndarray, settings: dict, bootstrap: int, seed: int
+    mu: np.ndarray, v: np.ndarray, settings: dict, ref: np.ndarray, bootstrap: int, seed: int
 ) -> tuple[tuple[float, float], tuple[float, float], PlaneBins]:
-    block, quantile, tile_stat = settings["block"], settings["quantile"], settings["tile_stat"]
-    order = settings["order"]
-    cq = pure_noise_quantile(block, quantile, tile_stat, order)
-    args = (
-        quantile,
-        cq,
-        settings["min_count"],
-        settings["max_bins"],
-        block,
-        tile_stat,
-        settings["mixture"],
-        order,
-    )
+    args = (settings["quantile"], ref, settings["min_count"], settings["max_bins"], settings["mixture"])
     ls, lr, bins = _fit_tiles(mu, v, *args)
     err = (0.0, 0.0)
     if bootstrap > 0:
@@ -394,6 +403,10 @@ def _settings(kwargs: dict) -> dict:
     unknown = set(kwargs) - set(DEFAULTS)
     if kwargs.get("estimator", "pca") not in ("pca", "tiles"):
         raise RawrclError(f"estimator must be 'pca' or 'tiles', got {kwargs['estimator']!r}")
+    if kwargs.get("detail", "cfa") not in ("cfa", "plane"):
+        raise RawrclError(f"detail must be 'cfa' or 'plane', got {kwargs['detail']!r}")
+    if not 1 <= int(kwargs.get("radius", 3)) <= _CFA_CROP * 2:
+        raise RawrclError(f"radius must be between 1 and {_CFA_CROP * 2}, got {kwargs['radius']!r}")
     if unknown:
         raise TypeError(f"unknown estimator settings: {sorted(unknown)}")
     return {**DEFAULTS, **kwargs}
@@ -461,6 +474,36 @@ def _pca_with_bootstrap(mu, x, g, st: dict, seed: int):
     return (ls, lr), err, bins
 
 
+#: margin (packed pixels) that the cross-colour residual planes are cropped by, like the order-4 detail,
+#: so their tiles align with :func:`coarse_texture`'s; it allows windows of radius ≤ 4 mosaic pixels.
+_CFA_CROP = 2
+
+
+def _cfa_details(packed: np.ndarray, st: dict) -> tuple[list[tuple], list[np.ndarray]]:
+    """Cross-colour residual of a packed mosaic (4, h, w): per plane (d, m, clipped) cropped by
+    :data:`_CFA_CROP` (the layout :func:`_plane_tiles` takes), and per plane the sorted statistic of
+    pure-noise tiles through the same predictors (Monte Carlo, fixed seed)."""
+    radius, block, c = int(st["radius"]), st["block"], _CFA_CROP
+    h, w = packed.shape[1:]
+    if min(h, w) < 2 * block + 2 * c:
+        return [None] * 4, None  # too small: _plane_tiles reports it
+    mosaic = unpack(packed.astype(np.float64), "RGGB")
+    clipped = unpack(np.stack([clipped_mask(p) for p in packed]), "RGGB")
+    d, m, weights = cfa_residual(mosaic, radius, st["fit_samples"], clipped)
+    bad = window_touches(clipped, radius) | ~np.isfinite(d)
+    crop = (slice(None), slice(c, h - c), slice(c, w - c))
+    dp, mp, bp = (pack(a, "RGGB")[crop] for a in (d, m, bad.astype(np.float64)))
+    details = [(np.nan_to_num(dp[i]), np.nan_to_num(mp[i]), bp[i]) for i in range(4)]
+    refs = [[] for _ in range(4)]
+    for f in pure_noise_residuals(weights, radius):
+        fp = pack(f, "RGGB")[crop]
+        for i in range(4):
+            nan = np.isnan(fp[i]).astype(np.float64)
+            _, v, cl = _tile_reduce(fp[i], nan, nan, block, st["tile_stat"])
+            refs[i].append(v[cl == 0])
+    return details, [np.sort(np.concatenate(r)) for r in refs]
+
+
 def estimate_plane(
     plane: np.ndarray, *, seed: int = 0, name: str = "plane", **settings
 ) -> tuple[tuple[float, float], tuple[float, float], PlaneBins]:
@@ -477,7 +520,8 @@ def estimate_plane(
     if st["estimator"] == "pca":
         return _pca_with_bootstrap(*_plane_patches(plane, st, name), st, seed)
     mu, v = _plane_tiles(plane, name=name, **_tile_args(st))
-    return _fit_with_bootstrap(mu, v, st, st["bootstrap"], seed)
+    ref = _pure_noise_tiles(st["block"], st["tile_stat"], st["order"])
+    return _fit_with_bootstrap(mu, v, st, ref, st["bootstrap"], seed)
 
 
 def estimate_packed(packed: np.ndarray, *, name: str = "image", **settings) -> CalibrationResult:
@@ -489,6 +533,9 @@ def estimate_packed(packed: np.ndarray, *, name: str = "image", **settings) -> C
     planes share their parameters, as the CFA planes of one sensor do in normalised units).
     ``settings`` override :data:`DEFAULTS`. Status ``"low-confidence"`` when the bootstrap relative
     uncertainty of the plane-average noise std at x = 0.1 or 0.5 exceeds 25 %.
+    ``extra["signal_range"]`` is [lowest, highest] per-plane bin mean ([0, 1] units): the signal levels
+    the fit saw; the predicted std outside it is an extrapolation of the line (and most sensitive to
+    texture, which steepens the slope).
     """
     st = _settings(settings)
     packed = np.asarray(packed)
@@ -502,17 +549,23 @@ def estimate_packed(packed: np.ndarray, *, name: str = "image", **settings) -> C
             lam, err, bins = _pca_with_bootstrap(*parts[i], st, seed=i)
             res.per_plane[c], res.per_plane_err[c], res.bins[c] = lam, err, bins
         lam, err, _ = _pca_with_bootstrap(*(np.concatenate(v) for v in zip(*parts, strict=True)), st, seed=4)
-    for i, c in enumerate(CHANNELS if st["estimator"] != "pca" else ()):
-        mu, v = _plane_tiles(packed[i], name=name, **_tile_args(st))
-        lam, err, bins = _fit_with_bootstrap(mu, v, st, st["bootstrap"], seed=i)
-        res.per_plane[c], res.per_plane_err[c], res.bins[c] = lam, err, bins
-        all_mu.append(mu)
-        all_v.append(v)
     if st["estimator"] != "pca":
+        details, refs = _cfa_details(packed, st) if st["detail"] == "cfa" else ([None] * 4, None)
+        if refs is None:
+            refs = [_pure_noise_tiles(st["block"], st["tile_stat"], st["order"])] * 4
+        for i, c in enumerate(CHANNELS):
+            mu, v = _plane_tiles(packed[i], name=name, detail=details[i], **_tile_args(st))
+            lam, err, bins = _fit_with_bootstrap(mu, v, st, refs[i], st["bootstrap"], seed=i)
+            res.per_plane[c], res.per_plane_err[c], res.bins[c] = lam, err, bins
+            all_mu.append(mu)
+            all_v.append(v)
+        ref = np.sort(np.concatenate(refs))
         lam, err, _ = _fit_with_bootstrap(
-            np.concatenate(all_mu), np.concatenate(all_v), st, st["bootstrap"], seed=4
+            np.concatenate(all_mu), np.concatenate(all_v), st, ref, st["bootstrap"], seed=4
         )
     res.pooled, res.pooled_err = lam, err
+    mu_all = np.concatenate([b.mean for b in res.bins.values()])
+    res.extra["signal_range"] = [float(mu_all.min()), float(mu_all.max())]
     rel = []
     for x in (0.1, 0.5):
         var = lam[0] * x + lam[1]

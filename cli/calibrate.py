@@ -33,6 +33,9 @@ def _text(d: dict) -> str:
         fw = {c: (f"{v:.3f}" if v is not None else "not reached") for c, v in ex["full_well"].items()}
         lines.append("  linear range " + ", ".join(f"{c} [{a:.3f}, {b:.3f}]" for c, (a, b) in lr_.items()))
         lines.append("  full well    " + ", ".join(f"{c} {v}" for c, v in fw.items()))
+    if "signal_range" in ex:
+        a, b = ex["signal_range"]
+        lines.append(f"  fitted on signal levels x ∈ [{a:.3f}, {b:.3f}]; outside: extrapolated")
     if ex.get("fallback"):
         lines.append("  (no NoiseProfile in the file: single-image estimate)")
     lines.append("  units: [0,1] after black/white level; variance = λshot·x + λread")
@@ -65,6 +68,15 @@ def _plot_path(base: Path, n: int, i: int, src: str | None) -> Path:
     "(experimental: noise-subspace eigenvalues of 5×5 patches; docs/calibration.md compares them).",
 )
 @click.option(
+    "--detail",
+    type=click.Choice(["cfa", "plane"]),
+    default="cfa",
+    show_default=True,
+    help="Noise detail of the tiles estimator: cfa (residual of a cross-colour linear predictor fitted "
+    "to the image: texture shared by the colours cancels) or plane (same-colour high-pass per CFA "
+    "plane; for mosaics whose colour planes are not spatially aligned).",
+)
+@click.option(
     "--flats",
     type=click.Path(file_okay=False, path_type=str),
     help="Folder of flat frames (two per exposure level) for photon transfer.",
@@ -92,6 +104,7 @@ def calibrate(
     files: tuple[str, ...],
     method: str,
     estimator: str,
+    detail: str,
     flats: str | None,
     darks: str | None,
     as_json: bool,
@@ -131,7 +144,7 @@ def calibrate(
     else:
         for path in files:
             try:
-                results.append(calibrate_file(path, method, estimator=estimator))
+                results.append(calibrate_file(path, method, estimator=estimator, detail=detail))
             except RawrclError as exc:
                 errors[len(results)] = str(exc)
                 click.echo(f"rawrcl: error: {exc}", err=True)

@@ -84,6 +84,93 @@ def test_single_image_smooth_scene(ls, lr):
     assert res.method == "image" and set(res.bins) == {"R", "G1", "G2", "B"}
 
 
+def test_single_image_reports_the_fitted_signal_range():
+    """``extra["signal_range"]`` spans the bin means the fit saw: a scene darker than 0.3 reports a
+    range ending below 0.3 (so x = 0.5 is flagged as extrapolated), the full scene reaches past 0.6."""
+    rng = np.random.default_rng(5)
+    dark = estimate_mosaic(add_noise(0.3 * _smooth_scene(), 1e-3, 1e-5, rng), "RGGB", bootstrap=0)
+    lo, hi = dark.extra["signal_range"]
+    assert 0 <= lo < 0.05 and 0.15 < hi < 0.3
+    full = estimate_mosaic(add_noise(_smooth_scene(), 1e-3, 1e-5, rng), "RGGB", bootstrap=0)
+    assert full.extra["signal_range"][1] > 0.6
+    assert json.loads(json.dumps(full.to_dict()))["extra"]["signal_range"] == full.extra["signal_range"]
+
+
+def _grey_texture_mosaic(seed: int = 0, size: int = 384) -> np.ndarray:
+    """Pixel-scale luminance texture (white noise blurred by σ = 1 px, × 0.3: ±8 % of the local level)
+    on a horizontal ramp 0.1 → 0.7, seen through per-site gains 0.5, 1, 1, 0.6 (an RGGB sensor under a
+    white-balance-like illuminant)."""
+    from scipy.ndimage import gaussian_filter
+
+    rng = np.random.default_rng(seed)
+    ramp = 0.1 + 0.6 * np.linspace(0, 1, size)[None, :]
+    lum = ramp * (1 + 0.3 * gaussian_filter(rng.standard_normal((size, size)), 1.0))
+    gains = np.empty((size, size))
+    gains[0::2, 0::2], gains[0::2, 1::2], gains[1::2, 0::2], gains[1::2, 1::2] = 0.5, 1.0, 1.0, 0.6
+    return lum * gains
+
+
+def test_cfa_predictor_constraints_flat_patches_and_unit_noise_gain():
+    from rawrcl.calibration.cfa_residual import (
+        SITES,
+        _constraints,
+        apply_predictor,
+        cfa_residual,
+        offsets,
+    )
+
+    d, m, weights = cfa_residual(_grey_texture_mosaic(), radius=3)
+    for site, w in zip(SITES, weights, strict=True):
+        c, b = _constraints(site, offsets(3))
+        np.testing.assert_allclose(c @ w, b, atol=1e-9)
+    # a flat patch of four different site levels (any white balance, green imbalance) predicts itself
+    flat = np.empty((64, 64))
+    flat[0::2, 0::2], flat[0::2, 1::2], flat[1::2, 0::2], flat[1::2, 1::2] = 0.2, 0.5, 0.52, 0.3
+    df, mf = apply_predictor(flat, weights, 3)
+    assert np.nanmax(np.abs(df)) < 1e-12 and np.isnan(df[:3]).all() and np.isfinite(df[3:-3, 3:-3]).all()
+    # the weighted mean of a flat site is its level
+    assert np.nanmax(np.abs(mf[3:-3:2, 3:-3:2] - flat[3:-3:2, 3:-3:2])) < 0.2
+    # unit gain for white noise: E[d²] = 1 on every site
+    noise = np.random.default_rng(1).standard_normal((512, 512))
+    dn, _ = apply_predictor(noise, weights, 3)
+    for py, px in SITES:
+        assert np.nanmean(dn[py::2, px::2] ** 2) == pytest.approx(1.0, rel=0.03)
+
+
+def test_cfa_detail_cancels_luminance_texture():
+    """Texture shared by the colours is predicted from the other sites: on a noise-free grey-texture
+    mosaic the cross-colour residual keeps < 1 % of the same-plane high-pass energy, and with weak
+    noise on top ``detail="cfa"`` is within 10 % (what the neighbours cannot predict still adds a few
+    percent) where ``detail="plane"`` is > 30 % high."""
+    from rawrcl.calibration.cfa_residual import cfa_residual
+    from rawrcl.calibration.single_image import tile_statistics
+
+    from rawrcl.cfa import pack
+
+    clean = _grey_texture_mosaic()
+    d, _, _ = cfa_residual(clean)
+    for i in range(4):
+        plane_energy = np.median(tile_statistics(pack(clean, "RGGB")[i])[1])
+        assert np.nanmedian(pack(d, "RGGB")[i] ** 2) < 0.01 * plane_energy
+    ls, lr = 2e-4, 1e-6
+    noisy = add_noise(clean, ls, lr, np.random.default_rng(2))
+    cfa = estimate_mosaic(noisy, "RGGB", bootstrap=0)
+    plane = estimate_mosaic(noisy, "RGGB", bootstrap=0, detail="plane")
+    for x in (0.1, 0.5):
+        assert cfa.std_at(x) == pytest.approx(_std(ls, lr, x), rel=0.10)
+        assert plane.std_at(x) > 1.3 * _std(ls, lr, x)
+
+
+def test_single_image_settings_are_checked():
+    noisy = add_noise(_smooth_scene(), 1e-3, 1e-5, np.random.default_rng(0))
+    with pytest.raises(RawrclError, match="detail"):
+        estimate_mosaic(noisy, "RGGB", detail="wavelet")
+    with pytest.raises(RawrclError, match="radius"):
+        estimate_mosaic(noisy, "RGGB", radius=5)
+    with pytest.raises(TypeError, match="unknown"):
+        estimate_mosaic(noisy, "RGGB", blocksize=4)
+
+
 def test_texture_filter_keeps_the_flat_tiles():
     """The coarse-scale structure measure tells edges from noise: on a plane whose lower half is
     covered with steps (random 6-px blocks), the kept tiles come from the flat half."""
@@ -330,6 +417,11 @@ def test_cli_estimator_option(tmp_path):
     (o,) = json.loads(res.output)
     assert o["extra"]["settings"]["estimator"] == "pca"
     assert o["lambda_shot"] == pytest.approx(2e-3, rel=0.25)
+    res = _cli(["calibrate", str(b), "--method", "image"])
+    assert res.exit_code == 0 and "fitted on signal levels x ∈ [" in res.output, res.output
+    res = _cli(["calibrate", str(b), "--method", "image", "--detail", "plane", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)[0]["extra"]["settings"]["detail"] == "plane"
 
 
 def test_cli_bad_inputs(tmp_path):
