@@ -12,8 +12,8 @@ make it blind to what carries no noise information:
 What is left of the scene is the part of its texture that the neighbours cannot predict. Natural texture
 is mostly shared by the colour channels (luminance), so samples of the other sites one pixel away predict
 much of what a same-site high-pass, which only sees samples two pixels away, cannot: on CBSD68-simulated
-mosaics the single-image errors drop by a third to a half against the same-plane detail
-(docs/calibration.md).
+mosaics the single-image errors drop by about a third against the same-plane detail, by half on
+low-noise (Brooks-range) rows (docs/calibration.md).
 Independent noise passes with gain ``g = 1 + Σ wⱼ²``; the residual is divided by √g, so for noise of
 variance ``λshot·x + λread`` its expected square is ``λshot·m + λread`` exactly, with the weighted local
 mean ``m = (x₀ + Σ wⱼ² xⱼ) / g``.
@@ -155,7 +155,8 @@ def _noise_fields(side: int, count: int) -> tuple[np.ndarray, ...]:
     return tuple(rng.standard_normal((side, side)) for _ in range(count))
 
 
-def pure_noise_residuals(weights: list[np.ndarray], radius: int = 3, side: int = 520, count: int = 2):
+def pure_noise_residuals(weights: list[np.ndarray], radius: int = 3, side: int = 520, count: int = 4):
     """The residual ``d`` (H, W) of unit-variance white noise through the given predictors, for the
-    Monte Carlo quantile tables of the tile statistic (fixed seed; ``count`` fields of ``side``²)."""
+    Monte Carlo quantile tables of the tile statistic (fixed seed; ``count`` fields of ``side``²: with
+    8×8 tiles, 4 096 pure-noise tiles per site)."""
     return [apply_predictor(f, weights, radius)[0] for f in _noise_fields(side, count)]

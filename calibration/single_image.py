@@ -531,7 +531,10 @@ def estimate_packed(packed: np.ndarray, *, name: str = "image", **settings) -> C
     scalars (``lambda_shot``, ``lambda_read``) come from a joint fit over the tiles of all four
     planes (``pooled``; 4× the data, so a steadier lower envelope — it equals the average when the
     planes share their parameters, as the CFA planes of one sensor do in normalised units).
-    ``settings`` override :data:`DEFAULTS`. Status ``"low-confidence"`` when the bootstrap relative
+    ``settings`` override :data:`DEFAULTS`; for the tiles estimator, ``detail`` "cfa" (default: the
+    cross-colour prediction residual of :mod:`.cfa_residual`, window ``radius`` mosaic pixels, fitted on
+    at most ``fit_samples`` centres per site) or "plane" (same-plane high-pass of order ``order``).
+    Status ``"low-confidence"`` when the bootstrap relative
     uncertainty of the plane-average noise std at x = 0.1 or 0.5 exceeds 25 %.
     ``extra["signal_range"]`` is [lowest, highest] per-plane bin mean ([0, 1] units): the signal levels
     the fit saw; the predicted std outside it is an extrapolation of the line (and most sensitive to
