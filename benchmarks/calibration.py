@@ -78,14 +78,15 @@ def oracle_estimate(
     predictors fitted on the noisy mosaic and applied to both) or "plane" (the same-plane high-pass).
     Returns (λshot, λread) in [0, 1] units."""
     from rawrcl.calibration.cfa_residual import apply_predictor, cfa_residual
-    from rawrcl.calibration.single_image import _tile_reduce, fit_nlf, tile_statistics
+    from rawrcl.calibration.single_image import _CFA_CROP, _tile_reduce, fit_nlf, tile_statistics
 
     from rawrcl.cfa import pack
 
     if detail == "cfa":
         dn, m, weights = cfa_residual(noisy)
         dc, _ = apply_predictor(clean, weights)
-        pd, pm, pcl = (pack(a, "RGGB")[:, 2:-2, 2:-2] for a in (dn, m, dc))
+        crop = (slice(None), slice(_CFA_CROP, -_CFA_CROP), slice(_CFA_CROP, -_CFA_CROP))
+        pd, pm, pcl = (pack(a, "RGGB")[crop] for a in (dn, m, dc))
         stats = []
         for c in range(4):
             zero = np.zeros_like(pd[c])

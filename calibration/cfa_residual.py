@@ -135,15 +135,14 @@ def window_touches(mask: np.ndarray, radius: int) -> np.ndarray:
 
 
 def cfa_residual(
-    cfa: np.ndarray, radius: int = 3, max_samples: int = 200_000, clipped: np.ndarray | None = None
+    cfa: np.ndarray, radius: int = 3, max_samples: int = 200_000, exclude: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     """Fit the four site predictors on ``cfa`` (H, W) and return ``(d, m, weights)``: the unit-gain
-    residual and weighted mean, (H, W) each (NaN at the borders), and the four weight vectors. Centres
-    whose window touches a ``clipped`` sample are left out of the fit."""
+    residual and weighted mean, (H, W) each (NaN at the borders), and the four weight vectors.
+    ``exclude`` (H, W) bool marks centres left out of the fit, e.g. ``window_touches(clipped, radius)``."""
     cfa = np.asarray(cfa, dtype=np.float64)
     if cfa.ndim != 2:
         raise RawrclError(f"expected a Bayer mosaic (H, W), got shape {cfa.shape}")
-    exclude = None if clipped is None else window_touches(clipped, radius)
     weights = [fit_predictor(cfa, s, radius, max_samples, exclude) for s in SITES]
     d, m = apply_predictor(cfa, weights, radius)
     return d, m, weights

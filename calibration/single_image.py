@@ -171,11 +171,6 @@ def _pure_noise_tiles(block: int, tile_stat: str = "mean", order: int = 4) -> np
     return np.sort(np.concatenate(vals))
 
 
-def pure_noise_quantile(block: int, quantile: float, tile_stat: str = "mean", order: int = 4) -> float:
-    """The ``quantile`` of a tile's same-plane noise statistic for unit-variance white Gaussian noise."""
-    return float(np.quantile(_pure_noise_tiles(block, tile_stat, order), quantile))
-
-
 def homogeneous_fraction(r: np.ndarray, ref: np.ndarray, p: tuple = (0.02, 0.1)) -> float:
     """Fraction π of tiles that look like pure noise, from the shape of the lower tail.
 
@@ -479,18 +474,19 @@ def _pca_with_bootstrap(mu, x, g, st: dict, seed: int):
 _CFA_CROP = 2
 
 
-def _cfa_details(packed: np.ndarray, st: dict) -> tuple[list[tuple], list[np.ndarray]]:
+def _cfa_details(packed: np.ndarray, st: dict) -> tuple[list[tuple], list[np.ndarray]] | None:
     """Cross-colour residual of a packed mosaic (4, h, w): per plane (d, m, clipped) cropped by
     :data:`_CFA_CROP` (the layout :func:`_plane_tiles` takes), and per plane the sorted statistic of
-    pure-noise tiles through the same predictors (Monte Carlo, fixed seed)."""
+    pure-noise tiles through the same predictors (Monte Carlo, fixed seed). None when the planes are too
+    small to tile (then :func:`_plane_tiles` reports it)."""
     radius, block, c = int(st["radius"]), st["block"], _CFA_CROP
     h, w = packed.shape[1:]
     if min(h, w) < 2 * block + 2 * c:
-        return [None] * 4, None  # too small: _plane_tiles reports it
+        return None
     mosaic = unpack(packed.astype(np.float64), "RGGB")
-    clipped = unpack(np.stack([clipped_mask(p) for p in packed]), "RGGB")
-    d, m, weights = cfa_residual(mosaic, radius, st["fit_samples"], clipped)
-    bad = window_touches(clipped, radius) | ~np.isfinite(d)
+    touched = window_touches(unpack(np.stack([clipped_mask(p) for p in packed]), "RGGB"), radius)
+    d, m, weights = cfa_residual(mosaic, radius, st["fit_samples"], touched)
+    bad = touched | ~np.isfinite(d)
     crop = (slice(None), slice(c, h - c), slice(c, w - c))
     dp, mp, bp = (pack(a, "RGGB")[crop] for a in (d, m, bad.astype(np.float64)))
     details = [(np.nan_to_num(dp[i]), np.nan_to_num(mp[i]), bp[i]) for i in range(4)]
@@ -553,9 +549,10 @@ def estimate_packed(packed: np.ndarray, *, name: str = "image", **settings) -> C
             res.per_plane[c], res.per_plane_err[c], res.bins[c] = lam, err, bins
         lam, err, _ = _pca_with_bootstrap(*(np.concatenate(v) for v in zip(*parts, strict=True)), st, seed=4)
     if st["estimator"] != "pca":
-        details, refs = _cfa_details(packed, st) if st["detail"] == "cfa" else ([None] * 4, None)
-        if refs is None:
-            refs = [_pure_noise_tiles(st["block"], st["tile_stat"], st["order"])] * 4
+        cfa = _cfa_details(packed, st) if st["detail"] == "cfa" else None
+        if cfa is None:  # same-plane detail (or planes too small to tile, which _plane_tiles reports)
+            cfa = [None] * 4, [_pure_noise_tiles(st["block"], st["tile_stat"], st["order"])] * 4
+        details, refs = cfa
         for i, c in enumerate(CHANNELS):
             mu, v = _plane_tiles(packed[i], name=name, detail=details[i], **_tile_args(st))
             lam, err, bins = _fit_with_bootstrap(mu, v, st, refs[i], st["bootstrap"], seed=i)
