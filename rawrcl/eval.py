@@ -314,15 +314,39 @@ def baseline_applies(name: str, task: Task) -> bool:
 
 
 # ----------------------------------------------------------------------------------------- model runner
-def model_predictor(model: torch.nn.Module, task: Task, device: str = "cpu", multiple: int = 1):
+def model_predictor(
+    model: torch.nn.Module,
+    task: Task,
+    device: str = "cpu",
+    multiple: int = 1,
+    self_ensemble: bool = False,
+    noise_of: Callable[[torch.Tensor, dict], Any] | None = None,
+):
     """Wrap a model as ``f(input (C, h, w), task, meta) -> output`` with reflection padding to
-    ``multiple`` (in the input grid; packed RAW stays RGGB-phased) and output cropping (× task.scale)."""
+    ``multiple`` (in the input grid; packed RAW stays RGGB-phased) and output cropping (× task.scale).
+
+    A noise-aware model gets the sample's noise parameters: ``noise_of(input, meta)`` (a
+    :class:`~rawrcl.noise.NoiseModel` or (2, C) tensor), by default the true ones (``meta["noise"]``).
+    ``self_ensemble`` averages over the 8 flips/transposes (:class:`rawrcl.models.SelfEnsemble`)."""
+    from rawrcl.models import SelfEnsemble
+    from rawrcl.models.conditioning import WithNoise, is_noise_aware
+
     model = model.to(device).eval()
+    aware = is_noise_aware(model)
+    noise_of = noise_of or (lambda inp, meta: meta.get("noise"))
 
     def run(inp: torch.Tensor, task_: Task, meta: dict) -> torch.Tensor:
         x, (h, w) = pad_to_multiple(torch.as_tensor(inp).float()[None].to(device), multiple)
+        net = model
+        if aware:
+            noise = noise_of(torch.as_tensor(inp), meta)
+            if noise is None:
+                raise RawrclError("a noise-aware model needs the noise parameters of the test data")
+            net = WithNoise(model, noise, x.shape[1]).to(device)
+        if self_ensemble:
+            net = SelfEnsemble(net)
         with torch.no_grad():
-            y = model(x)[0]
+            y = net(x)[0]
         s = y.shape[-1] // x.shape[-1]
         return y[:, : h * s, : w * s].float().cpu()
 
@@ -393,6 +417,7 @@ def evaluate(
     device: str = "cpu",
     keep_samples: int = 0,
     self_ensemble: bool = False,
+    noise_of: Callable[[torch.Tensor, dict], Any] | None = None,
 ) -> dict:
     """Evaluate a checkpoint / model / classical baseline on a task.
 
@@ -409,6 +434,8 @@ def evaluate(
         ``"samples"`` (not JSON-serialisable; for figures).
     self_ensemble : run a model as :class:`rawrcl.models.SelfEnsemble` (8 flips/transposes averaged;
         8× the time). Not for baselines.
+    noise_of : for noise-aware models, ``f(noisy input, meta) -> NoiseModel`` giving the noise parameters
+        the model is told (default: the true ones the sample was made with).
 
     Returns
     -------
@@ -432,10 +459,8 @@ def evaluate(
             model, _ = load_model(model_or_baseline, t, device)
             label = str(model_or_baseline)
         if self_ensemble:
-            from rawrcl.models import SelfEnsemble
-
-            model, label = SelfEnsemble(model), f"{label} (self-ensemble)"
-        runner = model_predictor(model, t, device)
+            label = f"{label} (self-ensemble)"
+        runner = model_predictor(model, t, device, self_ensemble=self_ensemble, noise_of=noise_of)
     per_image, samples = [], []
     t0 = time.perf_counter()
     for i, (name, img) in enumerate(images):

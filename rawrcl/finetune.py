@@ -49,9 +49,10 @@ class LabelledCrops(torch.utils.data.Dataset):
         square crop before the task degrades it, so the mosaic and noise are synthesised after the
         geometry change and stay correctly phased (8× more distinct labels; off = the paper's protocol).
 
-    Items: ``{"input": (C_in, h, w), "target": (C_out, s·h, s·w), "sigma": ()}`` float32 tensors; ``sigma``
-    is the drawn noise's standard deviation at signal 0.5, √(λshot·0.5 + λread) in [0, 1] units (0 for a
-    noise-free task), for the noise-balanced loss.
+    Items: ``{"input": (C_in, h, w), "target": (C_out, s·h, s·w), "sigma": (), "noise": (2, C_in)}`` float32
+    tensors; ``sigma`` is the drawn noise's standard deviation at signal 0.5, √(λshot·0.5 + λread) in [0, 1]
+    units (0 for a noise-free task), for the noise-balanced loss; ``noise`` its [λshot; λread] per input
+    channel, the input of noise-aware models.
 
     ``keyed = True``: the trainer passes ``(image, sample seed)`` keys with a fresh seed every step, so every
     step sees new crops, noise draws (and cameras, flips); a plain int index would fix one sample per photo.
@@ -98,11 +99,22 @@ class LabelledCrops(torch.utils.data.Dataset):
             patch = np.ascontiguousarray(dihedral(patch, int(rng.integers(0, 8))))
         s = self.task.sample(patch, rng, self.noise)
         nm = s["meta"]["noise"]
-        sigma = 0.0
+        channels = s["input"].shape[0]
+        sigma = sigma_crop = 0.0
+        params = torch.zeros(2, channels)
         if nm is not None:  # plane average for per-channel profiles
             planes = max(np.size(nm.lambda_shot), np.size(nm.lambda_read))
             sigma = float(nm.std(torch.full((planes, 1, 1), 0.5, dtype=torch.float64)).mean())
-        return {"input": s["input"], "target": s["target"], "sigma": torch.tensor(sigma, dtype=torch.float32)}
+            params = nm.params(channels)
+            mean_signal = float(s["target"].clamp_min(0).mean())
+            sigma_crop = float(params[0].mean() * mean_signal + params[1].mean()) ** 0.5
+        return {
+            "input": s["input"],
+            "target": s["target"],
+            "sigma": torch.tensor(sigma, dtype=torch.float32),
+            "sigma_crop": torch.tensor(sigma_crop, dtype=torch.float32),
+            "noise": params,
+        }
 
 
 def select_labels(
@@ -132,11 +144,12 @@ def prepare_model(
     skip: bool = True,
     demosaic: str = "bilinear",
     seed: int = 0,
+    noise_aware: bool = False,
 ) -> tuple[torch.nn.Module, dict]:
     """Model ready for fine-tuning on ``task``; returns (model, info).
 
     ``ckpt == "scratch"`` builds a new model (``arch``, ``width``, ``depth``, U-Net ``skip``, the skip's
-    ``demosaic``) with the task's head, seeded.
+    ``demosaic``, ``noise_aware``) with the task's head, seeded.
     Otherwise the checkpoint (path, run dir, or module) is loaded; ``linear`` replaces its head by a fresh
     ``task.head`` and freezes every other parameter; ``full`` keeps all weights trainable (head replaced
     only if it does not fit the task).
@@ -155,6 +168,7 @@ def prepare_model(
             "depth": depth,
             "skip": skip,
             "demosaic": demosaic,
+            "noise_aware": noise_aware,
         }
         model = build_model({k: v for k, v in cfg.items() if v is not None})
         info = {"source": "scratch", "protocol": "scratch", "head_replaced": False}
@@ -227,7 +241,9 @@ def finetune(
     augment: bool = False,
     grad_clip: float | None = 1.0,
     ema: float | None = None,
-    balance_noise: bool = False,
+    balance_noise: bool | str = False,
+    noise_aware: bool = False,
+    lr_schedule: str = "constant",
 ) -> dict:
     """Fine-tune (or train from scratch) on N labelled photos; returns a summary dict.
 
@@ -238,7 +254,8 @@ def finetune(
     caps the global gradient norm (None: off); logged L1 norms stay within 0.03–0.7, so 1.0 only catches
     spikes (one diverged an lr-1e-3 run at step 900 without it). ``ema`` (a decay such as 0.999) makes the
     checkpoint hold an exponential moving average of the weights (:class:`rawrcl.train.WeightEMA`).
-    ``balance_noise`` weights each sample's L1 by its noise level (``supervised(..., balance=True)``, see
+    ``balance_noise`` (True or ``"crop"``) weights each sample's L1 by its noise level (``supervised(...,
+    balance=...)``, see
     :mod:`rawrcl.methods.supervised`), so low-noise samples are not drowned out by high-noise ones.
 
     Returns ``{"run_dir", "checkpoint", "labels": [names], "n_labels", "protocol", "task", "source",
@@ -248,7 +265,16 @@ def finetune(
     images = load_images(clean)
     chosen = select_labels(images, labels, seed)
     model, info = prepare_model(
-        ckpt, t, protocol, arch=arch, width=width, depth=depth, skip=skip, demosaic=demosaic, seed=seed
+        ckpt,
+        t,
+        protocol,
+        arch=arch,
+        width=width,
+        depth=depth,
+        skip=skip,
+        demosaic=demosaic,
+        seed=seed,
+        noise_aware=noise_aware,
     )
     run_dir = _prepare_out(out, force)
     dataset = LabelledCrops(chosen, t, crop=crop, seed=seed, noise=noise, augment=augment)
@@ -259,6 +285,7 @@ def finetune(
         "batch_size": int(batch_size),
         "crop": int(dataset.crop),
         "lr": float(lr),
+        "lr_schedule": lr_schedule,
         "seed": int(seed),
         "noise": noise_label(noise if noise is not None else t.noise) if t.noisy else "none",
         "protocol": info["protocol"],
@@ -267,12 +294,12 @@ def finetune(
         "augment": bool(augment),
         "grad_clip": None if grad_clip is None else float(grad_clip),
         "ema": None if ema is None else float(ema),
-        "loss": "l1-noise-balanced" if balance_noise else "l1",
+        "loss": {False: "l1", True: "l1-noise-balanced", "crop": "l1-crop-balanced"}[balance_noise],
         "model": dict(getattr(model, "config", {})),
     }
     if device:
         cfg["device"] = device
-    method = partial(supervised, balance=True) if balance_noise else supervised
+    method = partial(supervised, balance=balance_noise) if balance_noise else supervised
     final = _fit(model, method, dataset, run_dir, cfg, progress=progress)
     summary = {
         "run_dir": str(run_dir),

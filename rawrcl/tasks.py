@@ -141,6 +141,9 @@ class Task:
     unprocess : invert the photo to linear camera RGB first (RAW tasks only; needs ``rawrcl.isp``).
     unprocess_mix : with ``unprocess``, the probability that a sample is unprocessed (the others keep the
         photo values as linear RGB). 1 = always (evaluation); < 1 trains a model for both domains.
+    exposure : optional (lo, hi): RAW tasks multiply the linear image by a gain drawn log-uniformly in
+        [lo, hi] (under-exposed and low-light captures, where real files keep most pixels), with
+        probability ``exposure_mix`` per sample; None = photo brightness as is.
     """
 
     name: str
@@ -153,6 +156,8 @@ class Task:
     noise: NoiseSpec = None
     unprocess: bool = False
     unprocess_mix: float = 1.0
+    exposure: tuple[float, float] | None = None
+    exposure_mix: float = 1.0
     description: str = ""
 
     @property
@@ -201,6 +206,11 @@ class Task:
             lin, isp_meta = isp.unprocess(x.numpy(), rng)
             x = torch.as_tensor(np.asarray(lin), dtype=torch.float32)
             meta["isp"] = isp_meta
+        if self.exposure is not None and self.raw_input and rng.random() < self.exposure_mix:
+            lo, hi = self.exposure
+            gain = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
+            x = x * gain
+            meta["exposure"] = gain
         target = x
         src = downscale(x, self.down) if self.down > 1 else x
         inp = mosaic_packed(src, "RGGB") if self.raw_input else src

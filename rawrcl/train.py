@@ -103,6 +103,7 @@ TRAINER_DEFAULTS: dict = {
     "eps": 1e-7,
     "grad_clip": None,  # max global gradient norm (None: no clipping); the norm is logged either way
     "ema": None,  # decay of an exponential moving average of the weights (e.g. 0.999); None: off
+    "lr_schedule": "constant",  # "constant" | "cosine" (lr·(0.01 + 0.99·(1 + cos(π·step/steps))/2))
     "seed": 0,
     "device": "auto",
     "amp": "auto",  # "auto" (bf16/fp16 on CUDA, off elsewhere) | "bf16" | "fp16" | "off"
@@ -210,6 +211,17 @@ def _ema_decay(decay) -> float:
     if not 0.0 < float(decay) < 1.0:
         raise RawrclError(f"--ema must lie in (0, 1) (a decay such as 0.999), got {decay}")
     return float(decay)
+
+
+def lr_schedule(lr: float, kind: str, steps: int) -> Callable[[int], float]:
+    """Learning rate at optimiser step ``t`` (0-based) of a ``steps``-step run: ``"constant"``, or
+    ``"cosine"`` — from ``lr`` down to ``lr/100`` at the last step (a pure function of the step, so a
+    resumed run follows the same curve)."""
+    if kind == "constant":
+        return lambda t: lr
+    if kind == "cosine":
+        return lambda t: lr * (0.01 + 0.99 * 0.5 * (1.0 + math.cos(math.pi * min(t, steps) / max(steps, 1))))
+    raise RawrclError(f"--lr-schedule {kind!r}: expected constant or cosine")
 
 
 class WeightEMA:
@@ -383,6 +395,7 @@ class Trainer:
             raise RawrclError("--steps must be ≥ 0 and --batch-size ≥ 1")
         if cfg.get("ema") is not None:
             _ema_decay(cfg["ema"])  # refused before the run directory is touched
+        lr_at = lr_schedule(float(cfg["lr"]), cfg.get("lr_schedule") or "constant", steps)
 
         resume = self._prepare_run_dir()
         if self.world > 1:
@@ -472,7 +485,7 @@ class Trainer:
         # 0 (or less) means "only at the end": logging and last.pt then happen at the final step only
         log_every = log_every if log_every > 0 else max(steps, 1)
         save_every = save_every if save_every > 0 else max(steps, 1)
-        lr = float(cfg["lr"])
+        lr = lr_at(start)
         grad_clip = math.inf if cfg.get("grad_clip") is None else float(cfg["grad_clip"])
         t0 = time.perf_counter()
         t_last, n_last = t0, 0
@@ -490,6 +503,9 @@ class Trainer:
                 loss = out["loss"]
                 if not torch.isfinite(loss.detach()):
                     raise RawrclError(f"loss became {float(loss)} at step {step + 1}; try a lower --lr")
+                lr = lr_at(step)
+                for group in opt.param_groups:
+                    group["lr"] = lr
                 opt.zero_grad(set_to_none=True)
                 if scaler is not None:
                     scaler.scale(loss).backward()

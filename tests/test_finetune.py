@@ -265,3 +265,57 @@ def test_finetune_draws_fresh_crops_and_noise_every_step(tmp_path, photos, monke
     finetune("scratch", "raw-denoise", photos, tmp_path / "run", protocol="full", **kw)
     assert len(seen) == 8 and all(isinstance(k, tuple) and k[0] == 0 for k in seen)
     assert len({k[1] for k in seen}) == 8  # 8 distinct samples of the single labelled photo
+
+
+def test_labelled_crops_give_noise_aware_models_their_parameters(photos, tmp_path):
+    from dataclasses import replace
+
+    from rawrcl.noise import CameraSampler
+
+    task = replace(TASKS["raw-denoise"], exposure=(0.05, 0.5))
+    ds = LabelledCrops(photos, task, crop=32, seed=3, noise=CameraSampler())
+    item = ds[(1, 7)]
+    nm = task.sample(photos[1][1][:, :32, :32], np.random.default_rng(0), CameraSampler())["meta"]["noise"]
+    assert item["noise"].shape == (2, 4) and item["noise"][0, 0] > 0
+    assert nm.readout is not None  # the camera sampler quantises and clips like a file
+    level = float(item["target"].mean())
+    assert level <= 0.5 * float(torch.from_numpy(photos[1][1]).max()) + 1e-6  # exposure applied
+    assert item["sigma_crop"].item() == pytest.approx(
+        float(item["noise"][0].mean() * item["target"].clamp_min(0).mean() + item["noise"][1].mean()) ** 0.5,
+        rel=1e-5,
+    )
+    res = finetune(
+        "scratch",
+        task,
+        photos,
+        tmp_path / "na",
+        labels="all",
+        steps=3,
+        batch_size=2,
+        crop=32,
+        seed=0,
+        noise=CameraSampler(),
+        noise_aware=True,
+        balance_noise="crop",
+        lr_schedule="cosine",
+        **TINY,
+    )
+    ckpt = read_checkpoint(res["checkpoint"])
+    assert ckpt["config"]["noise_aware"] is True
+    cfg = json.loads((tmp_path / "na" / "config.json").read_text())
+    assert cfg["loss"] == "l1-crop-balanced" and cfg["lr_schedule"] == "cosine"
+    assert evaluate(tmp_path / "na", task.name, photos[:1], "L3")["psnr_linear"] > 10
+
+
+def test_crop_balanced_l1_uses_the_crop_noise_level():
+    from rawrcl.methods.supervised import CROP_SIGMA0
+
+    model = torch.nn.Identity()
+    inp = torch.stack([torch.full((1, 2, 2), v) for v in (0.001, 0.01)])
+    target = torch.zeros(2, 1, 2, 2)
+    sig = torch.tensor([0.001, 0.01])
+    out = supervised({"input": inp, "target": target, "sigma_crop": sig}, model, balance="crop")
+    w = 1 / (sig + CROP_SIGMA0)
+    assert out["loss"].item() == pytest.approx((w / w.mean() * torch.tensor([0.001, 0.01])).mean().item())
+    with pytest.raises(RawrclError, match="sigma_crop"):
+        supervised({"input": inp, "target": target, "sigma": sig}, model, balance="crop")

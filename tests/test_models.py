@@ -160,3 +160,36 @@ def test_bad_checkpoint(tmp_path):
         load_checkpoint(p)
     with pytest.raises(RawrclError, match="not found"):
         load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_noise_aware_model_needs_and_uses_the_noise():
+    from rawrcl.models.conditioning import WithNoise, call, is_noise_aware
+    from rawrcl.noise import NoiseModel
+
+    torch.manual_seed(0)
+    m = build_model({"in_channels": 4, "head": "raw", "noise_aware": True, "skip": True, **SMALL}).eval()
+    assert is_noise_aware(m) and model_config({})["noise_aware"] is False
+    x = torch.rand(2, 4, 12, 10) * 0.2
+    lo, hi = torch.full((2, 2, 4), 1e-5), torch.full((2, 2, 4), 1e-2)
+    with torch.no_grad():
+        assert m(x, lo).shape == x.shape
+        assert not torch.allclose(m(x, lo), m(x, hi))  # the noise map reaches the body
+        bound = WithNoise(m, NoiseModel(1e-2, 1e-2), channels=4)
+        assert torch.allclose(bound(x), m(x, hi))
+        assert torch.allclose(call(m, x, hi), m(x, hi))
+    with pytest.raises(RawrclError, match="noise-aware"):
+        m(x)
+    blind = build_model({"in_channels": 4, "head": "raw", **SMALL})
+    with pytest.raises(RawrclError, match="blind"):
+        blind(x, lo)
+    assert torch.allclose(call(blind, x, lo), blind(x))  # callers need not know
+
+
+def test_noise_aware_checkpoint_roundtrip(tmp_path):
+    m = build_model({"in_channels": 4, "head": "jdd", "noise_aware": True, "skip": True, **SMALL})
+    save_checkpoint(tmp_path / "m.pt", m)
+    m2, cfg = load_checkpoint(tmp_path / "m.pt")
+    assert cfg["noise_aware"] is True
+    x, n = torch.rand(1, 4, 8, 8), torch.full((1, 2, 4), 1e-3)
+    with torch.no_grad():
+        assert torch.allclose(m.eval()(x, n), m2(x, n))

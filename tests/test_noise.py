@@ -146,3 +146,60 @@ def test_samplers_are_reproducible():
         a = s(np.random.default_rng(42))
         b = s(np.random.default_rng(42))
         assert a == b
+
+
+def test_readout_quantises_and_clips_like_a_file():
+    from rawrcl.noise import Readout
+
+    x = torch.tensor([-0.2, -0.001, 0.0, 0.25, 0.5000001, 1.3])
+    sub = Readout(bits=10, black=0.0).apply(x)  # black subtracted: no negative values survive
+    assert sub.min() == 0 and sub.max() == 1
+    assert torch.allclose(sub * 1023, torch.round(sub * 1023), atol=1e-4)
+    ped = Readout(bits=12, black=0.1).apply(x)  # a pedestal keeps noise below black, down to -black/(1-black)
+    assert ped[1] < 0 and ped[0] == pytest.approx(-0.1 / 0.9, abs=1e-6)
+    assert abs(float(ped[3]) - 0.25) <= 0.5 / (0.9 * 4095) + 1e-7
+    with pytest.raises(RawrclError):
+        Readout(bits=0)
+
+
+def test_noise_model_with_readout_round_trips_in_dict_and_params():
+    from rawrcl.noise import Readout
+
+    m = NoiseModel([1e-3, 2e-3, 2e-3, 3e-3], 1e-5, poisson=True, readout=Readout(12, 0.0))
+    assert m.to_dict()["readout"] == {"bits": 12, "black": 0.0}
+    p = m.params(4)
+    assert p.shape == (2, 4) and p[0, 2].item() == pytest.approx(2e-3)
+    assert torch.allclose(p[1], torch.full((4,), 1e-5))
+    y = m.sample(torch.full((4, 64, 64), 0.002), torch.Generator().manual_seed(0))
+    assert y.min() >= 0  # clipped at black
+    with pytest.raises(RawrclError):
+        m.params(3)
+
+
+def test_camera_sampler_covers_the_documented_ranges():
+    from rawrcl.noise import CameraSampler
+
+    rng = np.random.default_rng(0)
+    draws = [CameraSampler()(rng) for _ in range(3000)]
+    shot = np.array([d.lambda_shot for d in draws])
+    read = np.array([d.lambda_read for d in draws])
+    assert shot.min() >= 3e-6 and shot.max() <= 4e-2
+    assert np.all(read <= 0.15 * shot + 1e-15) and read.min() >= 1e-9
+    # read noise grows with the shot level (gain), as in real cameras
+    assert np.median(read[shot > 1e-2]) > 100 * np.median(read[shot < 1e-4])
+    clipped = np.mean([d.readout.black == 0 for d in draws])
+    assert 0.3 < clipped < 0.4
+    assert {d.readout.bits for d in draws} == {10, 12, 14}
+    assert all(d.poisson for d in draws)
+
+
+def test_std_map_is_the_nlf_at_the_local_mean():
+    from rawrcl.noise import std_map
+
+    x = torch.full((2, 4, 8, 8), 0.25)
+    x[1] = -0.01  # below black counts as 0
+    noise = torch.tensor([[[1e-3] * 4, [1e-5] * 4], [[4e-3] * 4, [1e-4] * 4]])
+    s = std_map(x, noise)
+    assert s.shape == x.shape
+    assert torch.allclose(s[0], torch.tensor((1e-3 * 0.25 + 1e-5) ** 0.5))
+    assert torch.allclose(s[1], torch.tensor(1e-4**0.5))

@@ -297,3 +297,14 @@ def test_ema_checkpoints_hold_the_average_and_resume_exactly(tmp_path):
     with pytest.raises(RawrclError, match="ema"):
         _fit(tmp_path / "bad", 1, method="n2s", ema=1.0)
     assert not (tmp_path / "bad").exists()  # refused before the run directory is made
+
+
+def test_cosine_schedule_is_a_function_of_the_step():
+    from rawrcl.train import lr_schedule
+
+    f = lr_schedule(1e-3, "cosine", 100)
+    assert f(0) == pytest.approx(1e-3) and f(100) == pytest.approx(1e-5)
+    assert f(50) == pytest.approx(1e-3 * (0.01 + 0.99 * 0.5))
+    assert lr_schedule(2e-4, "constant", 10)(7) == 2e-4
+    with pytest.raises(RawrclError, match="lr-schedule"):
+        lr_schedule(1e-3, "step", 10)

@@ -1,7 +1,8 @@
 """The ``supervised`` method: L1 fine-tuning / supervised learning (paper Sec. 4, "SL").
 
 Same signature as every pretext method: ``supervised(batch, model) -> {"loss": tensor, "l1": float}`` with
-``batch["input"]`` (B, C_in, h, w) and ``batch["target"]`` (B, C_out, s·h, s·w), float32, [0, 1] units.
+``batch["input"]`` (B, C_in, h, w) and ``batch["target"]`` (B, C_out, s·h, s·w), float32, [0, 1] units; a
+noise-aware model also gets ``batch["noise"]`` (B, 2, C_in), each sample's [λshot; λread].
 """
 
 from __future__ import annotations
@@ -10,37 +11,44 @@ import torch
 import torch.nn.functional as F
 
 from rawrcl.errors import RawrclError
+from rawrcl.models.conditioning import call
 
 #: σ₀ of the noise-balanced weights, [0, 1] units (2 8-bit levels): caps the weight of noise-free samples.
 BALANCE_SIGMA0 = 2.0 / 255.0
 
 
-def supervised(batch: dict, model: torch.nn.Module, *, balance: bool = False) -> dict:
+#: σ₀ of the crop-balanced weights (``balance="crop"``), [0, 1] units: RAW crops can be far darker than 0.5.
+CROP_SIGMA0 = 5e-4
+
+
+def supervised(batch: dict, model: torch.nn.Module, *, balance: bool | str = False) -> dict:
     """Mean absolute error between ``model(batch["input"])`` and ``batch["target"]``.
 
     ``balance=True`` (noise-balanced L1) weights sample i's mean L1 by ``1 / (σᵢ + σ₀)``, normalised to mean 1
     over the batch, with ``σᵢ = batch["sigma"][i]`` its noise std at signal 0.5 ([0, 1] units, see
     :class:`rawrcl.finetune.LabelledCrops`) and σ₀ = :data:`BALANCE_SIGMA0`. A denoiser's L1 error grows
     roughly in proportion to σ, so the plain mean lets the noisiest samples dominate the gradient late in
-    training; the weights even that out.
+    training; the weights even that out. ``balance="crop"`` uses ``batch["sigma_crop"]`` instead, the noise
+    std at the crop's own mean signal, with σ₀ = :data:`CROP_SIGMA0` — for data whose brightness varies
+    (exposure-scaled RAW), where the std at 0.5 says little about a dark crop's noise; weighting each
+    crop's L1 by 1/σ approximates maximising the mean PSNR over crops.
 
     Returns ``{"loss": scalar tensor (differentiable), "l1": float}`` (``l1`` always the plain mean).
     """
     if "input" not in batch or "target" not in batch:
         raise RawrclError("the supervised method needs batches with 'input' and 'target' (labelled data)")
-    out = model(batch["input"])
+    out = call(model, batch["input"], batch.get("noise"))
     target = batch["target"].to(out.device, out.dtype)
     if out.shape != target.shape:
         raise RawrclError(f"model output {tuple(out.shape)} does not match target {tuple(target.shape)}")
     if not balance:
         loss = F.l1_loss(out, target)
         return {"loss": loss, "l1": float(loss.detach())}
-    if "sigma" not in batch:
-        raise RawrclError(
-            "the noise-balanced loss needs batches with 'sigma' (the noise level of each sample)"
-        )
+    key, sigma0 = ("sigma_crop", CROP_SIGMA0) if balance == "crop" else ("sigma", BALANCE_SIGMA0)
+    if key not in batch:
+        raise RawrclError(f"the noise-balanced loss needs batches with {key!r} (each sample's noise level)")
     per_sample = (out - target).abs().flatten(1).mean(dim=1)
-    w = 1.0 / (batch["sigma"].to(per_sample.device, per_sample.dtype).reshape(-1) + BALANCE_SIGMA0)
+    w = 1.0 / (batch[key].to(per_sample.device, per_sample.dtype).reshape(-1) + sigma0)
     loss = (w / w.mean() * per_sample).mean()
     return {"loss": loss, "l1": float(per_sample.mean().detach())}
 

@@ -10,6 +10,9 @@ Config keys (JSON-able dict; missing keys get defaults, see :func:`model_config`
 - ``skip`` (U-Net only; default ``False``, so older checkpoints load unchanged): add the fixed baseline
   ``skip_map(x)`` (identity, bilinear demosaic for ``jdd``, bilinear up-scaling) to the head's output,
   so the network learns a correction of a classical estimate. DnCNN always has its skip.
+- ``noise_aware`` (default ``False``, so older checkpoints load unchanged): the model is called
+  ``model(x, noise)`` with the noise parameters (B, 2, in_channels) and its body also sees the per-pixel
+  noise std map (:func:`rawrcl.noise.std_map`), so one model serves every noise level and camera.
 - ``demosaic``: the demosaic inside that skip for packed RAW → RGB heads, ``"bilinear"`` (default, so
   older checkpoints load unchanged) or ``"malvar"`` (Malvar–He–Cutler, sharper;
   :data:`rawrcl.models.heads.DEMOSAICS`).
@@ -36,6 +39,7 @@ from rawrcl.io import atomic_path
 from rawrcl.models.dncnn import DnCNNBody
 from rawrcl.models.heads import DEMOSAICS, Head, head_spec, skip_map
 from rawrcl.models.unet import UNetBody
+from rawrcl.noise import std_map
 
 DEFAULTS: dict[str, dict] = {
     "unet": {"width": 32, "depth": 3},
@@ -54,10 +58,12 @@ class RestorationModel(nn.Module):
         super().__init__()
         cfg = model_config(config)
         self.config = cfg
+        self.noise_aware = cfg["noise_aware"]
+        body_in = cfg["in_channels"] * (2 if self.noise_aware else 1)
         if cfg["arch"] == "unet":
-            self.body = UNetBody(cfg["in_channels"], cfg["width"], cfg["depth"])
+            self.body = UNetBody(body_in, cfg["width"], cfg["depth"])
         else:
-            self.body = DnCNNBody(cfg["in_channels"], cfg["width"], cfg["depth"])
+            self.body = DnCNNBody(body_in, cfg["width"], cfg["depth"])
         self.residual = cfg["arch"] == "dncnn"
         self.demosaic = cfg["demosaic"]
         self.skip = cfg["arch"] == "unet" and cfg["skip"]
@@ -71,8 +77,19 @@ class RestorationModel(nn.Module):
     def scale(self) -> int:
         return self.head.scale
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.head(self.body(x))
+    def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` (B, in_channels, h, w); ``noise`` (B, 2, in_channels) [λshot; λread] per channel, required
+        by (and only by) a noise-aware model, whose body also sees the noise-std map
+        (:func:`rawrcl.noise.std_map`)."""
+        if self.noise_aware:
+            if noise is None:
+                raise RawrclError("this model is noise-aware: it needs the noise parameters (λshot, λread)")
+            feats = self.body(torch.cat([x, std_map(x, noise.to(x.device))], dim=1))
+        elif noise is not None:
+            raise RawrclError("this model is blind to the noise level: do not pass noise parameters")
+        else:
+            feats = self.body(x)
+        out = self.head(feats)
         if self.residual:
             out = skip_map(x, self.head.name, self.demosaic).to(out.dtype) - out
         elif self.skip:
@@ -135,6 +152,7 @@ def model_config(config: dict) -> dict:
         cfg["demosaic"] = str(cfg.get("demosaic") or "bilinear")
         if cfg["demosaic"] not in DEMOSAICS:
             raise RawrclError(f"unknown demosaic {cfg['demosaic']!r}; expected one of {', '.join(DEMOSAICS)}")
+        cfg["noise_aware"] = bool(cfg.get("noise_aware", False))
         if arch == "unet":
             cfg["skip"] = bool(cfg.get("skip", False))
         else:
