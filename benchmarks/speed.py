@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if "libraw" not in skip:
         import rawpy
 
-        from rawrcl.dng import write_dng
+        from rawrcl.io.dng import write_dng
 
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "frame.dng"

@@ -18,7 +18,7 @@ def calibrate_file(path: str | Path, method: str = "auto", **image_kwargs) -> Ca
 
     Parameters
     ----------
-    path : a RAW file (any format ``rawrcl.raw.read_raw`` reads). ``metadata`` also accepts
+    path : a RAW file (any format ``rawrcl.io.raw.read_raw`` reads). ``metadata`` also accepts
         non-CFA DNGs (only tags are read).
     method : ``"metadata"`` — the DNG NoiseProfile (status ``no-metadata`` and no parameters when
         absent); ``"image"`` — the single-image estimate (the metadata, if any, is attached for
@@ -30,7 +30,7 @@ def calibrate_file(path: str | Path, method: str = "auto", **image_kwargs) -> Ca
     ------
     RawrclError for unreadable, non-Bayer (when pixels are needed), too small or saturated files.
     """
-    from rawrcl.raw import read_dng_tags, read_raw
+    from rawrcl.io.raw import read_dng_tags, read_raw
 
     if method not in METHODS:
         raise RawrclError(f"unknown calibration method {method!r}; expected one of {', '.join(METHODS)}")

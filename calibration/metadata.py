@@ -106,7 +106,7 @@ def metadata_from_tags(
     white_level: float | None = None,
     path: str | None = None,
 ) -> CalibrationResult:
-    """Calibration from already-read DNG tags (``rawrcl.raw.read_dng_tags``).
+    """Calibration from already-read DNG tags (``rawrcl.io.raw.read_dng_tags``).
 
     ``black_level`` (4 values, per 2×2 position, DN) and ``white_level`` are the levels rawrcl
     normalised the mosaic with (``RawImage``); when they differ from the tags' BlackLevel/WhiteLevel,
@@ -171,19 +171,19 @@ def calibrate_metadata(path: str | Path, raw=None) -> CalibrationResult:
     Parameters
     ----------
     path : a RAW file; non-CFA (linear) DNGs are accepted here (only metadata is read).
-    raw : the file's :class:`rawrcl.raw.RawImage` if already read (used for the pattern and the
+    raw : the file's :class:`rawrcl.io.raw.RawImage` if already read (used for the pattern and the
         black/white levels rawrcl normalises with). None: read it when the file is a Bayer RAW.
 
     Returns
     -------
     :class:`CalibrationResult` with method ``"metadata"``; status ``"no-metadata"`` when absent.
     """
-    from rawrcl.raw import read_dng_tags
+    from rawrcl.io.raw import read_dng_tags
 
     tags = read_dng_tags(path)
     if raw is None and tags.get("noise_profile"):
         try:
-            from rawrcl.raw import read_raw
+            from rawrcl.io.raw import read_raw
 
             raw = read_raw(path)
         except RawrclError:

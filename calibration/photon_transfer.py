@@ -146,7 +146,7 @@ def calibrate_flats(flats_dir: str | Path, darks_dir: str | Path) -> Calibration
     consecutively within a group; a pair whose means differ by more than 10 % is refused.
     Returns the :class:`CalibrationResult` of :func:`photon_transfer` (with make/model/iso).
     """
-    from rawrcl.raw import read_raw
+    from rawrcl.io.raw import read_raw
 
     fpaths, dpaths = _frame_files(Path(flats_dir)), _frame_files(Path(darks_dir))
     frames = [read_raw(p, clip=False) for p in fpaths]

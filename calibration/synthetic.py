@@ -150,9 +150,9 @@ def write_series_dngs(
     make: str = "rawrcl",
     model: str = "synthetic",
 ) -> tuple[list[Path], list[Path]]:
-    """Write a :func:`flat_series` as DNG files (``rawrcl.dng.write_dng``): flats as
+    """Write a :func:`flat_series` as DNG files (``rawrcl.io.dng.write_dng``): flats as
     ``flat_<level>_<a|b>.dng`` in ``flats_dir``, darks as ``dark_<i>.dng`` in ``darks_dir``."""
-    from rawrcl.dng import write_dng
+    from rawrcl.io.dng import write_dng
 
     flats_dir, darks_dir = Path(flats_dir), Path(darks_dir)
     flats_dir.mkdir(parents=True, exist_ok=True)

@@ -97,7 +97,7 @@ def finetune(
     """Fine-tune checkpoint CKPT (or 'scratch' = supervised learning from scratch, the paper's SL) on N
     labelled photos with an L1 loss; writes RUN/checkpoints/last.pt and RUN/finetune.json."""
     from rawrcl.errors import RawrclError
-    from rawrcl.finetune import finetune as _finetune
+    from rawrcl.train.finetuning import finetune as _finetune
 
     if labels != "all":
         try:

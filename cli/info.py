@@ -47,7 +47,7 @@ def info(files: tuple[str, ...], as_json: bool) -> None:
     from tqdm import tqdm
 
     from rawrcl.errors import RawrclError
-    from rawrcl.raw import raw_summary, read_raw
+    from rawrcl.io.raw import raw_summary, read_raw
 
     summaries, failed = [], 0
     for path in tqdm(files, desc="info", unit="file", disable=None if len(files) > 1 else True):

@@ -99,8 +99,8 @@ def run_demo(
     jdd_model, denoise_model : checkpoints to use instead of the shipped default weights.
     """
     from rawrcl.infer import TileOptions, denoise_cfa, jdd_cfa, load_model, write_denoised_dng, write_image
+    from rawrcl.io.raw import read_raw
     from rawrcl.isp import render_srgb
-    from rawrcl.raw import read_raw
     from rawrcl.simulate import simulate_folder
 
     t0 = time.perf_counter()

@@ -29,9 +29,9 @@ import numpy as np
 import torch
 
 from rawrcl.cfa import check_pattern, mosaic
-from rawrcl.dng import MIN_SIZE, write_dng
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_path, atomic_write_bytes, list_photos, read_photo
+from rawrcl.io.dng import MIN_SIZE, write_dng
 from rawrcl.isp import XYZ_TO_SRGB, unprocess
 from rawrcl.noise import NoiseModel, Sampler, make_sampler
 

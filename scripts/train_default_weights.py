@@ -15,7 +15,7 @@ interruption continues where it stopped; raise ``--finetune-steps`` / ``--pretra
    one noisy Bayer DNG per training photo (the unlabelled data a user would have).
 3. pretrain: ``rawrcl pretrain WORK/sim --task jdd --method rcl …`` (self-supervised RCL, ``--resume``
    when a run exists).
-4. finetune, per task (jdd, raw-denoise): ``rawrcl.finetune.finetune`` (the library behind ``rawrcl
+4. finetune, per task (jdd, raw-denoise): ``rawrcl.train.finetuning.finetune`` (the library behind ``rawrcl
    finetune``) with every training photo as a label, in ``--chunks`` chunks whose learning rate is
    multiplied by ``--lr-decay`` each time (a step schedule; each chunk starts from the previous one's
    checkpoint). The library call is used instead of the CLI only to pass a noise sampler that spans the
@@ -201,8 +201,8 @@ def split(data: Path, work: Path, heldout: int) -> tuple[Path, Path, list[str], 
 
 
 def finetune_task(args, task: str, source: Path, train_dir: Path, work: Path, record: list[str]) -> Path:
-    from rawrcl.finetune import finetune
     from rawrcl.noise import PaperSampler
+    from rawrcl.train.finetuning import finetune
 
     steps = max(args.finetune_steps // args.chunks, 1)
     ckpt = source
@@ -210,7 +210,7 @@ def finetune_task(args, task: str, source: Path, train_dir: Path, work: Path, re
         out = work / f"finetune_{task}" / f"chunk{c}"
         lr = args.lr * args.lr_decay**c
         call = (
-            f"rawrcl.finetune.finetune({str(ckpt)!r}, {task!r}, {str(train_dir)!r}, {str(out)!r}, "
+            f"rawrcl.train.finetuning.finetune({str(ckpt)!r}, {task!r}, {str(train_dir)!r}, {str(out)!r}, "
             f"labels='all', protocol='full', steps={steps}, batch_size={args.batch_size}, crop={args.crop}, "
             f"lr={lr:g}, noise=PaperSampler(0, {args.sigma_max:g}), unprocess={args.unprocess}, "
             f"seed={args.seed + c + 1}, device={args.device!r}, augment={args.augment}, ema={args.ema}, "
@@ -255,14 +255,14 @@ def mix_stage(args, task: str, ckpt: Path, train_dir: Path, work: Path, record: 
     """Continue fine-tuning with ``unprocess_mix = args.mix`` (both linear-camera and photo-valued data)."""
     from dataclasses import replace
 
-    from rawrcl.finetune import finetune
     from rawrcl.noise import PaperSampler
     from rawrcl.tasks import get_task
+    from rawrcl.train.finetuning import finetune
 
     out = work / f"finetune_{task}" / "mix"
     seed = args.seed + 11
     record.append(
-        f"rawrcl.finetune.finetune({str(ckpt)!r}, replace(get_task({task!r}, unprocess=True), "
+        f"rawrcl.train.finetuning.finetune({str(ckpt)!r}, replace(get_task({task!r}, unprocess=True), "
         f"unprocess_mix={args.mix:g}), {str(train_dir)!r}, {str(out)!r}, labels='all', protocol='full', "
         f"steps={args.mix_steps}, batch_size={args.batch_size}, crop={args.crop}, lr={args.mix_lr:g}, "
         f"noise=PaperSampler(0, {args.sigma_max:g}), seed={seed}, device={args.device!r}, "

@@ -300,7 +300,7 @@ def test_map_and_convert_noise_profile():
 
 
 def _write_noisy_dng(path: Path, ls: float, lr: float, noise_profile=None, iso=200, seed=0) -> Path:
-    from rawrcl.dng import write_dng
+    from rawrcl.io.dng import write_dng
 
     rng = np.random.default_rng(seed)
     x = add_noise(_smooth_scene(192, 192), ls, lr, rng, clip=False, bits=None)

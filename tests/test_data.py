@@ -92,7 +92,7 @@ def test_augment_packed_phase_correct(op):
 
 
 def _write_dngs(folder, n=3, size=(64, 80)):
-    from rawrcl.dng import write_dng
+    from rawrcl.io.dng import write_dng
 
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
@@ -103,7 +103,7 @@ def _write_dngs(folder, n=3, size=(64, 80)):
 
 
 def test_raw_folder_cache_skip_and_errors(tmp_path):
-    pytest.importorskip("rawrcl.dng")
+    pytest.importorskip("rawrcl.io.dng")
     data = _write_dngs(tmp_path / "raw")
     (data / "broken.dng").write_bytes(b"garbage")
     cache = tmp_path / "cache"
@@ -132,7 +132,7 @@ def test_raw_folder_cache_skip_and_errors(tmp_path):
 
 
 def test_raw_folder_clean_references(tmp_path):
-    pytest.importorskip("rawrcl.dng")
+    pytest.importorskip("rawrcl.io.dng")
     noisy = _write_dngs(tmp_path / "n", n=2)
     clean = _write_dngs(tmp_path / "n" / "clean", n=2)
     ds = RawFolderDataset(noisy, crop=16, clean_dir=clean)

@@ -32,7 +32,7 @@ def tiny_models(tmp_path_factory) -> tuple[Path, Path]:
 
 def test_demo_reduced(tmp_path: Path, tiny_models):
     from rawrcl.demo import run_demo
-    from rawrcl.raw import read_raw
+    from rawrcl.io.raw import read_raw
 
     lines: list[str] = []
     out = tmp_path / "demo"

@@ -12,10 +12,10 @@ from skimage.io import imsave
 from rawrcl.cfa import mosaic_packed
 from rawrcl.errors import RawrclError
 from rawrcl.eval import evaluate
-from rawrcl.finetune import LabelledCrops, finetune, prepare_model, select_labels
 from rawrcl.methods.supervised import supervised
 from rawrcl.models import read_checkpoint
 from rawrcl.tasks import TASKS
+from rawrcl.train.finetuning import LabelledCrops, finetune, prepare_model, select_labels
 
 TINY = {"width": 8, "depth": 2}
 

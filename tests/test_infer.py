@@ -18,7 +18,7 @@ from rawrcl.infer import (
     requantize_cfa,
     write_image,
 )
-from rawrcl.tiling import tile_starts, tiled_apply, whole_apply
+from rawrcl.infer.tiling import tile_starts, tiled_apply, whole_apply
 from tests._fakes import SparseJDD
 
 torch.set_num_threads(1)
@@ -154,7 +154,7 @@ def test_write_image_atomic_and_no_overwrite(tmp_path: Path):
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     """Two noisy DNGs (GRBG odd size, RGGB), a corrupt 'DNG', an identity RAW denoiser, a tiny JDD model."""
-    from rawrcl.dng import write_dng
+    from rawrcl.io.dng import write_dng
     from rawrcl.models import build_model, save_checkpoint
 
     d = tmp_path_factory.mktemp("infer")
@@ -197,7 +197,7 @@ def _cli(args: list[str]):
 def test_denoise_dng_round_trip_through_rawpy(workdir: Path, tmp_path: Path):
     import rawpy
 
-    from rawrcl.raw import read_raw
+    from rawrcl.io.raw import read_raw
 
     res = _cli(
         ["denoise", workdir / "a.dng", "-o", tmp_path / "a_out.dng", "--model", workdir / "identity_raw.pt"]
@@ -265,8 +265,8 @@ def test_cli_errors_are_one_line(workdir: Path, tmp_path: Path):
 def test_jdd_with_a_raw_denoiser_is_denoise_then_bilinear(workdir: Path, tmp_path: Path):
     import tifffile
 
+    from rawrcl.io.raw import read_raw
     from rawrcl.models.heads import bilinear_demosaic_packed
-    from rawrcl.raw import read_raw
 
     res = _cli(
         ["jdd", workdir / "b.dng", "-o", tmp_path / "x.tiff", "--model", workdir / "identity_raw.pt"]
@@ -303,7 +303,7 @@ def test_jdd_on_real_grbg_raw(workdir: Path, tmp_path: Path):
         ["jdd", kdc, "-o", tmp_path / "dc50.tiff", "--model", workdir / "jdd.pt", "--render", "linear", "-q"]
     )
     assert res.exit_code == 0, res.output
-    from rawrcl.raw import read_raw
+    from rawrcl.io.raw import read_raw
 
     raw = read_raw(kdc)
     assert tifffile.imread(tmp_path / "dc50.tiff").shape == (raw.height, raw.width, 3)

@@ -1,4 +1,4 @@
-"""RAW reading (rawrcl.raw): Bayer phases, normalisation, metadata, DNG tags and refusals."""
+"""RAW reading (rawrcl.io.raw): Bayer phases, normalisation, metadata, DNG tags and refusals."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import rawpy
 import tifffile
 
 from rawrcl.cfa import PATTERNS
-from rawrcl.dng import write_dng
 from rawrcl.errors import RawrclError
-from rawrcl.raw import raw_summary, read_dng_tags, read_noise_profile, read_raw
+from rawrcl.io.dng import write_dng
+from rawrcl.io.raw import raw_summary, read_dng_tags, read_noise_profile, read_raw
 
 XYZ_TO_CAM = np.array([[0.65, -0.05, -0.08], [-0.8, 1.55, 0.25], [-0.15, 0.2, 0.7]])
 

@@ -12,8 +12,8 @@ import tifffile
 from rawrcl.cfa import PATTERNS, mosaic
 from rawrcl.errors import RawrclError
 from rawrcl.io import list_photos, read_photo
+from rawrcl.io.raw import read_noise_profile, read_raw
 from rawrcl.noise import PaperSampler
-from rawrcl.raw import read_noise_profile, read_raw
 from rawrcl.simulate import simulate_folder
 
 

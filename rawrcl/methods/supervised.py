@@ -26,9 +26,9 @@ def supervised(batch: dict, model: torch.nn.Module, *, balance: bool | str = Fal
 
     ``balance=True`` (noise-balanced L1) weights sample i's mean L1 by ``1 / (σᵢ + σ₀)``, normalised to mean 1
     over the batch, with ``σᵢ = batch["sigma"][i]`` its noise std at signal 0.5 ([0, 1] units, see
-    :class:`rawrcl.finetune.LabelledCrops`) and σ₀ = :data:`BALANCE_SIGMA0`. A denoiser's L1 error grows
-    roughly in proportion to σ, so the plain mean lets the noisiest samples dominate the gradient late in
-    training; the weights even that out. ``balance="crop"`` uses ``batch["sigma_crop"]`` instead, the noise
+    :class:`rawrcl.train.finetuning.LabelledCrops`) and σ₀ = :data:`BALANCE_SIGMA0`. A denoiser's L1 error
+    grows roughly in proportion to σ, so the plain mean lets the noisiest samples dominate the gradient late
+    in training; the weights even that out. ``balance="crop"`` uses ``batch["sigma_crop"]`` instead, the noise
     std at the crop's own mean signal, with σ₀ = :data:`CROP_SIGMA0` — for data whose brightness varies
     (exposure-scaled RAW), where the std at 0.5 says little about a dark crop's noise; weighting each
     crop's L1 by 1/σ approximates maximising the mean PSNR over crops.

@@ -42,7 +42,7 @@ class WithNoise(nn.Module):
         if tuple(params.shape) != (2, channels):
             raise ValueError(f"noise parameters must be (2, {channels}), got {tuple(params.shape)}")
         self.register_buffer("noise", params * float(scale) ** 2)
-        from rawrcl.tiling import model_multiple
+        from rawrcl.infer.tiling import model_multiple
 
         self.size_multiple = model_multiple(model)
 

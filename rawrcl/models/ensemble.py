@@ -34,7 +34,7 @@ class SelfEnsemble(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        from rawrcl.tiling import model_multiple
+        from rawrcl.infer.tiling import model_multiple
 
         self.model = model
         self.size_multiple = model_multiple(model)

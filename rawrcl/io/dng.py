@@ -22,7 +22,7 @@ import tifffile
 
 from rawrcl.cfa import check_pattern
 from rawrcl.errors import RawrclError
-from rawrcl.io import atomic_path
+from rawrcl.io.files import atomic_path
 
 # TIFF/DNG tag codes
 NEW_SUBFILE_TYPE = 254

@@ -35,9 +35,9 @@ import numpy as np
 
 from rawrcl.errors import RawrclError
 from rawrcl.eval import baseline_applies, evaluate, load_images
-from rawrcl.finetune import finetune
 from rawrcl.io import atomic_write_text, list_photos
 from rawrcl.tasks import TASKS
+from rawrcl.train.finetuning import finetune
 
 
 @dataclass(frozen=True)

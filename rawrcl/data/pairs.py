@@ -21,11 +21,11 @@ Overlap: ``x_b`` is ``x_a`` shifted by ``round((1 - overlap)·c)`` pixels along 
 sign, so the crops share ``overlap·c²`` pixels. Noise is drawn once on the union of the two crops, so the
 overlap carries the same noise in both crops (as two crops of one real noisy photo do).
 
-Cache (RAW folders): each file is decoded once per process with :func:`rawrcl.raw.read_raw`, aligned to RGGB
-(``rawrcl.cfa.align_rggb``), packed and stored as float16 (4, H/2, W/2). With ``cache_dir`` the array is also
-written to ``<cache_dir>/<key>.npy`` and later memory-mapped; ``key`` = sha1 of (file size, mtime in ns, sha1
-of the first and last 64 KiB of the file), so a changed file is re-read. Without ``cache_dir`` arrays live in
-memory (shared copy-on-write with forked DataLoader workers).
+Cache (RAW folders): each file is decoded once per process with :func:`rawrcl.io.raw.read_raw`, aligned to
+RGGB (``rawrcl.cfa.align_rggb``), packed and stored as float16 (4, H/2, W/2). With ``cache_dir`` the array
+is also written to ``<cache_dir>/<key>.npy`` and later memory-mapped; ``key`` = sha1 of (file size, mtime in
+ns, sha1 of the first and last 64 KiB of the file), so a changed file is re-read. Without ``cache_dir``
+arrays live in memory (shared copy-on-write with forked DataLoader workers).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def load_packed_raw(path: str | os.PathLike, cache_dir: str | os.PathLike | None
     ``cache_dir`` the result is cached as ``.npy`` (see module docstring) and returned memory-mapped.
     Raises :class:`RawrclError` for unreadable / non-Bayer files.
     """
-    from rawrcl.raw import read_raw
+    from rawrcl.io.raw import read_raw
 
     cache_file = None
     if cache_dir is not None:

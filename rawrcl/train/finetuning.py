@@ -28,7 +28,7 @@ from rawrcl.eval import load_images
 from rawrcl.io import atomic_write_text
 from rawrcl.methods.supervised import supervised
 from rawrcl.tasks import NoiseSpec, Task, get_task, noise_label
-from rawrcl.train import Trainer
+from rawrcl.train.engine import Trainer
 
 PROTOCOLS = ("linear", "full")
 

@@ -7,7 +7,7 @@ Pipeline (RAW inputs)
 ---------------------
 ``read_raw(clip=False)`` → CFA (H, W) float32 in [0, 1] (noise below black kept, as in training) →
 :func:`rawrcl.cfa.align_rggb` (reflection-pads the top/left so R is top-left) → :func:`rawrcl.cfa.pack`
-(4, ⌈H'/2⌉, ⌈W'/2⌉) [R, G1, G2, B] → model, tiled (:func:`rawrcl.tiling.tiled_apply`) → crop back to
+(4, ⌈H'/2⌉, ⌈W'/2⌉) [R, G1, G2, B] → model, tiled (:func:`rawrcl.infer.tiling.tiled_apply`) → crop back to
 exactly the input's pixel grid (every Bayer phase, odd sizes included).
 
 - JDD (head ``"jdd"``): output (3, H, W) float32 *linear camera RGB* in the RAW's [0, 1] scale.
@@ -40,8 +40,8 @@ import torch.nn as nn
 
 from rawrcl.cfa import align_rggb, pack, unpack
 from rawrcl.errors import RawrclError
+from rawrcl.infer.tiling import count_tiles, model_multiple, resolve_device, tiled_apply
 from rawrcl.io import PHOTO_EXTENSIONS, atomic_path, read_photo_depth
-from rawrcl.tiling import count_tiles, model_multiple, resolve_device, tiled_apply
 
 RAW_EXTENSIONS = frozenset(
     ".dng .cr2 .cr3 .crw .nef .nrw .arw .srf .sr2 .raf .orf .rw2 .rwl .pef .ptx .srw .kdc .dcr .k25 .mrw "
@@ -276,7 +276,7 @@ def requantize_cfa(
     """[0, 1] CFA → raw DN: ``black[pos] + x·(white − black[pos])``, rounded, clipped to [0, white].
 
     Shapes: (H, W) float → (H, W) uint16. ``black_level`` holds 4 values, one per position of the 2×2
-    tile, row-major (the :class:`~rawrcl.raw.RawImage` convention).
+    tile, row-major (the :class:`~rawrcl.io.raw.RawImage` convention).
     """
     cfa = np.asarray(cfa, dtype=np.float64)
     black = np.asarray(black_level, dtype=np.float64).reshape(2, 2)
@@ -287,12 +287,12 @@ def requantize_cfa(
 
 
 def write_denoised_dng(path: str | os.PathLike, raw, cfa: np.ndarray, overwrite: bool = False) -> Path:
-    """Write a denoised CFA as a DNG carrying the source :class:`~rawrcl.raw.RawImage`'s pattern, size,
+    """Write a denoised CFA as a DNG carrying the source :class:`~rawrcl.io.raw.RawImage`'s pattern, size,
     black/white levels and metadata (white balance, colour matrix, ISO, noise profile, make/model).
 
     ``cfa``: (H, W) float [0, 1] on the source's grid; re-quantised with :func:`requantize_cfa`.
     """
-    from rawrcl.dng import write_dng
+    from rawrcl.io.dng import write_dng
 
     path = Path(path)
     if path.exists() and not overwrite:
@@ -361,7 +361,7 @@ def jdd_file(
     colour matrix and sRGB gamma (:func:`rawrcl.isp.render_srgb`; gray-world white balance when the file
     carries none). Same pixel grid as the CFA.
     """
-    from rawrcl.raw import read_raw
+    from rawrcl.io.raw import read_raw
 
     dst = Path(dst)
     if dst.exists() and not overwrite:
@@ -400,7 +400,7 @@ def denoise_file(
         if dst.suffix.lower() in (".dng",):
             raise RawrclError(f"{src}: an RGB photo cannot be written as DNG; use --format tiff or png")
         return write_image(dst, out, bits=bits, overwrite=overwrite)
-    from rawrcl.raw import read_raw
+    from rawrcl.io.raw import read_raw
 
     if model is None:
         raise RawrclError(f"{src}: no RAW denoising model")

@@ -1,0 +1,39 @@
+"""Training data: pair datasets over RAW and photo folders, the batch sampler, the RAW cache."""
+
+from __future__ import annotations
+
+from rawrcl.data.pairs import (
+    RAW_EXTENSIONS,
+    Key,
+    PairBatchSampler,
+    PairDataset,
+    PhotoFolderDataset,
+    RawFolderDataset,
+    augment_packed,
+    default_sampler,
+    dihedral,
+    file_key,
+    find_files,
+    folder_kind,
+    load_packed_raw,
+    make_loader,
+    sampler_from_profile,
+)
+
+__all__ = [
+    "augment_packed",
+    "default_sampler",
+    "dihedral",
+    "file_key",
+    "find_files",
+    "folder_kind",
+    "Key",
+    "load_packed_raw",
+    "make_loader",
+    "PairBatchSampler",
+    "PairDataset",
+    "PhotoFolderDataset",
+    "RAW_EXTENSIONS",
+    "RawFolderDataset",
+    "sampler_from_profile",
+]

@@ -1,0 +1,26 @@
+"""File I/O: atomic writes and photos (:mod:`.files`), RAW reading (:mod:`.raw`), DNG writing (:mod:`.dng`).
+"""
+
+from __future__ import annotations
+
+from rawrcl.io.files import (
+    PHOTO_EXTENSIONS,
+    atomic_path,
+    atomic_write_bytes,
+    atomic_write_text,
+    file_mode,
+    list_photos,
+    read_photo,
+    read_photo_depth,
+)
+
+__all__ = [
+    "atomic_path",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "file_mode",
+    "list_photos",
+    "PHOTO_EXTENSIONS",
+    "read_photo",
+    "read_photo_depth",
+]

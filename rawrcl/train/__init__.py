@@ -1,0 +1,45 @@
+"""The training engine (:class:`Trainer`), pre-training and fine-tuning."""
+
+from __future__ import annotations
+
+from rawrcl.train.engine import (
+    PRETEXT_TASKS,
+    TRAINER_DEFAULTS,
+    Trainer,
+    TrainingInterrupted,
+    WeightEMA,
+    build_dataset,
+    distributed_env,
+    load_resume_config,
+    lr_schedule,
+    pretrain,
+    select_device,
+    step_seed,
+)
+from rawrcl.train.finetuning import (
+    PROTOCOLS,
+    LabelledCrops,
+    finetune,
+    prepare_model,
+    select_labels,
+)
+
+__all__ = [
+    "build_dataset",
+    "distributed_env",
+    "finetune",
+    "LabelledCrops",
+    "load_resume_config",
+    "lr_schedule",
+    "prepare_model",
+    "PRETEXT_TASKS",
+    "pretrain",
+    "PROTOCOLS",
+    "select_device",
+    "select_labels",
+    "step_seed",
+    "Trainer",
+    "TRAINER_DEFAULTS",
+    "TrainingInterrupted",
+    "WeightEMA",
+]
