@@ -21,7 +21,7 @@ from rawrcl.errors import RawrclError
 
 BACKENDS = ("torch", "onnxruntime")
 #: bump when the exported graph of the same checkpoint changes (invalidates the cache)
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2
 #: task → the head it needs (mirrors rawrcl.infer.DEFAULT_WEIGHTS)
 TASK_HEAD = {"jdd": "jdd", "raw-denoise": "raw", "denoise": "rgb"}
 

@@ -93,23 +93,31 @@ def prepare(
     return Prepared(module.eval(), want, in_ch, scale, _multiple(model), noise_input, noise, dict(config))
 
 
-def probe_input(prep: Prepared, side: int) -> tuple:
+def trace_size(multiple: int) -> tuple[int, int]:
+    """Dynamic graphs are traced at (4m + 5, 4m + 3): both sides need padding to a multiple m > 5 (and
+    m = 2, 4), so the U-Net's padding is recorded in the graph."""
+    return 4 * multiple + 5, 4 * multiple + 3
+
+
+def probe_input(prep: Prepared, side: int | tuple[int, int]) -> tuple:
     """A fixed input like real unclipped tiles: values in [−0.1, 1.1] (below black, above white) and a dark
     band whose local mean is below 0 (where a noise map without a clamp takes the root of a negative)."""
+    h, w = (side, side) if isinstance(side, int) else side
     g = torch.Generator().manual_seed(1234)
-    x = torch.rand(1, prep.in_channels, side, side, generator=g) * 1.2 - 0.1
-    x[..., : side // 4, :] = torch.rand(1, prep.in_channels, side // 4, side, generator=g) * 0.08 - 0.06
+    x = torch.rand(1, prep.in_channels, h, w, generator=g) * 1.2 - 0.1
+    x[..., : h // 4, :] = torch.rand(1, prep.in_channels, h // 4, w, generator=g) * 0.08 - 0.06
     if prep.noise_input:
         return (x, torch.tensor([[[4e-3] * 4, [6e-5] * 4]]))
     return (x,)
 
 
-def check_module(prep: Prepared, side: int, name: str = "model") -> torch.Tensor:
+def check_module(prep: Prepared, side: int | tuple[int, int], name: str = "model") -> torch.Tensor:
     """Run the wrapped module once; shape and finiteness checks. Returns the output (reference)."""
     args = probe_input(prep, side)
+    h, w = args[0].shape[-2:]
     with torch.no_grad():
         y = prep.module(*args).float()
-    want = (1, HEADS[prep.head][0], prep.scale * side, prep.scale * side)
+    want = (1, HEADS[prep.head][0], prep.scale * h, prep.scale * w)
     if tuple(y.shape) != want:
         raise RawrclError(
             f"{name}: output shape {tuple(y.shape)} for input {tuple(args[0].shape)}, expected {want}"
@@ -136,27 +144,31 @@ def export_prepared(
         raise RawrclError(
             f"--tile {tile}: must be a multiple of the model's size multiple {prep.size_multiple}"
         )
-    side = tile if tile is not None else 8 * prep.size_multiple
-    ref = check_module(prep, side, name)
+    m = prep.size_multiple
+    # probes: the static tile; for dynamic graphs a multiple of m and a size that is not one
+    sides: list = [tile] if tile is not None else [8 * m, (4 * m + 9, 4 * m + 7)]
+    refs = [check_module(prep, s, name) for s in sides]
     meta = {
         "head": prep.head,
         "in_channels": str(prep.in_channels),
         "scale": str(prep.scale),
-        "size_multiple": str(prep.size_multiple),
+        "size_multiple": str(m),
+        "any_size": "true" if tile is None else "false",
         "source": source_metadata(checkpoint, prep.config),
     }
     if prep.noise is not None:
         meta["noise"] = json.dumps(prep.noise.as_dict(), sort_keys=True)
-    export_onnx(prep.module, path, prep.in_channels, tile, prep.noise_input, meta)
+    export_onnx(prep.module, path, prep.in_channels, tile, prep.noise_input, meta, trace_hw=trace_size(m))
     check_graph(path)
     info = graph_info(path)
     if verify:
         from rawrcl.export.ort import OrtModel
 
         ort_model = OrtModel(path)
-        args = probe_input(prep, side)
-        got = ort_model(*args)
-        diff = float((got - ref).abs().max())
+        diff = 0.0
+        for s, ref in zip(sides, refs, strict=True):
+            got = ort_model(*probe_input(prep, s))
+            diff = max(diff, float((got - ref).abs().max()))
         info["max_abs_diff"] = diff
         if not diff <= VERIFY_TOL:
             Path(path).unlink(missing_ok=True)

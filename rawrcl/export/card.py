@@ -54,6 +54,18 @@ def _jsonable(v):
     return None  # tensors and other objects are not provenance
 
 
+def _command_chain(prov: dict) -> list[str]:
+    """Commands recorded in ``prov`` and in the provenance of the checkpoints it was initialised from."""
+    chain: list[str] = []
+    seen = 0
+    while isinstance(prov, dict) and seen < 100:
+        chain = [str(c) for c in prov.get("commands") or []] + chain
+        init = prov.get("init")
+        prov = init.get("provenance") if isinstance(init, dict) else None
+        seen += 1
+    return chain
+
+
 def _data_lines(facts: dict) -> list[str]:
     prov = facts.get("provenance") or {}
     data = prov.get("data") or {}
@@ -158,10 +170,10 @@ def model_card(
         "- not recorded (not an adapted model)"
     ]
     lines += ["", "## Training data and provenance", ""] + _data_lines(facts)
-    if prov.get("commands"):
-        lines += (
-            ["", "Commands (from the checkpoint):", "", "```"] + [str(c) for c in prov["commands"]] + ["```"]
-        )
+    chain = _command_chain(prov)
+    if chain:
+        lines += ["", "Commands, first run first (from the checkpoint and its `--init` chain):", "", "```"]
+        lines += chain + ["```"]
     if prov.get("date"):
         lines += ["", f"Trained: {prov['date']}"]
     lines += [

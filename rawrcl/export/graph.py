@@ -8,8 +8,10 @@ Two shape modes:
 - **static** (``tile=T``): input ``input`` float32 [1, C, T, T], output ``output`` float32
   [1, C_out, s·T, s·T] — what darktable's raw denoise expects (T = 512 packed pixels);
 - **dynamic** (``tile=None``): batch, height and width symbolic. The U-Net pads its input to a multiple of
-  ``2**depth`` in Python, which tracing cannot keep, so a dynamic graph needs H and W multiples of the
-  model's size multiple (stored in the metadata; :class:`rawrcl.export.ort.OrtModel` pads for you).
+  ``2**depth`` in Python; tracing records that padding only when the traced input needs it, so dynamic
+  graphs are traced on an input whose sides are *not* multiples (``trace_hw``): the recorded pad amounts are
+  then computed from the input's shape and the graph takes any H, W ≥ the multiple, exactly as torch does
+  (metadata ``any_size``).
 
 Metadata (``metadata_props``, all strings, prefix ``rawrcl.``): ``head`` (``jdd`` | ``raw`` | ``rgb``),
 ``in_channels``, ``scale``, ``size_multiple``, ``noise`` (JSON of the baked NLF, if any), ``source``
@@ -50,16 +52,18 @@ def export_onnx(
     noise_input: bool = False,
     metadata: dict[str, str] | None = None,
     opset: int = OPSET,
+    trace_hw: tuple[int, int] = (61, 67),
 ) -> Path:
     """Trace ``module`` (eval mode, CPU, fp32) to an ONNX file at ``path`` (atomic write).
 
     ``module`` maps (B, in_channels, h, w) → (B, C_out, s·h, s·w) (and takes a second (B, 2, 4) noise
-    argument when ``noise_input``). ``tile``: static square side, else dynamic axes. Returns the path.
+    argument when ``noise_input``). ``tile``: static square side, else dynamic axes traced at ``trace_hw``
+    (see module docstring: not multiples of the model's size multiple). Returns the path.
     """
     onnx = require_onnx()
     module = module.eval().float().cpu()
-    side = tile if tile is not None else 64
-    x = torch.rand(1, in_channels, side, side, generator=torch.Generator().manual_seed(0))
+    hw = (tile, tile) if tile is not None else trace_hw
+    x = torch.rand(1, in_channels, *hw, generator=torch.Generator().manual_seed(0))
     args: tuple = (x,)
     names = [INPUT]
     dyn: dict | None = None

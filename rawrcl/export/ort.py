@@ -7,8 +7,9 @@ fp32 on the CPU execution provider with ``torch.get_num_threads()`` intra-op thr
 comparison uses the same thread budget).
 
 Sizes: a static graph [1, C, T, T] takes one tile at a time; smaller inputs are padded (reflection,
-bottom/right, as the U-Net pads itself) up to T and the output cropped. A dynamic graph gets inputs padded
-to its size multiple the same way (tiles from the tiler already are multiples, so nothing changes there).
+bottom/right, as the U-Net pads itself) up to T and the output cropped. A dynamic rawrcl graph (metadata
+``any_size``) pads itself exactly as the torch model does and takes any size; other dynamic graphs get
+inputs padded to their size multiple.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class OrtModel(nn.Module):
                 f"{self.path}: ONNX Runtime cannot load it ({str(exc).splitlines()[0]})"
             ) from None
         self.size_multiple = int(meta.get("size_multiple", 1) or 1)
+        self.any_size = meta.get("any_size") == "true"  # the graph pads itself, as the torch model does
         if "scale" in meta:
             self.scale = int(meta["scale"])
         elif static and all(isinstance(d, int) for d in out_dims[2:]):
@@ -134,6 +136,8 @@ class OrtModel(nn.Module):
             if h > t or w > t:
                 raise RawrclError(f"{self.path}: static graph takes tiles of at most {t}, got {h}×{w}")
             H, W = t, t
+        elif self.any_size and min(h, w) >= self.size_multiple:
+            H, W = h, w
         else:
             m = self.size_multiple
             H, W = -(-h // m) * m, -(-w // m) * m
