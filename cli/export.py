@@ -71,8 +71,6 @@ def export(model, fmt, out, tile, head, noise, iso, camera, model_id, name, desc
     spec = parse_noise(noise, iso, camera) if noise is not None else None
     net, cfg = load_checkpoint(ckpt)
     if fmt == "onnx":
-        if head is not None and head not in ("jdd", "raw", "rgb"):
-            raise RawrclError(f"--head {head!r}: expected jdd, raw or rgb")
         target = Path(out)
         if target.suffix.lower() != ".onnx":
             raise RawrclError(f"-o {out}: --format onnx writes a .onnx file")
@@ -87,11 +85,11 @@ def export(model, fmt, out, tile, head, noise, iso, camera, model_id, name, desc
         if head not in (None, "jdd"):
             raise RawrclError("--head: darktable packages are always packed RAW → RGB (jdd)")
         prep = prepare(net, cfg, head="jdd", noise=spec, allow_noise_input=False, name=str(ckpt))
-        stem = model if model in DEFAULTS else Path(model).resolve().stem
-        if stem == "last" and Path(model).resolve().parent.name == "checkpoints":
-            stem = Path(model).resolve().parent.parent.name
-        if Path(model).is_dir():
-            stem = Path(model).resolve().name
+        p = Path(model).resolve()
+        if model in DEFAULTS or p.is_dir():
+            stem = model if model in DEFAULTS else p.name
+        else:  # RUN/checkpoints/last.pt → RUN
+            stem = p.parent.parent.name if p.parent.name == "checkpoints" else p.stem
         default_id = "rawdenoise-rawrcl-" + re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-.")
         if spec is not None and spec.source.get("iso") is not None:
             default_id += f"-iso{spec.source['iso']:g}"

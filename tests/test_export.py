@@ -492,3 +492,17 @@ def test_backend_option_errors(tmp_path):
     ]:
         res = r.invoke(main, ["jdd", str(tmp_path / "a.dng"), "-o", str(tmp_path / "o.tiff"), *args])
         assert res.exit_code == 1 and needle in res.output and res.output.count("\n") == 1, res.output
+
+
+def test_raw_denoiser_as_jdd_same_result_on_both_backends():
+    """``rawrcl jdd --model RAW_DENOISER``: the on-the-fly export is the same denoise → demosaic module and
+    tiles the frame the same way (same size multiple) as torch."""
+    from rawrcl.infer import task_model
+
+    ckpt = default_weights_path("raw-denoise")
+    cfa = mosaic(150, 171, "GRBG", seed=8)
+    out = {}
+    for backend in ("torch", "onnxruntime"):
+        opts = TileOptions(tile=64, overlap=16, precision="fp32", device="cpu", backend=backend)
+        out[backend] = jdd_cfa(task_model(ckpt, "jdd", opts), cfa, "GRBG", opts)
+    assert np.abs(out["torch"] - out["onnxruntime"]).max() <= 1e-4

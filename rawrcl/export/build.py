@@ -89,8 +89,9 @@ def prepare(
             )
         noise_input = True
     module = adapt(module, own, want)
-    out_ch, scale = HEADS[want]
-    return Prepared(module.eval(), want, in_ch, scale, _multiple(model), noise_input, noise, dict(config))
+    _, scale = HEADS[want]
+    # the multiple the tiler uses for this module on torch, so both backends tile a frame identically
+    return Prepared(module.eval(), want, in_ch, scale, _multiple(module), noise_input, noise, dict(config))
 
 
 def trace_size(multiple: int) -> tuple[int, int]:

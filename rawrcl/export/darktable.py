@@ -110,11 +110,11 @@ def write_package(
     check_model_id(model_id)
     if prep.head != "jdd" or prep.in_channels != 4 or prep.noise_input:
         raise RawrclError("darktable packages need a packed-RAW → RGB graph with a single input")
-    if tile < 4 * OVERLAP_PACKED or tile % prep.size_multiple:
+    if tile < 4 * OVERLAP_PACKED or tile % max(prep.size_multiple, 8):
         raise RawrclError(
             f"--tile {tile}: darktable needs a tile ≥ {4 * OVERLAP_PACKED} "
             f"(4 × its {OVERLAP_PACKED}-pixel overlap) "
-            f"and a multiple of {prep.size_multiple}"
+            f"and a multiple of {max(prep.size_multiple, 8)}"
         )
     out = Path(out)
     zipped = out.suffix.lower() == ".dtmodel"
