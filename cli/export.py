@@ -65,6 +65,8 @@ def export(model, fmt, out, tile, head, noise, iso, camera, model_id, name, desc
     from rawrcl.infer import default_weights_path
     from rawrcl.models import load_checkpoint
 
+    if not re.fullmatch(r"\d+\.\d+", version):
+        raise RawrclError(f"--version {version!r}: darktable compares model versions as X.Y (e.g. 1.0)")
     ckpt = default_weights_path(DEFAULTS[model]) if model in DEFAULTS else Path(model)
     if (iso is not None or camera) and noise is None:
         raise RawrclError("--iso/--camera need --noise PROFILE.json")

@@ -43,6 +43,7 @@ class Prepared:
     noise_input: bool
     noise: NoiseSpec | None
     config: dict
+    pad_multiple: int = 1  # the bare model's own padding multiple (2**depth for a U-Net)
 
 
 def _multiple(model: nn.Module) -> int:
@@ -91,7 +92,17 @@ def prepare(
     module = adapt(module, own, want)
     _, scale = HEADS[want]
     # the multiple the tiler uses for this module on torch, so both backends tile a frame identically
-    return Prepared(module.eval(), want, in_ch, scale, _multiple(module), noise_input, noise, dict(config))
+    return Prepared(
+        module.eval(),
+        want,
+        in_ch,
+        scale,
+        _multiple(module),
+        noise_input,
+        noise,
+        dict(config),
+        pad_multiple=_multiple(model),
+    )
 
 
 def trace_size(multiple: int) -> tuple[int, int]:
@@ -145,7 +156,7 @@ def export_prepared(
         raise RawrclError(
             f"--tile {tile}: must be a multiple of the model's size multiple {prep.size_multiple}"
         )
-    m = prep.size_multiple
+    m = max(prep.size_multiple, prep.pad_multiple)
     # probes: the static tile; for dynamic graphs a multiple of m and a size that is not one
     sides: list = [tile] if tile is not None else [8 * m, (4 * m + 9, 4 * m + 7)]
     refs = [check_module(prep, s, name) for s in sides]
@@ -153,7 +164,7 @@ def export_prepared(
         "head": prep.head,
         "in_channels": str(prep.in_channels),
         "scale": str(prep.scale),
-        "size_multiple": str(m),
+        "size_multiple": str(prep.size_multiple),
         "any_size": "true" if tile is None else "false",
         "source": source_metadata(checkpoint, prep.config),
     }
