@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "jdd": "infer:jdd",
     "denoise": "infer:denoise",
     "bench": "bench:bench",
+    "export": "export:export",
     "demo": "demo:demo",
 }
 

@@ -36,6 +36,13 @@ def _tile_options(func):
             help="Autocast precision; auto = bf16 on CUDA and on CPUs with native bf16, else fp32.",
         ),
         click.option(
+            "--backend",
+            type=click.Choice(["torch", "onnxruntime"]),
+            default=None,
+            help="Inference engine (same tiler): torch, or onnxruntime (fp32, CPU; needs rawrcl[onnx]; a "
+            "checkpoint is exported once and cached). Default: torch, onnxruntime for a .onnx --model.",
+        ),
+        click.option(
             "--tta",
             is_flag=True,
             help="Self-ensemble: average the model over 8 flips/transposes (Bayer phase kept); "
@@ -62,6 +69,7 @@ def _run(
     device,
     precision,
     tta,
+    backend,
     **kw,
 ) -> None:
     """Call ``rawrcl.infer.<runner_name>`` with the options of :func:`_tile_options` (tiling, device,
@@ -70,7 +78,7 @@ def _run(
     from rawrcl import infer
 
     opts = infer.TileOptions(
-        tile, overlap, batch_tiles, device, precision, progress=not quiet, self_ensemble=tta
+        tile, overlap, batch_tiles, device, precision, progress=not quiet, self_ensemble=tta, backend=backend
     )
     result = getattr(infer, runner_name)(
         inputs,
@@ -96,7 +104,7 @@ def _run(
     "model_path",
     default=None,
     help="Checkpoint (or run directory) with head 'jdd' (default: shipped weights); a RAW denoiser "
-    "(head 'raw') runs as denoise → bilinear demosaic.",
+    "(head 'raw') runs as denoise → bilinear demosaic. A .onnx file (rawrcl export) runs on onnxruntime.",
 )
 @click.option(
     "--render",
@@ -126,7 +134,7 @@ def jdd(inputs, out, model_path, render, fmt, **common):
     "--model",
     "model_path",
     default=None,
-    help="Checkpoint with head 'raw' (default: shipped weights), or head 'rgb' for photos.",
+    help="Checkpoint (or .onnx export) with head 'raw' (default: shipped weights), or head 'rgb' for photos.",
 )
 @click.option(
     "--rgb-model", "rgb_model_path", default=None, help="Checkpoint with head 'rgb' for RGB photos."

@@ -99,6 +99,17 @@ def load_model(path: str | os.PathLike | None, task: str) -> nn.Module:
     return adapt(model, got_head, head).eval()
 
 
+def task_model(path: str | os.PathLike | None, task: str, opts: TileOptions) -> nn.Module:
+    """:func:`load_model` on ``opts.backend`` (ONNX Runtime: :func:`rawrcl.export.backend.backend_model`,
+    which may set ``opts`` to fp32 / CPU / the graph's static tile)."""
+    if opts.backend in (None, "torch") and not str(path or "").lower().endswith(".onnx"):
+        opts.backend = "torch"
+        return load_model(path, task)
+    from rawrcl.export.backend import backend_model
+
+    return backend_model(path, task, opts)
+
+
 def default_model(task: str) -> nn.Module:
     """The shipped default model for ``task`` ("jdd" | "raw-denoise"), in eval mode on the CPU."""
     return load_model(None, task)
@@ -124,6 +135,7 @@ class TileOptions:
     precision: str = "auto"
     progress: bool = False
     self_ensemble: bool = False
+    backend: str | None = None  # "torch" | "onnxruntime"; None: onnxruntime for a .onnx model, else torch
 
     def apply(self, model: nn.Module, x: torch.Tensor, scale: int, desc: str = "tiles") -> torch.Tensor:
         """Run ``model`` over ``x`` (B, C, h, w) tile by tile (→ (B, C_out, scale·h, scale·w))."""
@@ -612,7 +624,7 @@ def run_jdd(
         raise RawrclError(f"--render {render!r}: expected srgb or linear")
     opts = opts or TileOptions()
     resolve_device(opts.device)
-    model = load_model(model_path, "jdd")
+    model = task_model(model_path, "jdd", opts)
     error_ = error or (lambda s: print(s, file=sys.stderr, flush=True))
     files_probe, _ = expand_inputs(inputs, RAW_EXTENSIONS)
     single = output_is_file(inputs, files_probe, out)
@@ -654,22 +666,22 @@ def run_denoise(
     raw_model: nn.Module | None = None
     rgb_model: nn.Module | None = None
     if model_path is not None:
-        from rawrcl.models import read_checkpoint
+        from rawrcl.export.backend import model_head
 
-        head = read_checkpoint(model_path)["config"].get("head")
+        head = model_head(model_path)
         if head == "rgb" and rgb_model_path is None:
             rgb_model_path, model_path = model_path, None
 
     def get_raw() -> nn.Module:
         nonlocal raw_model
         if raw_model is None:
-            raw_model = load_model(model_path, "raw-denoise")
+            raw_model = task_model(model_path, "raw-denoise", opts)
         return raw_model
 
     def get_rgb() -> nn.Module:
         nonlocal rgb_model
         if rgb_model is None:
-            rgb_model = load_model(rgb_model_path, "denoise")
+            rgb_model = task_model(rgb_model_path, "denoise", opts)
         return rgb_model
 
     if model_path is not None:

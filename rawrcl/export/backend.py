@@ -1,0 +1,133 @@
+"""``--backend torch|onnxruntime`` for ``rawrcl jdd`` / ``rawrcl denoise``: which engine runs the model.
+
+- ``torch``: the checkpoint as today (:func:`rawrcl.infer.load_model`).
+- ``onnxruntime``: a ``.onnx`` file runs as it is; a checkpoint (or the shipped weights) is exported on
+  the fly to a dynamic-shape graph of exactly the module ``load_model`` would run (a RAW denoiser asked
+  for JDD included) and cached under ``$RAWRCL_CACHE_DIR`` (default ``$XDG_CACHE_HOME/rawrcl`` or
+  ``~/.cache/rawrcl``) in ``onnx/``, keyed by the checkpoint's sha256, the task and the export version.
+
+Both engines go through the same tiler (:func:`rawrcl.tiling.tiled_apply`). ONNX Runtime runs fp32 on
+the CPU only.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch.nn as nn
+
+from rawrcl.errors import RawrclError
+
+BACKENDS = ("torch", "onnxruntime")
+#: bump when the exported graph of the same checkpoint changes (invalidates the cache)
+EXPORT_VERSION = 2
+#: task → the head it needs (mirrors rawrcl.infer.DEFAULT_WEIGHTS)
+TASK_HEAD = {"jdd": "jdd", "raw-denoise": "raw", "denoise": "rgb"}
+
+
+def is_onnx(path: str | os.PathLike | None) -> bool:
+    return path is not None and str(path).lower().endswith(".onnx")
+
+
+def resolve_backend(backend: str | None, model_path: str | os.PathLike | None) -> str:
+    """``None`` → ``onnxruntime`` for a ``.onnx`` model, else ``torch``; refuses a mismatch in one line."""
+    if backend is None:
+        return "onnxruntime" if is_onnx(model_path) else "torch"
+    if backend not in BACKENDS:
+        raise RawrclError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+    if backend == "torch" and is_onnx(model_path):
+        raise RawrclError(f"--model {model_path}: an ONNX file runs with --backend onnxruntime")
+    return backend
+
+
+def cache_dir() -> Path:
+    """Folder of on-the-fly exports (``$RAWRCL_CACHE_DIR`` or the XDG cache), created if needed."""
+    base = os.environ.get("RAWRCL_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "rawrcl"
+    )
+    d = Path(base) / "onnx"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _checkpoint_file(path: str | os.PathLike | None, task: str) -> Path:
+    from rawrcl.infer import default_weights_path
+
+    if path is None:
+        return default_weights_path(task)
+    p = Path(path)
+    return p / "checkpoints" / "last.pt" if p.is_dir() else p
+
+
+def cached_export(model_path: str | os.PathLike | None, task: str) -> Path:
+    """Dynamic-shape ONNX export of what ``load_model(model_path, task)`` runs (made when not cached)."""
+    from rawrcl.export.build import export_prepared, prepare
+    from rawrcl.export.graph import OPSET, file_sha256
+    from rawrcl.infer import load_model
+    from rawrcl.models import load_checkpoint
+
+    load_model(model_path, task)  # the head / input checks and their messages, as with --backend torch
+    ckpt = _checkpoint_file(model_path, task)
+    sha = file_sha256(ckpt)
+    target = cache_dir() / f"{sha[:24]}-{task}-op{OPSET}-v{EXPORT_VERSION}.onnx"
+    if not target.is_file():
+        model, cfg = load_checkpoint(ckpt)
+        prep = prepare(model, cfg, head=TASK_HEAD[task], allow_noise_input=False, name=str(ckpt))
+        export_prepared(prep, target, tile=None, checkpoint=ckpt, name=str(ckpt))
+    return target
+
+
+def onnx_model(path: str | os.PathLike, task: str):
+    """An :class:`rawrcl.export.ort.OrtModel` for ``task``; refuses a graph of the wrong kind (one line)."""
+    from rawrcl.export.ort import OrtModel
+
+    m = OrtModel(path)
+    want = TASK_HEAD[task]
+    ok = m.head_name == want or (task == "jdd" and m.head_name is None and (m.in_channels, m.scale) == (4, 2))
+    if not ok:
+        raise RawrclError(
+            f"{path}: ONNX graph is {m.head_name or 'unknown'} ({m.in_channels} channels in, "
+            f"scale {m.scale}); "
+            f"{task!r} needs head {want!r}"
+        )
+    return m
+
+
+def model_head(path: str | os.PathLike) -> str | None:
+    """Head of a checkpoint or ONNX file (for ``rawrcl denoise`` choosing RAW vs photo models)."""
+    if is_onnx(path):
+        from rawrcl.export.ort import OrtModel
+
+        return OrtModel(path).head_name
+    from rawrcl.models import read_checkpoint
+
+    return read_checkpoint(path)["config"].get("head")
+
+
+def backend_model(model_path: str | os.PathLike | None, task: str, opts) -> nn.Module:
+    """The model ``task`` runs on ``opts.backend`` (a :class:`rawrcl.infer.TileOptions`).
+
+    For ``onnxruntime`` this also fixes ``opts``: precision fp32 (bf16/fp16 refused), CPU only, and the
+    tile of a static graph.
+    """
+    from rawrcl.infer import load_model
+    from rawrcl.tiling import resolve_device
+
+    backend = resolve_backend(getattr(opts, "backend", None), model_path)
+    opts.backend = backend
+    if backend == "torch":
+        return load_model(model_path, task)
+    from rawrcl.export.ort import require_onnxruntime
+
+    require_onnxruntime()
+    if opts.precision in ("bf16", "fp16"):
+        raise RawrclError(f"--precision {opts.precision}: the onnxruntime backend runs fp32 only")
+    if opts.device not in (None, "auto") and resolve_device(opts.device).type != "cpu":
+        raise RawrclError(f"--device {opts.device}: the onnxruntime backend runs on the CPU only")
+    opts.precision, opts.device = "fp32", "cpu"
+    path = model_path if is_onnx(model_path) else cached_export(model_path, task)
+    m = onnx_model(path, task)
+    if m.static_tile is not None:
+        opts.tile = m.static_tile
+    return m

@@ -1,0 +1,190 @@
+"""What gets exported: the model wrapped for its target, checked, traced and verified against torch.
+
+- ``head="jdd"`` models export as they are (packed (B, 4, h, w) → camera RGB (B, 3, 2h, 2w));
+- a RAW denoiser (``head="raw"``) asked for as JDD — darktable's Bayer contract wants RGB at 2× — is
+  wrapped in :class:`rawrcl.models.DenoiseThenDemosaic`: its packed output lands unchanged on the CFA sites
+  of the 2× output (the only values darktable keeps), a bilinear demosaic fills the other two colours;
+- noise-aware models get their NLF baked in (:class:`rawrcl.export.noise.BakedNoise`), or — plain ONNX
+  only — a second graph input ``noise`` (B, 2, 4).
+
+Every export is checked before it is written (finite output on an input with values below 0, as darktable
+feeds unclipped data; the expected output shape) and verified after (``onnx.checker``; ONNX Runtime output
+within :data:`VERIFY_TOL` of torch's in fp32 on that input).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from rawrcl.errors import RawrclError
+from rawrcl.export.graph import check_graph, export_onnx, graph_info, source_metadata
+from rawrcl.export.noise import BakedNoise, NoiseSpec
+from rawrcl.models.heads import HEADS
+
+#: max |ONNX Runtime − torch| accepted when verifying an export (fp32, [0, 1] units)
+VERIFY_TOL = 1e-4
+
+
+@dataclass
+class Prepared:
+    """A module ready for tracing and what the graph will declare."""
+
+    module: nn.Module
+    head: str
+    in_channels: int
+    scale: int
+    size_multiple: int
+    noise_input: bool
+    noise: NoiseSpec | None
+    config: dict
+    pad_multiple: int = 1  # the bare model's own padding multiple (2**depth for a U-Net)
+
+
+def _multiple(model: nn.Module) -> int:
+    from rawrcl.tiling import model_multiple
+
+    return model_multiple(model)
+
+
+def prepare(
+    model: nn.Module,
+    config: dict,
+    head: str | None = None,
+    noise: NoiseSpec | None = None,
+    allow_noise_input: bool = True,
+    name: str = "model",
+) -> Prepared:
+    """Wrap ``model`` (config ``config``) to output ``head`` (default: its own) with ``noise`` baked in.
+
+    Raises :class:`RawrclError` (one line, naming ``name``) for a head that cannot serve ``head``, noise
+    options given to a blind model, or a noise-aware model with no NLF where no noise input is allowed.
+    """
+    from rawrcl.models import adapt, serves
+
+    own = getattr(model, "head_name", None) or config.get("head")
+    want = head or own
+    if own not in HEADS or not serves(own, want):
+        need = "'jdd' or 'raw'" if want == "jdd" else repr(want)
+        raise RawrclError(f"{name}: model has head {own!r}; this export needs head {need}")
+    in_ch = int(config.get("in_channels", 4))
+    noise_aware = bool(config.get("noise_aware", False))
+    if noise is not None and not noise_aware:
+        raise RawrclError(
+            f"{name}: model is not noise-aware (config noise_aware is false); drop --noise/--iso"
+        )
+    module: nn.Module = model.eval()
+    noise_input = False
+    if noise_aware and noise is not None:
+        module = BakedNoise(module, noise)
+    elif noise_aware:
+        if not allow_noise_input or want != own:
+            raise RawrclError(
+                f"{name}: noise-aware model and the target has no noise input; bake the camera's noise with "
+                "--noise λshot,λread or --noise PROFILE.json --iso N"
+            )
+        noise_input = True
+    module = adapt(module, own, want)
+    _, scale = HEADS[want]
+    # the multiple the tiler uses for this module on torch, so both backends tile a frame identically
+    return Prepared(
+        module.eval(),
+        want,
+        in_ch,
+        scale,
+        _multiple(module),
+        noise_input,
+        noise,
+        dict(config),
+        pad_multiple=_multiple(model),
+    )
+
+
+def trace_size(multiple: int) -> tuple[int, int]:
+    """Dynamic graphs are traced at (4m + 5, 4m + 3): both sides need padding to a multiple m > 5 (and
+    m = 2, 4), so the U-Net's padding is recorded in the graph."""
+    return 4 * multiple + 5, 4 * multiple + 3
+
+
+def probe_input(prep: Prepared, side: int | tuple[int, int]) -> tuple:
+    """A fixed input like real unclipped tiles: values in [−0.1, 1.1] (below black, above white) and a dark
+    band whose local mean is below 0 (where a noise map without a clamp takes the root of a negative)."""
+    h, w = (side, side) if isinstance(side, int) else side
+    g = torch.Generator().manual_seed(1234)
+    x = torch.rand(1, prep.in_channels, h, w, generator=g) * 1.2 - 0.1
+    x[..., : h // 4, :] = torch.rand(1, prep.in_channels, h // 4, w, generator=g) * 0.08 - 0.06
+    if prep.noise_input:
+        return (x, torch.tensor([[[4e-3] * 4, [6e-5] * 4]]))
+    return (x,)
+
+
+def check_module(prep: Prepared, side: int | tuple[int, int], name: str = "model") -> torch.Tensor:
+    """Run the wrapped module once; shape and finiteness checks. Returns the output (reference)."""
+    args = probe_input(prep, side)
+    h, w = args[0].shape[-2:]
+    with torch.no_grad():
+        y = prep.module(*args).float()
+    want = (1, HEADS[prep.head][0], prep.scale * h, prep.scale * w)
+    if tuple(y.shape) != want:
+        raise RawrclError(
+            f"{name}: output shape {tuple(y.shape)} for input {tuple(args[0].shape)}, expected {want}"
+        )
+    if not torch.isfinite(y).all():
+        raise RawrclError(
+            f"{name}: non-finite output on an input with values below 0 (darktable feeds unclipped data); "
+            "a noise map must clamp before its square root"
+        )
+    return y
+
+
+def export_prepared(
+    prep: Prepared,
+    path: str | os.PathLike,
+    tile: int | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    verify: bool = True,
+    name: str = "model",
+) -> dict:
+    """Trace ``prep`` to ``path`` (static ``tile`` or dynamic), check and verify it; returns its
+    :func:`graph_info` plus ``max_abs_diff`` (ORT vs torch on the probe input, when ``verify``)."""
+    if tile is not None and (tile < 8 or tile % prep.size_multiple):
+        raise RawrclError(
+            f"--tile {tile}: must be a multiple of the model's size multiple {prep.size_multiple}"
+        )
+    m = max(prep.size_multiple, prep.pad_multiple)
+    # probes: the static tile; for dynamic graphs a multiple of m and a size that is not one
+    sides: list = [tile] if tile is not None else [8 * m, (4 * m + 9, 4 * m + 7)]
+    refs = [check_module(prep, s, name) for s in sides]
+    meta = {
+        "head": prep.head,
+        "in_channels": str(prep.in_channels),
+        "scale": str(prep.scale),
+        "size_multiple": str(prep.size_multiple),
+        "any_size": "true" if tile is None else "false",
+        "source": source_metadata(checkpoint, prep.config),
+    }
+    if prep.noise is not None:
+        meta["noise"] = json.dumps(prep.noise.as_dict(), sort_keys=True)
+    export_onnx(prep.module, path, prep.in_channels, tile, prep.noise_input, meta, trace_hw=trace_size(m))
+    check_graph(path)
+    info = graph_info(path)
+    if verify:
+        from rawrcl.export.ort import OrtModel
+
+        ort_model = OrtModel(path)
+        diff = 0.0
+        for s, ref in zip(sides, refs, strict=True):
+            got = ort_model(*probe_input(prep, s))
+            diff = max(diff, float((got - ref).abs().max()))
+        info["max_abs_diff"] = diff
+        if not diff <= VERIFY_TOL:
+            Path(path).unlink(missing_ok=True)
+            raise RawrclError(
+                f"{name}: ONNX Runtime output differs from torch by {diff:.2e} (> {VERIFY_TOL:g})"
+            )
+    return info

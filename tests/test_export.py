@@ -1,0 +1,508 @@
+"""ONNX export, the ONNX Runtime backend and darktable packages (issue 21).
+
+The darktable tests run the package through :mod:`rawrcl.export.dt_emulate`, a re-implementation of
+darktable 5.6's Bayer raw-denoise path (darktable itself cannot be installed here), and compare with what
+``rawrcl jdd`` / ``rawrcl denoise`` compute for the same file.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from click.testing import CliRunner  # noqa: E402
+from rawrcl.cli import main  # noqa: E402
+
+from rawrcl.errors import RawrclError  # noqa: E402
+from rawrcl.export.backend import cached_export  # noqa: E402
+from rawrcl.export.build import export_prepared, prepare  # noqa: E402
+from rawrcl.export.darktable import write_package  # noqa: E402
+from rawrcl.export.dt_emulate import (  # noqa: E402
+    install_dtmodel,
+    load_bayer_variant,
+    ort_runner,
+    restore_raw_bayer,
+)
+from rawrcl.export.graph import check_external_data, graph_info  # noqa: E402
+from rawrcl.export.noise import parse_noise  # noqa: E402
+from rawrcl.export.ort import OrtModel  # noqa: E402
+from rawrcl.infer import (  # noqa: E402
+    TileOptions,
+    default_weights_path,
+    denoise_cfa,
+    jdd_cfa,
+    load_model,
+    requantize_cfa,
+)
+from rawrcl.models import ARCHS, load_checkpoint, save_checkpoint  # noqa: E402
+from tests.conftest import SHARED_RAW  # noqa: E402
+
+torch.set_num_threads(1)
+COLOUR = {"R": 0, "G": 1, "B": 2}
+BLACK, WHITE = 512.0, 16383.0
+WHOLE = TileOptions(tile=4096, overlap=0, precision="fp32", device="cpu")  # one pass: the reference
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAWRCL_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
+def mosaic(h: int, w: int, pattern: str = "RGGB", seed: int = 0) -> np.ndarray:
+    """(h, w) float32 Bayer mosaic in [0, 1] units of a real photo (linearised), with shot/read noise and
+    values below 0 (unclipped, as rawrcl and darktable read files)."""
+    from skimage import data
+
+    rgb = data.astronaut().astype(np.float32) / 255.0
+    rgb = np.tile(rgb, (-(-h // 512), -(-w // 512), 1))[:h, :w].transpose(2, 0, 1) ** 2.2 * 0.6
+    cfa = np.empty((h, w), np.float32)
+    for i in range(2):
+        for j in range(2):
+            cfa[i::2, j::2] = rgb[COLOUR[pattern[2 * i + j]], i::2, j::2]
+    rng = np.random.default_rng(seed)
+    return cfa + rng.standard_normal(cfa.shape).astype(np.float32) * np.sqrt(
+        4e-3 * np.clip(cfa, 0, None) + 2e-4
+    )
+
+
+def own_colour(rgb: np.ndarray, pattern: str) -> np.ndarray:
+    """(3, H, W) → (H, W): each pixel's own CFA colour (what darktable keeps)."""
+    ch = np.array([COLOUR[c] for c in pattern]).reshape(2, 2)
+    ii, jj = np.indices(rgb.shape[1:])
+    return rgb[ch[ii % 2, jj % 2], ii, jj]
+
+
+def emulate(package_dir: Path, cfa: np.ndarray, pattern: str, **kw):
+    """darktable on a [0, 1] mosaic stored as DN; returns (value in [0, 1] units, dn uint16, stats)."""
+    v = load_bayer_variant(package_dir)
+    for k, val in kw.items():
+        setattr(v, k, val)
+    dn, value, stats = restore_raw_bayer(
+        v, ort_runner(v.onnx), cfa * (WHITE - BLACK) + BLACK, pattern, (BLACK,) * 4, WHITE
+    )
+    return (value - BLACK) / (WHITE - BLACK), dn, stats
+
+
+def dn_of(x: np.ndarray) -> np.ndarray:
+    return np.floor(np.clip(x * (WHITE - BLACK) + BLACK, 0, WHITE) + 0.5)
+
+
+@pytest.fixture(scope="module")
+def jdd_prep():
+    model, cfg = load_checkpoint(default_weights_path("jdd"))
+    return prepare(model, cfg, head="jdd")
+
+
+@pytest.fixture(scope="module")
+def dt512(tmp_path_factory, jdd_prep) -> Path:
+    """The shipped JDD model as a darktable package (default 512 tile), installed like darktable does."""
+    d = tmp_path_factory.mktemp("dt512")
+    info = write_package(
+        jdd_prep, d / "jdd.dtmodel", "rawdenoise-test-jdd", checkpoint=default_weights_path("jdd")
+    )
+    models = d / "models"
+    models.mkdir()
+    return install_dtmodel(info["path"], models)
+
+
+@pytest.fixture(scope="module")
+def dt192(tmp_path_factory, jdd_prep) -> Path:
+    """Same model, 192-pixel tiles (darktable accepts any ladder entry ≥ 4·32): many tiles, fast."""
+    d = tmp_path_factory.mktemp("dt192")
+    info = write_package(jdd_prep, d, "rawdenoise-test-192", tile=192)
+    return Path(info["path"])
+
+
+# --------------------------------------------------------------------------------------- graphs
+
+
+def test_package_graph_contract(dt512):
+    import onnx
+
+    path = dt512 / "model_bayer.onnx"
+    onnx.checker.check_model(str(path), full_check=True)
+    info = graph_info(path)
+    assert info["inputs"] == [("input", [1, 4, 512, 512], "FLOAT")]
+    assert info["outputs"] == [("output", [1, 3, 1024, 1024], "FLOAT")]
+    assert info["opset"] <= 20
+    assert info["metadata"]["head"] == "jdd" and info["metadata"]["scale"] == "2"
+
+
+def test_package_layout_and_manifest(dt512):
+    archive = dt512.parent.parent / "jdd.dtmodel"
+    with zipfile.ZipFile(archive) as zf:
+        names = zf.namelist()
+    assert names[0] == "rawdenoise-test-jdd/"  # darktable takes the model id from the first entry
+    assert set(names) == {
+        "rawdenoise-test-jdd/" + f
+        for f in ("", "config.json", "model_bayer.onnx", "README.md", "rawrcl_export.json")
+    }
+    cfg = json.loads((dt512 / "config.json").read_text())
+    assert dt512.name == cfg["id"] == "rawdenoise-test-jdd" and cfg["name"]
+    assert cfg["task"] == "rawdenoise" and cfg["backend"] == "onnx"
+    bayer = cfg["attributes"]["variants"]["bayer"]
+    assert bayer == {
+        "onnx": "model_bayer.onnx",
+        "input_kind": "bayer_v1",
+        "bayer_orientation": "force_rggb",
+        "edge_pad": "mirror_cropped",
+        "wb_norm": "none",
+        "output_scale": "absolute",
+    }
+    assert cfg["attributes"]["input_sizes"] == [512] and cfg["variants"] == cfg["attributes"]["variants"]
+    v = load_bayer_variant(dt512)
+    assert (v.tile, v.wb_norm, v.output_scale) == (512, "none", "absolute")
+    card = (dt512 / "README.md").read_text()
+    assert "CBSD68" in card and "sha256" in card and "[1, 4, 512, 512]" in card
+
+
+def _real_tiles(side: int) -> list[np.ndarray]:
+    """Packed tiles (4, side, side) in [0, 1] units: a photo mosaic, and the real phone burst when present."""
+    from rawrcl.cfa import align_rggb, pack
+
+    tiles = [pack(mosaic(2 * side, 2 * side, seed=3), "RGGB")]
+    p = SHARED_RAW / "hdrplus_burst2" / "frame00.dng"
+    if p.is_file():
+        from rawrcl.raw import read_raw
+
+        raw = read_raw(p, clip=False)
+        aligned, _ = align_rggb(raw.cfa, raw.pattern)
+        h, w = aligned.shape
+        y, x = (h // 4) & ~1, (w // 3) & ~1
+        tiles.append(pack(np.ascontiguousarray(aligned[y : y + 2 * side, x : x + 2 * side]), "RGGB"))
+    return tiles
+
+
+@pytest.mark.parametrize("task", ["jdd", "raw-denoise"])
+def test_onnxruntime_equals_torch_fp32(task):
+    """On-the-fly export (dynamic shapes), random tiles with values outside [0, 1] and real tiles."""
+    torch_model = load_model(None, task)
+    ort_model = OrtModel(cached_export(None, task))
+    g = torch.Generator().manual_seed(5)
+    # sizes that are not multiples of the U-Net's 8: the graph pads itself as torch does (--tta makes them)
+    xs = [torch.rand(2, 4, 96, 136, generator=g) * 1.3 - 0.15, torch.rand(1, 4, 57, 83, generator=g)]
+    xs += [torch.from_numpy(np.ascontiguousarray(t))[None] for t in _real_tiles(128)]
+    for x in xs:
+        with torch.no_grad():
+            ref = torch_model(x)
+        got = ort_model(x)
+        assert got.shape == ref.shape
+        assert (got - ref).abs().max() <= 1e-4
+    cfa = mosaic(150, 171, "GBRG")
+    tta = TileOptions(tile=64, overlap=16, precision="fp32", device="cpu", self_ensemble=True)
+    fn = jdd_cfa if task == "jdd" else denoise_cfa
+    assert np.abs(fn(torch_model, cfa, "GBRG", tta) - fn(ort_model, cfa, "GBRG", tta)).max() <= 1e-4
+
+
+def test_cli_jdd_backend_onnxruntime_matches_torch(tmp_path):
+    import tifffile
+
+    from rawrcl.dng import write_dng
+
+    cfa = mosaic(300, 420, "GRBG", seed=1)
+    dng = write_dng(tmp_path / "f.dng", dn_of(cfa).astype(np.uint16), "GRBG", BLACK, WHITE)
+    r = CliRunner()
+    outs = {}
+    for backend in ("torch", "onnxruntime"):
+        out = tmp_path / f"{backend}.tiff"
+        res = r.invoke(main, ["jdd", str(dng), "-o", str(out), "--render", "linear", "--precision", "fp32",
+                              "--tile", "128", "--backend", backend, "-q"])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        outs[backend] = tifffile.imread(out).astype(np.int64)
+    # 16-bit output of values within 1e-4 of each other: at most ⌈1e-4·65535⌉ = 7 codes apart
+    assert np.abs(outs["torch"] - outs["onnxruntime"]).max() <= 7
+    assert len(list(Path(tmp_path_cache()).glob("*-jdd-*.onnx"))) == 1  # exported once, cached
+
+
+def tmp_path_cache() -> Path:
+    import os
+
+    return Path(os.environ["RAWRCL_CACHE_DIR"]) / "onnx"
+
+
+def test_cli_denoise_runs_an_exported_onnx_file(tmp_path):
+    from rawrcl.raw import read_raw
+
+    r = CliRunner()
+    onnx_path = tmp_path / "raw.onnx"
+    res = r.invoke(main, ["export", "default-raw-denoise", "--format", "onnx", "-o", str(onnx_path)])
+    assert res.exit_code == 0, res.output
+    assert "verified" in res.output
+    from rawrcl.dng import write_dng
+
+    cfa = mosaic(200, 260, "BGGR", seed=2)
+    dng = write_dng(tmp_path / "f.dng", dn_of(cfa).astype(np.uint16), "BGGR", BLACK, WHITE)
+    res = r.invoke(
+        main, ["denoise", str(dng), "-o", str(tmp_path / "o.dng"), "--model", str(onnx_path), "-q"]
+    )
+    assert res.exit_code == 0, res.output  # a .onnx --model picks the onnxruntime backend
+    got = read_raw(tmp_path / "o.dng", clip=False).cfa
+    ref = denoise_cfa(load_model(None, "raw-denoise"), read_raw(dng, clip=False).cfa, "BGGR", WHOLE)
+    want = (requantize_cfa(ref, "BGGR", (BLACK,) * 4, WHITE) - BLACK) / (WHITE - BLACK)
+    assert np.abs(got - want).max() * (WHITE - BLACK) <= 1.01  # requantised to DN: at most one code apart
+
+
+# --------------------------------------------------------------------------------------- darktable
+
+
+def test_darktable_emulation_matches_rawrcl_jdd_rggb(dt192):
+    """Many 192-px tiles: where one tile owns a pixel (no seam) away from the frame border, darktable's
+    result is rawrcl's to float rounding; seams and the border differ by the tiling, bounded."""
+    cfa = mosaic(900, 1000, "RGGB")
+    got, dn, st = emulate(dt192, cfa, "RGGB")
+    ref = own_colour(jdd_cfa(load_model(None, "jdd"), cfa, "RGGB", WHOLE), "RGGB")
+    inner = np.zeros(cfa.shape, bool)
+    inner[100:-100, 100:-100] = True
+    own = (st["weight"] == 1) & inner
+    seam = (st["weight"] < 1) & inner
+    assert st["tiles"] == 4 * 4 and own.sum() > 0.1 * cfa.size and seam.sum() > 0.3 * cfa.size
+    d = np.abs(got - ref)
+    assert d[own].max() <= 1e-4
+    assert np.abs(dn.astype(np.int64) - dn_of(ref))[own].max() <= 1
+    # measured: seams max 5.0e-3, mean 2.3e-4; border band max 7.3e-2, mean 9e-4 (docs/export.md)
+    assert d[seam].max() <= 1e-2 and d[seam].mean() <= 5e-4
+    assert d[~inner].mean() <= 2e-3
+
+
+def test_darktable_emulation_single_512_tile_grbg(dt512):
+    """The real package (512 tiles) on a GRBG frame: darktable crops to the R origin before packing,
+    rawrcl pads; on the same (R-origin) grid the results agree."""
+    cfa = mosaic(700, 801, "GRBG")
+    got, _, st = emulate(dt512, cfa, "GRBG")
+    assert st["tiles"] == 1 and st["gains"] == [1.0]
+    cropped = cfa[:, 1:]  # R origin: GRBG → RGGB
+    ref = own_colour(jdd_cfa(load_model(None, "jdd"), cropped, "RGGB", WHOLE), "RGGB")
+    inner = (slice(100, -100), slice(100, -100))
+    assert np.abs(got[:, 1:] - ref)[inner].max() <= 1e-4
+    assert np.allclose(got[:, 0], cfa[:, 0], atol=1e-6)  # the column left of the R origin keeps its input
+
+
+def test_darktable_raw_denoiser_lands_on_cfa_sites(tmp_path):
+    """A RAW denoiser exported for darktable: at the CFA sites darktable keeps rawrcl denoise's values."""
+    model, cfg = load_checkpoint(default_weights_path("raw-denoise"))
+    info = write_package(prepare(model, cfg, head="jdd"), tmp_path, "rawdenoise-test-raw", tile=192)
+    cfa = mosaic(500, 520, "RGGB", seed=4)
+    got, _, st = emulate(Path(info["path"]), cfa, "RGGB")
+    ref = denoise_cfa(model, cfa, "RGGB", WHOLE)
+    own = st["weight"] == 1
+    own[:100] = own[-100:] = False
+    own[:, :100] = own[:, -100:] = False
+    assert own.sum() > 0 and np.abs(got - ref)[own].max() <= 1e-4
+
+
+def test_match_gain_would_shift_a_calibrated_model(dt192):
+    """Why the package says output_scale: absolute: match_gain rescales each tile by
+    mean(4 packed) / mean(3 RGB), which is not 1 for true camera RGB and changes from tile to tile."""
+    cfa = mosaic(600, 600, "RGGB")
+    absolute, _, _ = emulate(dt192, cfa, "RGGB")
+    matched, _, st = emulate(dt192, cfa, "RGGB", output_scale="match_gain")
+    gains = np.array(st["gains"])
+    assert np.abs(gains - 1).max() > 0.01 and gains.std() > 1e-3
+    assert np.abs(matched - absolute).mean() > 1e-3
+
+
+# --------------------------------------------------------------------------------------- noise-aware
+
+
+class FakeNoiseAware(nn.Module):
+    """The issue-19 interface: ``model(x, noise)``, noise (B, 2, 4) = [λshot; λread] per packed plane; builds
+    √(λshot·max(x̄, 0) + λread) itself and predicts a correction from [x, σ]. Head ``raw``."""
+
+    def __init__(self, config: dict) -> None:
+        super().__init__()
+        self.config = {**config, "noise_aware": True}
+        self.head_name = config.get("head", "raw")
+        self.clamp = bool(config.get("clamp", True))
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        xbar = F.avg_pool2d(x, 3, 1, 1, count_include_pad=False)
+        xbar = xbar.clamp(min=0) if self.clamp else xbar
+        std = torch.sqrt(noise[:, 0, :, None, None] * xbar + noise[:, 1, :, None, None])
+        return x + 0.1 * self.conv(torch.cat([x, std], 1))
+
+
+@pytest.fixture
+def fake_ckpt(tmp_path, monkeypatch):
+    monkeypatch.setitem(ARCHS, "fake_noise", FakeNoiseAware)
+
+    def make(**cfg) -> Path:
+        config = {"arch": "fake_noise", "in_channels": 4, "head": "raw", "noise_aware": True, **cfg}
+        path = tmp_path / f"fake{len(list(tmp_path.glob('fake*.pt')))}.pt"
+        save_checkpoint(
+            path, FakeNoiseAware(config), config, {"provenance": {"camera": "Test Cam", "iso": 800}}
+        )
+        return path
+
+    return make
+
+
+def _profile(path: Path) -> Path:
+    entries = [
+        {
+            "iso": iso,
+            "per_plane": {
+                c: [1e-4 * iso / 100 * (1 + k / 10), 1e-6 * (iso / 100) ** 2]
+                for k, c in enumerate("R G1 G2 B".split())
+            },
+        }
+        for iso in (100, 1600)
+    ]
+    path.write_text(
+        json.dumps(
+            {
+                "format": "rawrcl-noise-profile/1",
+                "cameras": {"test cam": {"make": "Test", "model": "Cam", "entries": entries}},
+            }
+        )
+    )
+    return path
+
+
+def test_noise_aware_package_bakes_the_profile(tmp_path, fake_ckpt):
+    ckpt = fake_ckpt()
+    prof = _profile(tmp_path / "prof.json")
+    r = CliRunner()
+    res = r.invoke(main, ["export", str(ckpt), "--format", "darktable", "--noise", str(prof), "--iso", "400",
+                          "-o", str(tmp_path / "pkg.dtmodel")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    d = install_dtmodel(tmp_path / "pkg.dtmodel", tmp_path)
+    assert d.name.endswith("-iso400")
+    spec = parse_noise(str(prof), 400)
+    model, _ = load_checkpoint(ckpt)
+    cfa = mosaic(260, 300, "RGGB", seed=6) - 0.01  # darker than black in places: the clamp matters
+    got, _, st = emulate(d, cfa, "RGGB")
+    from rawrcl.export.noise import BakedNoise
+    from rawrcl.models import DenoiseThenDemosaic
+
+    ref = own_colour(jdd_cfa(DenoiseThenDemosaic(BakedNoise(model, spec)), cfa, "RGGB", WHOLE), "RGGB")
+    assert np.isfinite(got).all()
+    inner = (slice(8, -8), slice(8, -8))  # receptive field 2 px: only the frame border differs
+    assert np.abs(got - ref)[inner].max() <= 1e-4
+    card = (d / "README.md").read_text()
+    assert "ISO 400" in card and "interpolated" in card and "Test Cam" in card
+    assert spec.shot[0] == pytest.approx(4e-4, rel=1e-6)  # log-log interpolation of λshot ∝ ISO
+
+
+def test_noise_aware_plain_onnx_has_a_noise_input(tmp_path, fake_ckpt):
+    model, cfg = load_checkpoint(fake_ckpt())
+    path = tmp_path / "n.onnx"
+    export_prepared(prepare(model, cfg), path)
+    m = OrtModel(path)
+    assert m.noise_input and [n for n, _, _ in graph_info(path)["inputs"]] == ["input", "noise"]
+    x = torch.rand(2, 4, 40, 56) - 0.05
+    noise = torch.tensor([[[3e-3] * 4, [5e-5] * 4], [[1e-3] * 4, [2e-6] * 4]])
+    with torch.no_grad():
+        assert (m(x, noise) - model(x, noise)).abs().max() <= 1e-5
+
+
+def test_noise_options_one_line_errors(tmp_path, fake_ckpt):
+    prof = _profile(tmp_path / "prof.json")
+    r = CliRunner()
+    out = str(tmp_path / "x.dtmodel")
+    cases = [
+        ([str(fake_ckpt()), "--format", "darktable", "-o", out], "no noise input"),
+        (
+            [str(fake_ckpt()), "--format", "darktable", "--noise", str(prof), "--iso", "6400", "-o", out],
+            "outside the measured ISOs",
+        ),
+        ([str(fake_ckpt(clamp=False)), "--format", "darktable", "--noise", "4e-3,6e-5", "-o", out], "clamp"),
+        (["default-jdd", "--format", "darktable", "--noise", "4e-3,6e-5", "-o", out], "not noise-aware"),
+        (["default-jdd", "--format", "onnx", "--iso", "100", "-o", str(tmp_path / "y.onnx")], "--iso"),
+    ]
+    for args, needle in cases:
+        res = r.invoke(main, ["export", *args])
+        assert res.exit_code == 1, (args, res.output)
+        lines = res.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("rawrcl: error:") and needle in lines[0], res.output
+    assert not Path(out).exists()
+
+
+# --------------------------------------------------------------------------------------- bad input
+
+
+def test_wrong_head_checkpoint_is_refused(tmp_path):
+    from rawrcl.models import build_model
+
+    ckpt = tmp_path / "rgb.pt"
+    save_checkpoint(
+        ckpt, build_model({"arch": "unet", "in_channels": 3, "head": "rgb", "width": 4, "depth": 1})
+    )
+    res = CliRunner().invoke(
+        main, ["export", str(ckpt), "--format", "darktable", "-o", str(tmp_path / "p.dtmodel")]
+    )
+    assert res.exit_code == 1 and res.output.count("\n") == 1 and "head 'rgb'" in res.output
+    with pytest.raises(RawrclError, match="head 'raw'"):
+        model, cfg = load_checkpoint(default_weights_path("jdd"))
+        prepare(model, cfg, head="raw")
+
+
+def test_external_data_outside_the_folder_is_refused(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    w = helper.make_tensor("w", TensorProto.FLOAT, [1], np.float32([2.0]).tobytes(), raw=True)
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["input", "w"], ["output"])],
+        "g",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [w],
+    )
+    inside = tmp_path / "m" / "ok.onnx"
+    inside.parent.mkdir()
+    onnx.save(helper.make_model(graph), str(inside), save_as_external_data=True, location="ok.bin",
+              size_threshold=0)  # fmt: skip
+    assert check_external_data(inside) == ["ok.bin"]
+    proto = onnx.load(str(inside), load_external_data=False)
+    for e in proto.graph.initializer[0].external_data:
+        if e.key == "location":
+            e.value = "../../secret.bin"
+    evil = tmp_path / "m" / "evil.onnx"
+    onnx.save(proto, str(evil))
+    with pytest.raises(RawrclError, match="outside the model's folder"):
+        OrtModel(evil)
+    res = CliRunner().invoke(
+        main, ["denoise", str(tmp_path / "none.dng"), "-o", str(tmp_path / "o.dng"), "--model", str(evil)]
+    )
+    assert res.exit_code == 1 and "outside the model's folder" in res.output and res.output.count("\n") == 1
+
+
+def test_backend_option_errors(tmp_path):
+    r = CliRunner()
+    onnx_path = tmp_path / "x.onnx"
+    onnx_path.write_bytes(b"not onnx")
+    for args, needle in [
+        (["--model", str(onnx_path), "--backend", "torch"], "--backend onnxruntime"),
+        (["--backend", "onnxruntime", "--precision", "bf16"], "fp32 only"),
+        (["--model", str(onnx_path)], "not a readable ONNX file"),
+    ]:
+        res = r.invoke(main, ["jdd", str(tmp_path / "a.dng"), "-o", str(tmp_path / "o.tiff"), *args])
+        assert res.exit_code == 1 and needle in res.output and res.output.count("\n") == 1, res.output
+
+
+def test_raw_denoiser_as_jdd_same_result_on_both_backends():
+    """``rawrcl jdd --model RAW_DENOISER``: the on-the-fly export is the same denoise → demosaic module and
+    tiles the frame the same way (same size multiple) as torch."""
+    from rawrcl.infer import task_model
+
+    ckpt = default_weights_path("raw-denoise")
+    cfa = mosaic(150, 171, "GRBG", seed=8)
+    out = {}
+    for backend in ("torch", "onnxruntime"):
+        opts = TileOptions(tile=64, overlap=16, precision="fp32", device="cpu", backend=backend)
+        out[backend] = jdd_cfa(task_model(ckpt, "jdd", opts), cfa, "GRBG", opts)
+    assert np.abs(out["torch"] - out["onnxruntime"]).max() <= 1e-4
