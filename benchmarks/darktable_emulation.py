@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None) -> None:
     from rawrcl.export.darktable import write_package
     from rawrcl.export.dt_emulate import load_bayer_variant, ort_runner, restore_raw_bayer
     from rawrcl.infer import TileOptions, default_weights_path, jdd_cfa
+    from rawrcl.io.raw import read_raw
     from rawrcl.models import adapt, load_checkpoint
-    from rawrcl.raw import read_raw
 
     ckpt = Path(args.checkpoint) if args.checkpoint else default_weights_path("jdd")
     model, cfg = load_checkpoint(ckpt)

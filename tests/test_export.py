@@ -175,7 +175,7 @@ def _real_tiles(side: int) -> list[np.ndarray]:
     tiles = [pack(mosaic(2 * side, 2 * side, seed=3), "RGGB")]
     p = SHARED_RAW / "hdrplus_burst2" / "frame00.dng"
     if p.is_file():
-        from rawrcl.raw import read_raw
+        from rawrcl.io.raw import read_raw
 
         raw = read_raw(p, clip=False)
         aligned, _ = align_rggb(raw.cfa, raw.pattern)
@@ -209,7 +209,7 @@ def test_onnxruntime_equals_torch_fp32(task):
 def test_cli_jdd_backend_onnxruntime_matches_torch(tmp_path):
     import tifffile
 
-    from rawrcl.dng import write_dng
+    from rawrcl.io.dng import write_dng
 
     cfa = mosaic(300, 420, "GRBG", seed=1)
     dng = write_dng(tmp_path / "f.dng", dn_of(cfa).astype(np.uint16), "GRBG", BLACK, WHITE)
@@ -233,14 +233,14 @@ def tmp_path_cache() -> Path:
 
 
 def test_cli_denoise_runs_an_exported_onnx_file(tmp_path):
-    from rawrcl.raw import read_raw
+    from rawrcl.io.raw import read_raw
 
     r = CliRunner()
     onnx_path = tmp_path / "raw.onnx"
     res = r.invoke(main, ["export", "default-raw-denoise", "--format", "onnx", "-o", str(onnx_path)])
     assert res.exit_code == 0, res.output
     assert "verified" in res.output
-    from rawrcl.dng import write_dng
+    from rawrcl.io.dng import write_dng
 
     cfa = mosaic(200, 260, "BGGR", seed=2)
     dng = write_dng(tmp_path / "f.dng", dn_of(cfa).astype(np.uint16), "BGGR", BLACK, WHITE)

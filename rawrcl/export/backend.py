@@ -6,7 +6,7 @@
   for JDD included) and cached under ``$RAWRCL_CACHE_DIR`` (default ``$XDG_CACHE_HOME/rawrcl`` or
   ``~/.cache/rawrcl``) in ``onnx/``, keyed by the checkpoint's sha256, the task and the export version.
 
-Both engines go through the same tiler (:func:`rawrcl.tiling.tiled_apply`). ONNX Runtime runs fp32 on
+Both engines go through the same tiler (:func:`rawrcl.infer.tiling.tiled_apply`). ONNX Runtime runs fp32 on
 the CPU only.
 """
 
@@ -112,7 +112,7 @@ def backend_model(model_path: str | os.PathLike | None, task: str, opts) -> nn.M
     tile of a static graph.
     """
     from rawrcl.infer import load_model
-    from rawrcl.tiling import resolve_device
+    from rawrcl.infer.tiling import resolve_device
 
     backend = resolve_backend(getattr(opts, "backend", None), model_path)
     opts.backend = backend

@@ -47,7 +47,7 @@ class Prepared:
 
 
 def _multiple(model: nn.Module) -> int:
-    from rawrcl.tiling import model_multiple
+    from rawrcl.infer.tiling import model_multiple
 
     return model_multiple(model)
 

@@ -137,7 +137,7 @@ class BakedNoise(nn.Module):
         self.register_buffer("noise", spec.tensor())
         m = getattr(model, "size_multiple", None)
         if m is None:
-            from rawrcl.tiling import model_multiple
+            from rawrcl.infer.tiling import model_multiple
 
             m = model_multiple(model)
         self.size_multiple = int(m)

@@ -1,7 +1,7 @@
 """ONNX Runtime as a second CPU inference engine: an ``nn.Module`` adapter the shared tiler can drive.
 
 :class:`OrtModel` wraps an ``onnxruntime.InferenceSession`` of a rawrcl graph (or any graph with one
-float32 NCHW input and one NCHW output) so that :func:`rawrcl.tiling.tiled_apply` and
+float32 NCHW input and one NCHW output) so that :func:`rawrcl.infer.tiling.tiled_apply` and
 :class:`rawrcl.models.SelfEnsemble` use it exactly like a torch model: same tiles, same blending. It runs
 fp32 on the CPU execution provider with ``torch.get_num_threads()`` intra-op threads (so a torch/ORT
 comparison uses the same thread budget).

@@ -1,5 +1,5 @@
-"""File I/O: atomic writes and photos (:mod:`.files`), RAW reading (:mod:`.raw`), DNG writing (:mod:`.dng`).
-"""
+"""File I/O: atomic writes and photos (:mod:`.files`), RAW reading (:mod:`.raw`), DNG writing
+(:mod:`.dng`)."""
 
 from __future__ import annotations
 
