@@ -41,9 +41,10 @@ def main(argv: list[str] | None = None) -> None:
     from rawrcl.export.build import prepare
     from rawrcl.export.darktable import write_package
     from rawrcl.export.dt_emulate import load_bayer_variant, ort_runner, restore_raw_bayer
-    from rawrcl.infer import TileOptions, default_weights_path, jdd_cfa
+    from rawrcl.infer import TileOptions, jdd_cfa
     from rawrcl.io.raw import read_raw
     from rawrcl.models import adapt, load_checkpoint
+    from rawrcl.models.loading import default_weights_path
 
     ckpt = Path(args.checkpoint) if args.checkpoint else default_weights_path("jdd")
     model, cfg = load_checkpoint(ckpt)

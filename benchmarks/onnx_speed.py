@@ -60,8 +60,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from rawrcl.export.build import prepare
     from rawrcl.export.darktable import write_package
     from rawrcl.export.ort import OrtModel
-    from rawrcl.infer import TileOptions, default_weights_path, denoise_cfa, jdd_cfa, load_model
+    from rawrcl.infer import TileOptions, denoise_cfa, jdd_cfa
     from rawrcl.models import load_checkpoint
+    from rawrcl.models.loading import default_weights_path, load_for_task
 
     cfa = _synthetic_cfa(args.mp)
     h, w = cfa.shape
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows: list[dict] = []
     for task in args.tasks.split(","):
         fn = jdd_cfa if task == "jdd" else denoise_cfa
-        engines = {"torch": load_model(None, task), "onnxruntime": OrtModel(cached_export(None, task))}
+        engines = {"torch": load_for_task(None, task)[0], "onnxruntime": OrtModel(cached_export(None, task))}
         if task == "jdd":
             model, cfg = load_checkpoint(default_weights_path("jdd"))
             tmp = tempfile.mkdtemp(prefix="rawrcl-dt-")

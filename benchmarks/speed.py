@@ -55,15 +55,16 @@ def synthetic_cfa(mp: float, seed: int = 0) -> np.ndarray:
 
 
 def _model(task: str, width: int | None):
-    from rawrcl.infer import DEFAULT_WEIGHTS, load_model
     from rawrcl.models import build_model
+    from rawrcl.models.loading import load_for_task
+    from rawrcl.tasks import get_task
 
     try:
         if width is None:
-            return load_model(None, task), "shipped"
+            return load_for_task(None, task)[0], "shipped"
     except Exception as exc:  # noqa: BLE001 - fall back to a random model of the default size
         print(f"[speed] {task}: {exc}; timing a random U-Net of width 24 instead", file=sys.stderr)
-    head = DEFAULT_WEIGHTS[task][1]
+    head = get_task(task).head
     torch.manual_seed(0)
     cfg = {"arch": "unet", "in_channels": 4, "head": head, "width": width or 24, "depth": 3}
     return build_model(cfg).eval(), f"random w{cfg['width']}"

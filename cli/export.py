@@ -62,8 +62,8 @@ def export(model, fmt, out, tile, head, noise, iso, camera, model_id, name, desc
     from rawrcl.errors import RawrclError
     from rawrcl.export.build import export_prepared, prepare
     from rawrcl.export.noise import parse_noise
-    from rawrcl.infer import default_weights_path
     from rawrcl.models import load_checkpoint
+    from rawrcl.models.loading import default_weights_path
 
     if not re.fullmatch(r"\d+\.\d+", version):
         raise RawrclError(f"--version {version!r}: darktable compares model versions as X.Y (e.g. 1.0)")

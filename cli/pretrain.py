@@ -11,11 +11,6 @@ import click
 from rawrcl.cli.common import DEMOSAIC_CHOICE, ema_option, user_errors
 
 
-def _default_cache() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "rawrcl", "packed")
-
-
 @click.command("pretrain")
 @click.argument("data_dir", type=click.Path(file_okay=False))
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
@@ -106,7 +101,8 @@ def _default_cache() -> str:
 @click.option(
     "--cache-dir",
     default=None,
-    help=f"Decoded-RAW cache ('none' = memory only) [default: {_default_cache()}].",
+    help="Decoded-RAW cache folder ('none' = memory only) [default: packed/ in $RAWRCL_CACHE_DIR, "
+    "$XDG_CACHE_HOME/rawrcl or ~/.cache/rawrcl].",
 )
 @click.option("--device", default="auto", show_default=True)
 @click.option("--amp", type=click.Choice(["auto", "bf16", "fp16", "off"]), default="auto", show_default=True)
@@ -170,8 +166,6 @@ def pretrain(
 
     if resume and force:
         raise RawrclError("--resume and --force exclude each other")
-    if cache_dir is None:
-        cache_dir = _default_cache()
     method_options: dict = {}
     if method == "rcl":
         method_options = {
@@ -189,7 +183,7 @@ def pretrain(
         "synthetic": synthetic,
         "noise": noise,
         "noise_profile": noise_profile,
-        "cache_dir": None if cache_dir == "none" else cache_dir,
+        "cache_dir": cache_dir or "auto",
     }
     trainer_options = {
         "steps": steps,

@@ -98,9 +98,10 @@ def run_demo(
     n_photos, size : override the number of photos and their centre-crop size (pixels).
     jdd_model, denoise_model : checkpoints to use instead of the shipped default weights.
     """
-    from rawrcl.infer import TileOptions, denoise_cfa, jdd_cfa, load_model, write_denoised_dng, write_image
+    from rawrcl.infer import TileOptions, denoise_cfa, jdd_cfa, write_denoised_dng, write_image
     from rawrcl.io.raw import read_raw
     from rawrcl.isp import render_srgb
+    from rawrcl.models.loading import load_for_task
     from rawrcl.simulate import simulate_folder
 
     t0 = time.perf_counter()
@@ -125,9 +126,8 @@ def run_demo(
     dng = dng_dir / f"{stem}.dng"
     echo(f"[2/4] noisy DNGs (noise preset 'high': λshot 0.01, λread 0.0016, GRBG) → {dng_dir}")
 
-    models = {"default": (load_model(jdd_model, "jdd"), load_model(denoise_model, "raw-denoise"))}
+    models = {"default": (load_for_task(jdd_model, "jdd")[0], load_for_task(denoise_model, "raw-denoise")[0])}
     if pretrain:
-        from rawrcl.infer import load_model as _load
         from rawrcl.train import pretrain as _pretrain
 
         run_dir = out / "pretrain"
@@ -139,7 +139,7 @@ def run_demo(
                              "log_every": 10, "save_every": 0},
         )  # fmt: skip
         models["pretrained (RCL, self-supervised)"] = (
-            _load(run_dir / "checkpoints" / "last.pt", "jdd"),
+            load_for_task(run_dir / "checkpoints" / "last.pt", "jdd")[0],
             None,
         )
         echo(

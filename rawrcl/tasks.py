@@ -10,17 +10,23 @@ Conventions
   bottom/right to a multiple of the task's ``multiple`` (2 or 4) so that every output grid lines up.
 - ``input`` and ``target`` are float32 torch tensors on the CPU (no batch dimension):
 
-  ========== ============ ==================== ===================== ======== ============
-  task        in_channels input                 target                head     target_domain
-  ========== ============ ==================== ===================== ======== ============
-  denoise     3           noisy (3, H, W)       (3, H, W)             rgb      srgb
-  sr          3           bicubic↓2 (3,H/2,W/2) (3, H, W)             sr2      srgb
-  jdensr      3           noisy bicubic↓2       (3, H, W)             sr2      srgb
-  raw-denoise 4           noisy packed          packed (4, H/2, W/2)  raw      raw
-  jdd         4           noisy packed          (3, H, W)             jdd      linear
-  jdemsr      4           packed of ↓2 (H/4)    (3, H, W)             sr4      linear
-  jddsr       4           noisy packed of ↓2    (3, H, W)             sr4      linear
-  ========== ============ ==================== ===================== ======== ============
+  =========== ============ ==================== ===================== ===== ============= ======= ===========
+  task        in_channels  input                target                head  target_domain pretext weights
+  =========== ============ ==================== ===================== ===== ============= ======= ===========
+  denoise     3            noisy (3, H, W)      (3, H, W)             rgb   srgb          rgb     (none ships)
+  sr          3            bicubic↓2 (3,H/2,W/2) (3, H, W)            sr2   srgb          rgb
+  jdensr      3            noisy bicubic↓2      (3, H, W)             sr2   srgb          rgb
+  raw-denoise 4            noisy packed         packed (4, H/2, W/2)  raw   raw           raw     raw_denoise
+  jdd         4            noisy packed         (3, H, W)             jdd   linear        jdd     jdd
+  jdemsr      4            packed of ↓2 (H/4)   (3, H, W)             sr4   linear        —
+  jddsr       4            noisy packed of ↓2   (3, H, W)             sr4   linear        —
+  =========== ============ ==================== ===================== ===== ============= ======= ===========
+
+  ``pretext``: the head a self-supervised pre-training run for the task trains (``rawrcl pretrain
+  --task``; — = not a pre-training task); ``weights``: the checkpoint shipped in ``rawrcl/weights``
+  (``<name>_default.pt``) that ``rawrcl jdd`` / ``denoise`` use without ``--model``. The data domain is
+  "raw" (RAW files / simulated mosaics) for packed-input tasks and "rgb" (photos) otherwise;
+  :data:`DOMAIN_PRETEXT` names the pre-training task whose run serves a whole domain in ``rawrcl bench``.
 
   Packed RAW is (4, h, w) channels [R, G1, G2, B] in RGGB geometry (``rawrcl.cfa.mosaic_packed``).
 - Noise: heteroscedastic Gaussian, variance = λshot·x + λread, [0, 1] units (``rawrcl.noise``). For RGB
@@ -141,6 +147,9 @@ class Task:
     unprocess : invert the photo to linear camera RGB first (RAW tasks only; needs ``rawrcl.isp``).
     unprocess_mix : with ``unprocess``, the probability that a sample is unprocessed (the others keep the
         photo values as linear RGB). 1 = always (evaluation); < 1 trains a model for both domains.
+    pretext_head : head trained by self-supervised pre-training for this task (None: not a pre-training
+        task).
+    default_weights : file name in ``rawrcl/weights`` of the shipped checkpoint for this task, or None.
     exposure : optional (lo, hi): RAW tasks multiply the linear image by a gain drawn log-uniformly in
         [lo, hi] (under-exposed and low-light captures, where real files keep most pixels), with
         probability ``exposure_mix`` per sample; None = photo brightness as is.
@@ -158,7 +167,14 @@ class Task:
     unprocess_mix: float = 1.0
     exposure: tuple[float, float] | None = None
     exposure_mix: float = 1.0
+    pretext_head: str | None = None
+    default_weights: str | None = None
     description: str = ""
+
+    @property
+    def domain(self) -> str:
+        """ "raw" (packed RAW input: RAW files or simulated mosaics) or "rgb" (photos)."""
+        return "raw" if self.raw_input else "rgb"
 
     @property
     def multiple(self) -> int:
@@ -231,11 +247,58 @@ class Task:
 TASKS: dict[str, Task] = {
     t.name: t
     for t in (
-        Task("denoise", 3, "rgb", "srgb", noisy=True, description="RGB denoising"),
-        Task("sr", 3, "sr2", "srgb", noisy=False, down=2, description="×2 super-resolution (bicubic)"),
-        Task("jdensr", 3, "sr2", "srgb", noisy=True, down=2, description="joint denoising + ×2 SR"),
-        Task("raw-denoise", 4, "raw", "raw", noisy=True, raw_input=True, description="packed RAW denoising"),
-        Task("jdd", 4, "jdd", "linear", noisy=True, raw_input=True, description="joint demosaic + denoise"),
+        Task(
+            "denoise",
+            3,
+            "rgb",
+            "srgb",
+            noisy=True,
+            pretext_head="rgb",
+            default_weights="rgb_denoise_default.pt",
+            description="RGB denoising",
+        ),
+        Task(
+            "sr",
+            3,
+            "sr2",
+            "srgb",
+            noisy=False,
+            down=2,
+            pretext_head="rgb",
+            description="×2 super-resolution (bicubic)",
+        ),
+        Task(
+            "jdensr",
+            3,
+            "sr2",
+            "srgb",
+            noisy=True,
+            down=2,
+            pretext_head="rgb",
+            description="joint denoising + ×2 SR",
+        ),
+        Task(
+            "raw-denoise",
+            4,
+            "raw",
+            "raw",
+            noisy=True,
+            raw_input=True,
+            pretext_head="raw",
+            default_weights="raw_denoise_default.pt",
+            description="packed RAW denoising",
+        ),
+        Task(
+            "jdd",
+            4,
+            "jdd",
+            "linear",
+            noisy=True,
+            raw_input=True,
+            pretext_head="jdd",
+            default_weights="jdd_default.pt",
+            description="joint demosaic + denoise",
+        ),
         Task(
             "jdemsr",
             4,
@@ -258,6 +321,13 @@ TASKS: dict[str, Task] = {
         ),
     )
 }
+
+
+#: data domain → the pre-training task whose run serves every task of that domain in ``rawrcl bench``
+DOMAIN_PRETEXT: dict[str, str] = {"raw": "jdd", "rgb": "denoise"}
+
+#: the tasks ``rawrcl pretrain --task`` accepts (those with a pretext head)
+PRETEXT_TASKS: tuple[str, ...] = tuple(n for n, t in TASKS.items() if t.pretext_head is not None)
 
 
 def get_task(name: str | Task, *, noise: NoiseSpec = None, unprocess: bool | None = None) -> Task:

@@ -76,10 +76,10 @@ def test_demo_cli_with_shipped_weights(tmp_path: Path):
     from click.testing import CliRunner
     from rawrcl.cli import main
 
-    from rawrcl.infer import DEFAULT_WEIGHTS
+    from rawrcl.tasks import get_task
 
     weights = Path(__file__).resolve().parents[1] / "rawrcl" / "weights"
-    if not all((weights / DEFAULT_WEIGHTS[t][0]).is_file() for t in ("jdd", "raw-denoise")):
+    if not all((weights / get_task(t).default_weights).is_file() for t in ("jdd", "raw-denoise")):
         pytest.skip("shipped default weights not present")
     res = CliRunner().invoke(main, ["demo", "--quick", "--out", str(tmp_path / "d")], catch_exceptions=False)
     assert res.exit_code == 0, res.output

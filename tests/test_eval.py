@@ -116,15 +116,15 @@ def test_eval_cli_json_and_errors(tmp_path, photos):
 def test_raw_denoiser_is_scored_on_jdd_as_denoise_then_bilinear(photos, tmp_path):
     """A head-'raw' checkpoint on --task jdd runs as bilinear_demosaic(denoiser(x)): with an identity
     denoiser (skip + zeroed head) it must score like the bilinear baseline; other heads still fail."""
-    from rawrcl.eval import load_model
     from rawrcl.models import DenoiseThenDemosaic, build_model, save_checkpoint
+    from rawrcl.models.loading import load_for_task
 
     m = build_model({"arch": "unet", "in_channels": 4, "head": "raw", "width": 8, "depth": 2, "skip": True})
     torch.nn.init.zeros_(m.head.conv.weight)
     torch.nn.init.zeros_(m.head.conv.bias)
     ckpt = tmp_path / "raw.pt"
     save_checkpoint(ckpt, m)
-    model, _ = load_model(ckpt, TASKS["jdd"])
+    model, _ = load_for_task(ckpt, TASKS["jdd"])
     assert isinstance(model, DenoiseThenDemosaic)
     x = torch.rand(1, 4, 12, 10)
     assert model(x).shape == (1, 3, 24, 20)
@@ -132,7 +132,7 @@ def test_raw_denoiser_is_scored_on_jdd_as_denoise_then_bilinear(photos, tmp_path
     ref = evaluate("bilinear", "jdd", photos, "high", 0)
     assert ours["psnr"] == pytest.approx(ref["psnr"], abs=0.05)
     with pytest.raises(RawrclError, match="needs"):
-        load_model(ckpt, TASKS["denoise"])
+        load_for_task(ckpt, TASKS["denoise"])[0]
 
 
 def test_self_ensemble_eval(photos):

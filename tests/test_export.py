@@ -36,15 +36,9 @@ from rawrcl.export.dt_emulate import (  # noqa: E402
 from rawrcl.export.graph import check_external_data, graph_info  # noqa: E402
 from rawrcl.export.noise import parse_noise  # noqa: E402
 from rawrcl.export.ort import OrtModel  # noqa: E402
-from rawrcl.infer import (  # noqa: E402
-    TileOptions,
-    default_weights_path,
-    denoise_cfa,
-    jdd_cfa,
-    load_model,
-    requantize_cfa,
-)
+from rawrcl.infer import TileOptions, denoise_cfa, jdd_cfa, requantize_cfa  # noqa: E402
 from rawrcl.models import ARCHS, load_checkpoint, save_checkpoint  # noqa: E402
+from rawrcl.models.loading import default_weights_path, load_for_task  # noqa: E402
 from tests.conftest import SHARED_RAW  # noqa: E402
 
 torch.set_num_threads(1)
@@ -188,7 +182,7 @@ def _real_tiles(side: int) -> list[np.ndarray]:
 @pytest.mark.parametrize("task", ["jdd", "raw-denoise"])
 def test_onnxruntime_equals_torch_fp32(task):
     """On-the-fly export (dynamic shapes), random tiles with values outside [0, 1] and real tiles."""
-    torch_model = load_model(None, task)
+    torch_model = load_for_task(None, task)[0]
     ort_model = OrtModel(cached_export(None, task))
     g = torch.Generator().manual_seed(5)
     # sizes that are not multiples of the U-Net's 8: the graph pads itself as torch does (--tta makes them)
@@ -249,7 +243,7 @@ def test_cli_denoise_runs_an_exported_onnx_file(tmp_path):
     )
     assert res.exit_code == 0, res.output  # a .onnx --model picks the onnxruntime backend
     got = read_raw(tmp_path / "o.dng", clip=False).cfa
-    ref = denoise_cfa(load_model(None, "raw-denoise"), read_raw(dng, clip=False).cfa, "BGGR", WHOLE)
+    ref = denoise_cfa(load_for_task(None, "raw-denoise")[0], read_raw(dng, clip=False).cfa, "BGGR", WHOLE)
     want = (requantize_cfa(ref, "BGGR", (BLACK,) * 4, WHITE) - BLACK) / (WHITE - BLACK)
     assert np.abs(got - want).max() * (WHITE - BLACK) <= 1.01  # requantised to DN: at most one code apart
 
@@ -262,7 +256,7 @@ def test_darktable_emulation_matches_rawrcl_jdd_rggb(dt192):
     result is rawrcl's to float rounding; seams and the border differ by the tiling, bounded."""
     cfa = mosaic(900, 1000, "RGGB")
     got, dn, st = emulate(dt192, cfa, "RGGB")
-    ref = own_colour(jdd_cfa(load_model(None, "jdd"), cfa, "RGGB", WHOLE), "RGGB")
+    ref = own_colour(jdd_cfa(load_for_task(None, "jdd")[0], cfa, "RGGB", WHOLE), "RGGB")
     inner = np.zeros(cfa.shape, bool)
     inner[100:-100, 100:-100] = True
     own = (st["weight"] == 1) & inner
@@ -283,7 +277,7 @@ def test_darktable_emulation_single_512_tile_grbg(dt512):
     got, _, st = emulate(dt512, cfa, "GRBG")
     assert st["tiles"] == 1 and st["gains"] == [1.0]
     cropped = cfa[:, 1:]  # R origin: GRBG → RGGB
-    ref = own_colour(jdd_cfa(load_model(None, "jdd"), cropped, "RGGB", WHOLE), "RGGB")
+    ref = own_colour(jdd_cfa(load_for_task(None, "jdd")[0], cropped, "RGGB", WHOLE), "RGGB")
     inner = (slice(100, -100), slice(100, -100))
     assert np.abs(got[:, 1:] - ref)[inner].max() <= 1e-4
     assert np.allclose(got[:, 0], cfa[:, 0], atol=1e-6)  # the column left of the R origin keeps its input

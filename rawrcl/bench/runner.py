@@ -36,7 +36,7 @@ import numpy as np
 from rawrcl.errors import RawrclError
 from rawrcl.eval import baseline_applies, evaluate, load_images
 from rawrcl.io import atomic_write_text, list_photos
-from rawrcl.tasks import TASKS
+from rawrcl.tasks import DOMAIN_PRETEXT, TASKS
 from rawrcl.train.finetuning import finetune
 
 
@@ -121,7 +121,6 @@ PROTOCOLS: dict[str, Protocol] = {
     ),
 }
 
-RAW_PRETRAIN_TASK, RGB_PRETRAIN_TASK = "jdd", "denoise"
 #: method label of the 0-label JDD row built from a Noise2Self RAW denoiser (pre-trained on task
 #: raw-denoise) followed by a bilinear demosaic (rawrcl.models.DenoiseThenDemosaic)
 ZERO_LABEL_RAW = "n2s-raw+bilinear"
@@ -445,8 +444,8 @@ class Bench:
 
         for task in p.tasks:
             t = TASKS[task]
-            domain = "raw" if t.raw_input else "rgb"
-            data = RAW_PRETRAIN_TASK if t.raw_input else RGB_PRETRAIN_TASK
+            domain = t.domain
+            data = DOMAIN_PRETEXT[domain]
             self.baselines(task)
             for pretext in p.pretexts:
                 if pretext == "m2m" and not t.raw_input:
@@ -477,7 +476,7 @@ class Bench:
                     ckpt = pre.get((pretext, data), (None, {}))[0]
                     if ckpt is not None:
                         self.finetune_eval(task, pretext, ckpt, p.labels, 0, "linear")
-        label = {RAW_PRETRAIN_TASK: "raw", RGB_PRETRAIN_TASK: "rgb"}  # report keys: "rcl (raw)", …
+        label = {v: k for k, v in DOMAIN_PRETEXT.items()}  # report keys: "rcl (raw)", …
         return {
             "pretrain": {f"{k[0]} ({label.get(k[1], k[1])})": v[1] for k, v in pre.items()},
             "density": density,

@@ -10,6 +10,7 @@ from rawrcl.data.pairs import (
     PhotoFolderDataset,
     RawFolderDataset,
     augment_packed,
+    default_cache_dir,
     default_sampler,
     dihedral,
     file_key,
@@ -17,11 +18,13 @@ from rawrcl.data.pairs import (
     folder_kind,
     load_packed_raw,
     make_loader,
+    resolve_cache_dir,
     sampler_from_profile,
 )
 
 __all__ = [
     "augment_packed",
+    "default_cache_dir",
     "default_sampler",
     "dihedral",
     "file_key",
@@ -35,5 +38,6 @@ __all__ = [
     "PhotoFolderDataset",
     "RAW_EXTENSIONS",
     "RawFolderDataset",
+    "resolve_cache_dir",
     "sampler_from_profile",
 ]

@@ -43,7 +43,7 @@ import torch
 from rawrcl import isp
 from rawrcl.cfa import CHANNELS, align_rggb, mosaic_packed, pack, rggb_offset, shift_pattern, unpack
 from rawrcl.errors import RawrclError
-from rawrcl.io import PHOTO_EXTENSIONS, atomic_path, read_photo
+from rawrcl.io import PHOTO_EXTENSIONS, atomic_path, cache_root, read_photo
 from rawrcl.noise import NoiseModel, PaperSampler, make_sampler
 
 log = logging.getLogger("rawrcl.data")
@@ -91,6 +91,18 @@ def file_key(path: str | os.PathLike) -> str:
             fh.seek(max(st.st_size - 65536, 65536))
             h.update(fh.read(65536))
     return hashlib.sha1(f"{st.st_size}:{st.st_mtime_ns}:{h.hexdigest()}".encode()).hexdigest()
+
+
+def default_cache_dir() -> Path:
+    """Where decoded RAW files are cached by default: ``packed`` in :func:`rawrcl.io.cache_root`."""
+    return cache_root() / "packed"
+
+
+def resolve_cache_dir(cache_dir: str | os.PathLike | None) -> Path | None:
+    """``"auto"`` → :func:`default_cache_dir`; ``None`` / ``"none"`` → no disk cache; else that folder."""
+    if cache_dir is None or str(cache_dir) == "none":
+        return None
+    return default_cache_dir() if str(cache_dir) == "auto" else Path(cache_dir)
 
 
 def load_packed_raw(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> np.ndarray:
@@ -317,7 +329,7 @@ class RawFolderDataset(PairDataset):
     crop : crop side in CFA pixels (even; default 128 → 64×64 packed).
     overlap : fraction of the crop area shared by the two crops of a pair, (0, 1].
     augment : phase-correct random flips/rot90 (off by default, as in the paper).
-    cache_dir : optional folder for the decoded ``.npy`` cache.
+    cache_dir : optional folder for the decoded ``.npy`` cache (``"auto"``: :func:`default_cache_dir`).
     clean_dir : optional folder of noise-free references with the same file names (e.g. the ``clean/``
         folder of ``rawrcl simulate --save-clean``); samples then carry ``clean_a``/``clean_b``.
     files : optional explicit file list (overrides the folder listing).
@@ -341,6 +353,7 @@ class RawFolderDataset(PairDataset):
             raise RawrclError(f"--crop must be an even number of CFA pixels ≥ 4 for RAW data, got {crop}")
         root = Path(root)
         candidates = [Path(f) for f in files] if files is not None else find_files(root, "raw")
+        cache_dir = resolve_cache_dir(cache_dir)
         self.root, self.cache_dir = root, cache_dir
         self.images: list[np.ndarray] = []
         self.cleans: list[np.ndarray] = []

@@ -54,6 +54,7 @@ from rawrcl.cfa import packed_to_rgb, unpack
 from rawrcl.errors import RawrclError
 from rawrcl.io import list_photos, read_photo
 from rawrcl.isp import render_srgb
+from rawrcl.models.loading import load_for_task
 from rawrcl.models.unet import pad_to_multiple
 from rawrcl.tasks import NoiseSpec, Task, get_task, noise_label
 
@@ -353,32 +354,6 @@ def model_predictor(
     return run
 
 
-def load_model(path: str | Path, task: Task, device: str = "cpu") -> tuple[torch.nn.Module, dict]:
-    """Load a checkpoint with ``rawrcl.models.load_checkpoint`` and check it fits ``task``.
-
-    A RAW denoiser (head ``"raw"``) given for a JDD task is evaluated as denoise → bilinear demosaic
-    (:class:`rawrcl.models.DenoiseThenDemosaic`)."""
-    from rawrcl.models import adapt, load_checkpoint, serves
-
-    p = Path(path)  # a checkpoint file or a run directory (read_checkpoint resolves it)
-    if not p.exists():
-        raise RawrclError(
-            f"{path}: no such checkpoint (or baseline name; known: {', '.join(BASELINE_NAMES)})"
-        )
-    model, config = load_checkpoint(p, map_location=device)
-    in_ch, head = config.get("in_channels"), config.get("head")
-    if in_ch is not None and int(in_ch) != task.in_channels:
-        raise RawrclError(
-            f"{path}: model takes {in_ch} input channels but task {task.name!r} needs {task.in_channels}"
-        )
-    if head is not None and not serves(head, task.head):
-        raise RawrclError(
-            f"{path}: model head {head!r} does not solve task {task.name!r} (needs head {task.head!r}); "
-            "fine-tune it first (rawrcl finetune)"
-        )
-    return adapt(model, head, task.head), config
-
-
 # ------------------------------------------------------------------------------------------------- data
 def load_images(source: str | Path | Sequence, limit: int | None = None) -> list[tuple[str, np.ndarray]]:
     """Photos as ``[(name, (3, H, W) float32 [0, 1])]`` from a folder, a list of paths, or a list of
@@ -456,7 +431,12 @@ def evaluate(
         if isinstance(model_or_baseline, torch.nn.Module):
             model, label = model_or_baseline, type(model_or_baseline).__name__
         else:
-            model, _ = load_model(model_or_baseline, t, device)
+            if not Path(model_or_baseline).exists():
+                raise RawrclError(
+                    f"{model_or_baseline}: no such checkpoint (or baseline name; known: "
+                    f"{', '.join(BASELINE_NAMES)})"
+                )
+            model, _ = load_for_task(model_or_baseline, t, device)
             label = str(model_or_baseline)
         if self_ensemble:
             label = f"{label} (self-ensemble)"

@@ -1,8 +1,8 @@
 """``--backend torch|onnxruntime`` for ``rawrcl jdd`` / ``rawrcl denoise``: which engine runs the model.
 
-- ``torch``: the checkpoint as today (:func:`rawrcl.infer.load_model`).
+- ``torch``: the checkpoint as today (:func:`rawrcl.models.load_for_task`).
 - ``onnxruntime``: a ``.onnx`` file runs as it is; a checkpoint (or the shipped weights) is exported on
-  the fly to a dynamic-shape graph of exactly the module ``load_model`` would run (a RAW denoiser asked
+  the fly to a dynamic-shape graph of exactly the module ``load_for_task`` would run (a RAW denoiser asked
   for JDD included) and cached under ``$RAWRCL_CACHE_DIR`` (default ``$XDG_CACHE_HOME/rawrcl`` or
   ``~/.cache/rawrcl``) in ``onnx/``, keyed by the checkpoint's sha256, the task and the export version.
 
@@ -18,12 +18,12 @@ from pathlib import Path
 import torch.nn as nn
 
 from rawrcl.errors import RawrclError
+from rawrcl.io import cache_root
+from rawrcl.tasks import get_task
 
 BACKENDS = ("torch", "onnxruntime")
 #: bump when the exported graph of the same checkpoint changes (invalidates the cache)
 EXPORT_VERSION = 2
-#: task → the head it needs (mirrors rawrcl.infer.DEFAULT_WEIGHTS)
-TASK_HEAD = {"jdd": "jdd", "raw-denoise": "raw", "denoise": "rgb"}
 
 
 def is_onnx(path: str | os.PathLike | None) -> bool:
@@ -42,38 +42,26 @@ def resolve_backend(backend: str | None, model_path: str | os.PathLike | None) -
 
 
 def cache_dir() -> Path:
-    """Folder of on-the-fly exports (``$RAWRCL_CACHE_DIR`` or the XDG cache), created if needed."""
-    base = os.environ.get("RAWRCL_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "rawrcl"
-    )
-    d = Path(base) / "onnx"
+    """Folder of on-the-fly exports (``onnx`` in :func:`rawrcl.io.cache_root`), created if needed."""
+    d = cache_root() / "onnx"
     d.mkdir(parents=True, exist_ok=True)
     return d
 
 
-def _checkpoint_file(path: str | os.PathLike | None, task: str) -> Path:
-    from rawrcl.infer import default_weights_path
-
-    if path is None:
-        return default_weights_path(task)
-    p = Path(path)
-    return p / "checkpoints" / "last.pt" if p.is_dir() else p
-
-
 def cached_export(model_path: str | os.PathLike | None, task: str) -> Path:
-    """Dynamic-shape ONNX export of what ``load_model(model_path, task)`` runs (made when not cached)."""
+    """Dynamic-shape ONNX export of what ``load_for_task(model_path, task)`` runs (made when not cached)."""
     from rawrcl.export.build import export_prepared, prepare
     from rawrcl.export.graph import OPSET, file_sha256
-    from rawrcl.infer import load_model
     from rawrcl.models import load_checkpoint
+    from rawrcl.models.loading import checkpoint_file, default_weights_path, load_for_task
 
-    load_model(model_path, task)  # the head / input checks and their messages, as with --backend torch
-    ckpt = _checkpoint_file(model_path, task)
+    load_for_task(model_path, task)  # the head / input checks and their messages, as with --backend torch
+    ckpt = default_weights_path(task) if model_path is None else checkpoint_file(model_path)
     sha = file_sha256(ckpt)
     target = cache_dir() / f"{sha[:24]}-{task}-op{OPSET}-v{EXPORT_VERSION}.onnx"
     if not target.is_file():
         model, cfg = load_checkpoint(ckpt)
-        prep = prepare(model, cfg, head=TASK_HEAD[task], allow_noise_input=False, name=str(ckpt))
+        prep = prepare(model, cfg, head=get_task(task).head, allow_noise_input=False, name=str(ckpt))
         export_prepared(prep, target, tile=None, checkpoint=ckpt, name=str(ckpt))
     return target
 
@@ -83,7 +71,7 @@ def onnx_model(path: str | os.PathLike, task: str):
     from rawrcl.export.ort import OrtModel
 
     m = OrtModel(path)
-    want = TASK_HEAD[task]
+    want = get_task(task).head
     ok = m.head_name == want or (task == "jdd" and m.head_name is None and (m.in_channels, m.scale) == (4, 2))
     if not ok:
         raise RawrclError(
@@ -111,13 +99,13 @@ def backend_model(model_path: str | os.PathLike | None, task: str, opts) -> nn.M
     For ``onnxruntime`` this also fixes ``opts``: precision fp32 (bf16/fp16 refused), CPU only, and the
     tile of a static graph.
     """
-    from rawrcl.infer import load_model
     from rawrcl.infer.tiling import resolve_device
+    from rawrcl.models.loading import load_for_task
 
     backend = resolve_backend(getattr(opts, "backend", None), model_path)
     opts.backend = backend
     if backend == "torch":
-        return load_model(model_path, task)
+        return load_for_task(model_path, task)[0]
     from rawrcl.export.ort import require_onnxruntime
 
     require_onnxruntime()

@@ -31,7 +31,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -42,77 +41,23 @@ from rawrcl.cfa import align_rggb, pack, unpack
 from rawrcl.errors import RawrclError
 from rawrcl.infer.tiling import count_tiles, model_multiple, resolve_device, tiled_apply
 from rawrcl.io import PHOTO_EXTENSIONS, atomic_path, read_photo_depth
+from rawrcl.models.loading import load_for_task
 
 RAW_EXTENSIONS = frozenset(
     ".dng .cr2 .cr3 .crw .nef .nrw .arw .srf .sr2 .raf .orf .rw2 .rwl .pef .ptx .srw .kdc .dcr .k25 .mrw "
     ".3fr .fff .iiq .mef .mos .erf .raw .x3f .gpr".split()
 )
 
-#: task name -> (shipped checkpoint file, expected head, expected in_channels)
-DEFAULT_WEIGHTS: dict[str, tuple[str, str, int]] = {
-    "jdd": ("jdd_default.pt", "jdd", 4),
-    "raw-denoise": ("raw_denoise_default.pt", "raw", 4),
-    "denoise": ("rgb_denoise_default.pt", "rgb", 3),
-}
-
-
-# ----------------------------------------------------------------------------------------------------
-# models
-# ----------------------------------------------------------------------------------------------------
-
-
-def default_weights_path(task: str) -> Path:
-    """Path of the shipped checkpoint for ``task`` ("jdd" | "raw-denoise" | "denoise").
-
-    Raises :class:`RawrclError` when the package ships no such file.
-    """
-    if task not in DEFAULT_WEIGHTS:
-        raise RawrclError(f"no default model for task {task!r}; expected one of {', '.join(DEFAULT_WEIGHTS)}")
-    name = DEFAULT_WEIGHTS[task][0]
-    ref = resources.files("rawrcl.weights") / name
-    if not ref.is_file():
-        hint = " (no default RGB denoiser ships with rawrcl)" if task == "denoise" else ""
-        raise RawrclError(
-            f"default weights rawrcl/weights/{name} are missing{hint}; pass --model CKPT "
-            "(train one with scripts/train_default_weights.py or rawrcl pretrain + finetune)"
-        )
-    return Path(str(ref))
-
-
-def load_model(path: str | os.PathLike | None, task: str) -> nn.Module:
-    """Load the checkpoint at ``path`` (default: the shipped weights for ``task``) and check that its head
-    fits the task. For ``"jdd"``, a RAW denoiser (head ``"raw"``) is accepted and run as denoise →
-    bilinear demosaic (:class:`rawrcl.models.DenoiseThenDemosaic`). Returns the model in eval mode on the CPU.
-    """
-    from rawrcl.models import adapt, load_checkpoint, serves
-
-    ckpt = default_weights_path(task) if path is None else Path(path)
-    model, cfg = load_checkpoint(ckpt, map_location="cpu")
-    _, head, in_ch = DEFAULT_WEIGHTS[task]
-    got_head = getattr(model, "head_name", cfg.get("head"))
-    got_in = cfg.get("in_channels")
-    if not serves(got_head, head) or got_in != in_ch:
-        raise RawrclError(
-            f"{ckpt}: model has head {got_head!r} with {got_in} input channels; {task!r} needs head {head!r} "
-            f"with {in_ch} (fine-tune one with rawrcl finetune --task {task})"
-        )
-    return adapt(model, got_head, head).eval()
-
 
 def task_model(path: str | os.PathLike | None, task: str, opts: TileOptions) -> nn.Module:
-    """:func:`load_model` on ``opts.backend`` (ONNX Runtime: :func:`rawrcl.export.backend.backend_model`,
-    which may set ``opts`` to fp32 / CPU / the graph's static tile)."""
+    """The model for ``task`` on ``opts.backend``: torch (:func:`rawrcl.models.load_for_task`) or ONNX Runtime
+    (:func:`rawrcl.export.backend.backend_model`, which may set ``opts`` to fp32 / CPU / a static tile)."""
     if opts.backend in (None, "torch") and not str(path or "").lower().endswith(".onnx"):
         opts.backend = "torch"
-        return load_model(path, task)
+        return load_for_task(path, task)[0]
     from rawrcl.export.backend import backend_model
 
     return backend_model(path, task, opts)
-
-
-def default_model(task: str) -> nn.Module:
-    """The shipped default model for ``task`` ("jdd" | "raw-denoise"), in eval mode on the CPU."""
-    return load_model(None, task)
 
 
 # ----------------------------------------------------------------------------------------------------

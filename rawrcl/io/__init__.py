@@ -1,5 +1,5 @@
-"""File I/O: atomic writes and photos (:mod:`.files`), RAW reading (:mod:`.raw`), DNG writing
-(:mod:`.dng`)."""
+"""File I/O: atomic writes, photos and the cache folder (:mod:`.files`), RAW reading (:mod:`.raw`), DNG
+writing (:mod:`.dng`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from rawrcl.io.files import (
     atomic_path,
     atomic_write_bytes,
     atomic_write_text,
+    cache_root,
     file_mode,
     list_photos,
     read_photo,
@@ -18,6 +19,7 @@ __all__ = [
     "atomic_path",
     "atomic_write_bytes",
     "atomic_write_text",
+    "cache_root",
     "file_mode",
     "list_photos",
     "PHOTO_EXTENSIONS",

@@ -29,6 +29,7 @@ __all__ = [
     "atomic_path",
     "atomic_write_bytes",
     "atomic_write_text",
+    "cache_root",
     "file_mode",
     "list_photos",
     "read_photo",
@@ -77,6 +78,15 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_path`)."""
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def cache_root() -> Path:
+    """rawrcl's cache folder: ``$RAWRCL_CACHE_DIR``, else ``$XDG_CACHE_HOME/rawrcl``, else ``~/.cache/rawrcl``
+    (not created here). Sub-folders: ``packed`` (decoded RAW files), ``onnx`` (on-the-fly exports)."""
+    if os.environ.get("RAWRCL_CACHE_DIR"):
+        return Path(os.environ["RAWRCL_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rawrcl"
 
 
 def list_photos(src: str | os.PathLike) -> list[Path]:

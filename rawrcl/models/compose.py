@@ -24,9 +24,11 @@ class DenoiseThenDemosaic(nn.Module):
     def __init__(self, denoiser: nn.Module) -> None:
         super().__init__()
         self.denoiser = denoiser
+        self.noise_aware = bool(getattr(denoiser, "noise_aware", False))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.denoiser(x)
+    def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
+        """``noise`` (B, 2, 4): the denoiser's noise parameters when it is noise-aware."""
+        y = self.denoiser(x, noise) if self.noise_aware else self.denoiser(x)
         with torch.autocast(y.device.type, enabled=False):
             return bilinear_demosaic_packed(y.float())
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from rawrcl.train.engine import (
-    PRETEXT_TASKS,
     TRAINER_DEFAULTS,
     Trainer,
     TrainingInterrupted,
@@ -12,6 +11,7 @@ from rawrcl.train.engine import (
     distributed_env,
     load_resume_config,
     lr_schedule,
+    pretext_task,
     pretrain,
     select_device,
     step_seed,
@@ -32,7 +32,7 @@ __all__ = [
     "load_resume_config",
     "lr_schedule",
     "prepare_model",
-    "PRETEXT_TASKS",
+    "pretext_task",
     "pretrain",
     "PROTOCOLS",
     "select_device",

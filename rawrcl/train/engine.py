@@ -59,6 +59,7 @@ from rawrcl import __version__
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_write_text
 from rawrcl.models.registry import read_checkpoint, save_checkpoint, unwrap
+from rawrcl.tasks import PRETEXT_TASKS, Task, get_task
 
 log = logging.getLogger("rawrcl.train")
 
@@ -597,14 +598,11 @@ def load_resume_config(run_dir: str | os.PathLike) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- pretrain
-#: pretraining task -> (data domain, model in_channels, pretext head)
-PRETEXT_TASKS: dict[str, tuple[str, int, str]] = {
-    "jdd": ("raw", 4, "jdd"),
-    "raw-denoise": ("raw", 4, "raw"),
-    "denoise": ("rgb", 3, "rgb"),
-    "sr": ("rgb", 3, "rgb"),
-    "jdensr": ("rgb", 3, "rgb"),
-}
+def pretext_task(name: str) -> Task:
+    """The task ``rawrcl pretrain --task name`` pre-trains for (one with a pretext head)."""
+    if name not in PRETEXT_TASKS:
+        raise RawrclError(f"unknown --task {name!r}; expected one of {', '.join(PRETEXT_TASKS)}")
+    return get_task(name)
 
 
 def build_dataset(
@@ -626,9 +624,7 @@ def build_dataset(
     ``synthetic=True`` makes RAW tasks use photos with simulated mosaic + noise)."""
     from rawrcl.data import PhotoFolderDataset, RawFolderDataset, folder_kind
 
-    if task not in PRETEXT_TASKS:
-        raise RawrclError(f"unknown --task {task!r}; expected one of {', '.join(PRETEXT_TASKS)}")
-    domain = PRETEXT_TASKS[task][0]
+    domain = pretext_task(task).domain
     kind = folder_kind(data_dir)
     if kind == "empty":
         raise RawrclError(f"{data_dir}: no RAW files or photos found")
@@ -726,9 +722,8 @@ def pretrain(
                 topt[k] = old[k]
         data_dir = old.get("data_dir", data_dir)
     else:
-        domain, in_ch, head = PRETEXT_TASKS.get(task, (None, None, None))
-        if domain is None:
-            raise RawrclError(f"unknown --task {task!r}; expected one of {', '.join(PRETEXT_TASKS)}")
+        t = pretext_task(task)
+        in_ch, head = t.in_channels, t.pretext_head
         model_cfg = {"arch": arch, "in_channels": in_ch, "head": head, "width": width, "depth": depth}
         model_cfg["skip"] = skip  # ignored by DnCNN (see rawrcl.models.model_config)
         model_cfg["demosaic"] = demosaic

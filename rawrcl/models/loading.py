@@ -1,0 +1,76 @@
+"""The one way to get a model for a task: a checkpoint file, a run directory, or the shipped weights.
+
+:func:`load_for_task` is what inference, evaluation and export use; fine-tuning opens the checkpoint with
+:func:`open_checkpoint` and then fits its head itself. Every refusal is a one-line
+:class:`~rawrcl.errors.RawrclError` naming the checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+import torch.nn as nn
+
+from rawrcl.errors import RawrclError
+from rawrcl.models.compose import adapt, serves
+from rawrcl.models.registry import load_checkpoint
+from rawrcl.tasks import TASKS, Task, get_task
+
+
+def default_weights_path(task: str | Task) -> Path:
+    """The shipped checkpoint of ``task`` (``rawrcl/weights/<task.default_weights>``).
+
+    Raises :class:`RawrclError` when the task has none or the package does not ship the file.
+    """
+    t = get_task(task)
+    shipped = [n for n, x in TASKS.items() if x.default_weights]
+    if t.default_weights is None:
+        raise RawrclError(f"no default model for task {t.name!r}; expected one of {', '.join(shipped)}")
+    ref = resources.files("rawrcl.weights") / t.default_weights
+    if not ref.is_file():
+        hint = " (no default RGB denoiser ships with rawrcl)" if t.name == "denoise" else ""
+        raise RawrclError(
+            f"default weights rawrcl/weights/{t.default_weights} are missing{hint}; pass --model CKPT "
+            "(train one with rawrcl pretrain + finetune)"
+        )
+    return Path(str(ref))
+
+
+def checkpoint_file(source: str | os.PathLike) -> Path:
+    """The checkpoint file behind ``source``: itself, or ``checkpoints/last.pt`` of a run directory."""
+    p = Path(source)
+    if p.is_dir():
+        p = p / "checkpoints" / "last.pt"
+    if not p.is_file():
+        raise RawrclError(f"{source}: no such checkpoint (a .pt file or a run directory)")
+    return p
+
+
+def open_checkpoint(source: str | os.PathLike, device: str = "cpu") -> tuple[nn.Module, dict]:
+    """(model in eval mode, config) rebuilt from a checkpoint file or run directory."""
+    return load_checkpoint(checkpoint_file(source), map_location=device)
+
+
+def load_for_task(
+    source: str | os.PathLike | None, task: str | Task, device: str = "cpu"
+) -> tuple[nn.Module, dict]:
+    """A model that runs ``task``, in eval mode on ``device``, and its checkpoint config.
+
+    ``source``: a checkpoint file, a run directory, or None for the task's shipped weights. The model must
+    take the task's input channels and have a head that serves it (:func:`rawrcl.models.serves`): its own
+    head, or a RAW denoiser for JDD, which then runs as denoise → bilinear demosaic
+    (:class:`rawrcl.models.DenoiseThenDemosaic`).
+    """
+    t = get_task(task)
+    path = default_weights_path(t) if source is None else checkpoint_file(source)
+    model, cfg = load_checkpoint(path, map_location=device)
+    head = getattr(model, "head_name", cfg.get("head"))
+    in_ch = cfg.get("in_channels")
+    if not serves(head, t.head) or (in_ch is not None and int(in_ch) != t.in_channels):
+        raise RawrclError(
+            f"{path}: model has head {head!r} with {in_ch} input channels; task {t.name!r} needs head "
+            f"{t.head!r} with {t.in_channels} (fine-tune one with rawrcl finetune --task {t.name})"
+        )
+    return adapt(model, head, t.head).eval(), cfg
