@@ -378,8 +378,8 @@ def test_mosaic_consistency_transforms():
 
 
 def test_perceptual_consistency_with_self_supervised_encoder():
-    from rawrcl.methods.encoder import Encoder
     from rawrcl.methods.rcl import _FeaturesOf, _freeze
+    from rawrcl.models.encoder import Encoder
 
     torch.manual_seed(0)
     enc = _freeze(_FeaturesOf(Encoder({"in_channels": 3, "width": 8, "depth": 2})))

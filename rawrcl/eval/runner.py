@@ -54,8 +54,8 @@ from rawrcl.cfa import packed_to_rgb, unpack
 from rawrcl.errors import RawrclError
 from rawrcl.io import list_photos, read_photo
 from rawrcl.isp import render_srgb
+from rawrcl.models.geometry import pad_to_multiple
 from rawrcl.models.loading import load_for_task
-from rawrcl.models.unet import pad_to_multiple
 from rawrcl.tasks import NoiseSpec, Task, get_task, noise_label
 
 BORDER = 8
@@ -337,7 +337,9 @@ def model_predictor(
     noise_of = noise_of or (lambda inp, meta: meta.get("noise"))
 
     def run(inp: torch.Tensor, task_: Task, meta: dict) -> torch.Tensor:
-        x, (h, w) = pad_to_multiple(torch.as_tensor(inp).float()[None].to(device), multiple)
+        x0 = torch.as_tensor(inp).float()[None].to(device)
+        h, w = x0.shape[-2:]
+        x = pad_to_multiple(x0, multiple)
         net = model
         if aware:
             noise = noise_of(torch.as_tensor(inp), meta)

@@ -47,9 +47,9 @@ class Prepared:
 
 
 def _multiple(model: nn.Module) -> int:
-    from rawrcl.infer.tiling import model_multiple
+    from rawrcl.models.geometry import size_multiple
 
-    return model_multiple(model)
+    return size_multiple(model)
 
 
 def prepare(

@@ -135,12 +135,9 @@ class BakedNoise(nn.Module):
         self.model = model
         self.spec = spec
         self.register_buffer("noise", spec.tensor())
-        m = getattr(model, "size_multiple", None)
-        if m is None:
-            from rawrcl.infer.tiling import model_multiple
+        from rawrcl.models.geometry import size_multiple
 
-            m = model_multiple(model)
-        self.size_multiple = int(m)
+        self.size_multiple = size_multiple(model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x, self.noise.to(x.dtype).expand(x.shape[0], 2, 4))

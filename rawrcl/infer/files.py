@@ -39,8 +39,9 @@ import torch.nn as nn
 
 from rawrcl.cfa import align_rggb, pack, unpack
 from rawrcl.errors import RawrclError
-from rawrcl.infer.tiling import count_tiles, model_multiple, resolve_device, tiled_apply
+from rawrcl.infer.tiling import count_tiles, resolve_device, tiled_apply
 from rawrcl.io import PHOTO_EXTENSIONS, atomic_path, read_photo_depth
+from rawrcl.models.geometry import size_multiple
 from rawrcl.models.loading import load_for_task
 
 RAW_EXTENSIONS = frozenset(
@@ -93,7 +94,7 @@ class TileOptions:
         if self.progress:
             from tqdm.auto import tqdm
 
-            mult = model_multiple(model)
+            mult = size_multiple(model)
             total = count_tiles(tuple(x.shape[-2:]), self.tile, self.overlap, mult)
             bar = tqdm(total=total, desc=desc, unit="tile", leave=False, file=sys.stderr)
             cb = bar.update

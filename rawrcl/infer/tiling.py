@@ -37,29 +37,11 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from rawrcl.errors import RawrclError
+from rawrcl.models.geometry import pad_to_multiple, size_multiple
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-
-
-def model_multiple(model: nn.Module) -> int:
-    """The factor that the model's input height and width are padded to (2**depth for a U-Net, else 1).
-
-    Looks for a ``size_multiple`` attribute on the model or its ``.body``, then for a U-Net body's
-    ``depth``.
-    """
-    for obj in (model, getattr(model, "body", None)):
-        if obj is None:
-            continue
-        m = getattr(obj, "size_multiple", None)
-        if isinstance(m, int) and m >= 1:
-            return m
-    body = getattr(model, "body", model)
-    if type(body).__name__.lower().startswith("unet") and isinstance(getattr(body, "depth", None), int):
-        return 2 ** int(body.depth)
-    return 1
 
 
 def tile_starts(length: int, tile: int, overlap: int, multiple: int = 1) -> list[int]:
@@ -146,17 +128,6 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return dev
 
 
-def pad_to_multiple(x: torch.Tensor, multiple: int) -> torch.Tensor:
-    """Reflection-pad (B, C, H, W) on the bottom/right to multiples of ``multiple`` (replicate when
-    the image is too small to reflect)."""
-    h, w = x.shape[-2:]
-    ph, pw = (-h) % multiple, (-w) % multiple
-    if not (ph or pw):
-        return x
-    mode = "reflect" if (ph < h and pw < w) else "replicate"
-    return F.pad(x, (0, pw, 0, ph), mode=mode)
-
-
 def whole_apply(
     model: nn.Module,
     x: torch.Tensor,
@@ -170,7 +141,7 @@ def whole_apply(
     Shapes: x (1, C, H, W) float → (1, C_out, scale·H, scale·W) float32 on the CPU.
     """
     dev = resolve_device(device)
-    multiple = model_multiple(model) if multiple is None else multiple
+    multiple = size_multiple(model) if multiple is None else multiple
     h, w = x.shape[-2:]
     dtype = resolve_precision(precision, dev)
     ctx = torch.autocast(dev.type, dtype=dtype) if dtype is not None else nullcontext()
@@ -247,7 +218,7 @@ def tiled_apply(
     precision : "auto" | "fp32" | "bf16" | "fp16" (autocast dtype; see :func:`resolve_precision`).
     channels_last : use channels-last memory format (default: on CUDA and CPU — on the CPU oneDNN runs the
         U-Net's convolutions ≈ 1.35–1.7× faster in NHWC, measured at 12 MP on 2 threads; off elsewhere).
-    multiple : the model's size multiple (default :func:`model_multiple`).
+    multiple : the model's size multiple (default :func:`rawrcl.models.size_multiple`).
     progress : called with the number of tiles just finished (e.g. ``tqdm.update``).
 
     Returns
@@ -257,7 +228,7 @@ def tiled_apply(
     if x.ndim != 4 or x.shape[0] != 1:
         raise RawrclError(f"tiled_apply expects a (1, C, H, W) tensor, got shape {tuple(x.shape)}")
     dev = resolve_device(device)
-    multiple = model_multiple(model) if multiple is None else int(multiple)
+    multiple = size_multiple(model) if multiple is None else int(multiple)
     if overlap < 0:
         raise RawrclError(f"--overlap must be ≥ 0, got {overlap}")
     tile = int(math.ceil(tile / multiple) * multiple)

@@ -1,7 +1,7 @@
 """Consistency terms: perceptual (paper Eq. 5) and JDD mosaic consistency (Appendix B.2, Eq. 8).
 
 - :class:`PerceptualConsistency` — ‖φ(g_e(x)) − φ(g_e(f(x)))‖² with a frozen encoder g_e. Encoders:
-  any module returning a list of feature maps — the self-supervised :class:`rawrcl.methods.encoder.Encoder`
+  any module returning a list of feature maps — the self-supervised :class:`rawrcl.models.encoder.Encoder`
   (``rawrcl pretrain --method simclr``, via ``Encoder.features``) or :func:`resnet50_imagenet`
   (torchvision, optional; weights only from a given file or the local torch cache, never downloaded).
 - :class:`MosaicConsistency` — ‖x − mosaic(T(f(x)))‖₁ on the packed RAW mosaic (RGGB geometry), with

@@ -1,8 +1,8 @@
 """Self-supervised encoder g_e for the perceptual consistency (paper Sec. 3.5: "g_e could be pre-trained
 in a self-supervised fashion using the unlabeled noisy inputs"), SimCLR-style (Chen et al. 2020).
 
-- :class:`Encoder` (registered as arch ``"encoder"``): a small strided CNN ``body`` whose stage outputs are
-  the perceptual features (:meth:`Encoder.features`), and a projection MLP ``head`` used only for training.
+- the model, :class:`rawrcl.models.encoder.Encoder` (arch ``"encoder"``): a small strided CNN ``body`` whose
+  stage outputs are the perceptual features, and a projection MLP ``head`` used only for training;
 - :class:`SimCLR` method (``rawrcl pretrain DATA --method simclr --arch encoder``): NT-Xent loss on the two
   overlapping crops of each noisy image (positives) against the other images' crops (negatives).
 
@@ -16,51 +16,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from rawrcl.methods.base import Method
-from rawrcl.models.registry import ARCHS
-
-
-class Encoder(nn.Module):
-    """Config: ``in_channels`` (3|4), ``width`` (default 32), ``depth`` (stages, default 3), ``proj`` (128).
-
-    ``features(x)`` → list of ``depth`` stage maps, stage k: (B, width·2^k, H/2^(k+1), W/2^(k+1)).
-    ``forward(x)`` → L2-normalised projection (B, proj).
-    """
-
-    def __init__(self, config: dict) -> None:
-        super().__init__()
-        cfg = {"arch": "encoder", "in_channels": 3, "width": 32, "depth": 3, "proj": 128, **config}
-        cfg["width"] = int(cfg.get("width") or 32)
-        cfg["depth"] = int(cfg.get("depth") or 3)
-        self.config = cfg
-        stages = []
-        cin = cfg["in_channels"]
-        for k in range(cfg["depth"]):
-            c = cfg["width"] * 2**k
-            stages.append(
-                nn.Sequential(
-                    nn.Conv2d(cin, c, 3, stride=2, padding=1),
-                    nn.ReLU(inplace=True),
-                    nn.Conv2d(c, c, 3, padding=1),
-                    nn.ReLU(inplace=True),
-                )
-            )
-            cin = c
-        self.body = nn.ModuleList(stages)
-        self.head = nn.Sequential(nn.Linear(cin, cin), nn.ReLU(inplace=True), nn.Linear(cin, cfg["proj"]))
-
-    def features(self, x: torch.Tensor) -> list[torch.Tensor]:
-        out = []
-        for st in self.body:
-            x = st(x)
-            out.append(x)
-        return out
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        f = self.features(x)[-1].mean(dim=(-2, -1))
-        return F.normalize(self.head(f), dim=1)
-
-
-ARCHS["encoder"] = Encoder
 
 
 def nt_xent(z_a: torch.Tensor, z_b: torch.Tensor, tau: float = 0.1) -> torch.Tensor:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from rawrcl.models.geometry import size_multiple
 from rawrcl.models.heads import bilinear_demosaic_packed
 
 
@@ -25,6 +26,7 @@ class DenoiseThenDemosaic(nn.Module):
         super().__init__()
         self.denoiser = denoiser
         self.noise_aware = bool(getattr(denoiser, "noise_aware", False))
+        self.size_multiple = size_multiple(denoiser)
 
     def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
         """``noise`` (B, 2, 4): the denoiser's noise parameters when it is noise-aware."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from rawrcl.models.geometry import size_multiple
 from rawrcl.noise import NoiseModel
 
 
@@ -42,9 +43,7 @@ class WithNoise(nn.Module):
         if tuple(params.shape) != (2, channels):
             raise ValueError(f"noise parameters must be (2, {channels}), got {tuple(params.shape)}")
         self.register_buffer("noise", params * float(scale) ** 2)
-        from rawrcl.infer.tiling import model_multiple
-
-        self.size_multiple = model_multiple(model)
+        self.size_multiple = size_multiple(model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x, self.noise.to(x.dtype).expand(x.shape[0], -1, -1))

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from rawrcl.cfa import pack, unpack
 from rawrcl.errors import RawrclError
+from rawrcl.models.geometry import size_multiple
 
 
 class SelfEnsemble(nn.Module):
@@ -34,10 +35,8 @@ class SelfEnsemble(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        from rawrcl.infer.tiling import model_multiple
-
         self.model = model
-        self.size_multiple = model_multiple(model)
+        self.size_multiple = size_multiple(model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.ndim != 4 or x.shape[1] not in (3, 4):

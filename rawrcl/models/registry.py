@@ -2,8 +2,8 @@
 
 Config keys (JSON-able dict; missing keys get defaults, see :func:`model_config`):
 
-- ``arch``: ``"unet"`` | ``"dncnn"`` (or ``"encoder"``, the SimCLR encoder of
-  :mod:`rawrcl.methods.encoder`).
+- ``arch``: ``"unet"`` | ``"dncnn"`` (or ``"encoder"``, the perceptual encoder of
+  :mod:`rawrcl.models.encoder`).
 - ``in_channels``: 3 (RGB) | 4 (packed RAW [R, G1, G2, B] in RGGB geometry).
 - ``head``: ``"rgb"`` | ``"raw"`` | ``"jdd"`` | ``"sr2"`` | ``"sr4"`` (see :mod:`rawrcl.models.heads`).
 - ``width``, ``depth``: body size (U-Net default 32/3; DnCNN default 64/16).
@@ -37,6 +37,7 @@ import torch.nn as nn
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_path
 from rawrcl.models.dncnn import DnCNNBody
+from rawrcl.models.encoder import Encoder
 from rawrcl.models.heads import DEMOSAICS, Head, head_spec, skip_map
 from rawrcl.models.unet import UNetBody
 from rawrcl.noise import std_map
@@ -68,6 +69,7 @@ class RestorationModel(nn.Module):
         self.demosaic = cfg["demosaic"]
         self.skip = cfg["arch"] == "unet" and cfg["skip"]
         self.head = Head(cfg["head"], self.body.out_channels)
+        self.size_multiple = int(getattr(self.body, "size_multiple", 1))
 
     @property
     def head_name(self) -> str:
@@ -118,10 +120,11 @@ class RestorationModel(nn.Module):
             p.requires_grad_(not frozen)
 
 
-#: arch name -> builder(config) ; other modules may register more (e.g. the SimCLR encoder).
+#: arch name -> builder(config)
 ARCHS: dict[str, Callable[[dict], nn.Module]] = {
     "unet": RestorationModel,
     "dncnn": RestorationModel,
+    "encoder": Encoder,
 }
 
 
@@ -129,8 +132,6 @@ def model_config(config: dict) -> dict:
     """Fill defaults and validate a model config; returns a new JSON-able dict."""
     cfg = dict(config)
     arch = cfg.setdefault("arch", "unet")
-    if arch not in ARCHS:
-        _lazy_archs()
     if arch not in ARCHS:
         raise RawrclError(f"unknown arch {arch!r}; expected one of {', '.join(sorted(ARCHS))}")
     if arch in DEFAULTS:
@@ -158,10 +159,6 @@ def model_config(config: dict) -> dict:
         else:
             cfg.pop("skip", None)  # DnCNN always has its own skip; the option is U-Net only
     return cfg
-
-
-def _lazy_archs() -> None:
-    import rawrcl.methods.encoder  # noqa: F401  (registers "encoder"; imported late: it imports this module)
 
 
 def build_model(config: dict) -> nn.Module:

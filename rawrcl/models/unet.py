@@ -11,6 +11,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from rawrcl.models.geometry import pad_to_multiple
+
 
 def _block(cin: int, cout: int) -> nn.Sequential:
     return nn.Sequential(
@@ -19,20 +21,6 @@ def _block(cin: int, cout: int) -> nn.Sequential:
         nn.Conv2d(cout, cout, 3, padding=1),
         nn.LeakyReLU(0.2, inplace=True),
     )
-
-
-def pad_to_multiple(x: torch.Tensor, multiple: int) -> tuple[torch.Tensor, tuple[int, int]]:
-    """Reflection-pad (B, C, H, W) on the bottom/right to multiples of ``multiple``.
-
-    Returns (padded, (H, W)) with the original size. Falls back to replicate padding when the input is
-    too small for reflection.
-    """
-    h, w = x.shape[-2:]
-    ph, pw = (-h) % multiple, (-w) % multiple
-    if ph or pw:
-        mode = "reflect" if (ph < h and pw < w) else "replicate"
-        x = F.pad(x, (0, pw, 0, ph), mode=mode)
-    return x, (h, w)
 
 
 class UNetBody(nn.Module):
@@ -65,9 +53,11 @@ class UNetBody(nn.Module):
             self.up.append(nn.ConvTranspose2d(chans[i + 1], chans[i], 2, stride=2))
             self.dec.append(_block(2 * chans[i], chans[i]))
         self.out_channels = width
+        self.size_multiple = 2**depth
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x, (h, w) = pad_to_multiple(x, 2**self.depth)
+        h, w = x.shape[-2:]
+        x = pad_to_multiple(x, self.size_multiple)
         skips = []
         for blk in self.down:
             x = blk(x)
