@@ -13,8 +13,15 @@ Contract (other modules rely on these field names and units):
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
+import re
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,6 +120,94 @@ def _page_tags(page) -> dict[str, object]:
     return out
 
 
+#: the largest image rawrcl accepts, in pixels (2**29 ≈ 537 MP; the largest camera files are ~400 MP):
+#: a header that declares more is corrupt, and is refused before anything is allocated
+MAX_PIXELS = 1 << 29
+#: at most this many declared samples per byte of file (≥ 1/4 bit per sample: lossless RAW codecs need
+#: ≥ 1 bit); a header declaring more is corrupt (refused before LibRaw allocates the image)
+MAX_SAMPLES_PER_BYTE = 32
+_MAX_IFDS = 32  # IFDs examined by the layout check (a corrupt chain can be long)
+
+
+def _ifds(tif) -> Iterator[tuple[str, object]]:
+    """(name, page) of the file's IFD chain and each IFD's SubIFDs (depth first, at most ``_MAX_IFDS``)."""
+    count = 0
+
+    def walk(pages, prefix):
+        nonlocal count
+        for i, page in enumerate(pages):
+            if count >= _MAX_IFDS:
+                return
+            count += 1
+            name = f"{prefix}{i}"
+            yield name, page
+            subs = getattr(page, "pages", None)
+            if subs:
+                yield from walk(subs, f"{name}.SubIFD")
+
+    yield from walk(tif.pages, "IFD")
+
+
+def data_layout_problem(tif, file_size: int) -> str | None:
+    """What is wrong with the pixel-data layout a TIFF-based file (DNG, NEF, CR2, ARW, KDC, …) declares,
+    or None. Checked for every IFD and SubIFD (``tif``: an open ``tifffile.TiffFile``):
+
+    - the declared size: at most :data:`MAX_PIXELS` pixels and :data:`MAX_SAMPLES_PER_BYTE` samples per
+      byte of the file (absurd sizes are refused before LibRaw allocates them);
+    - every strip/tile lies inside the file (a truncated file, or a header without its pixel data, which
+      LibRaw would silently decode as zeros);
+    - uncompressed data holds at least width × height × samples × bits / 8 bytes.
+
+    Returns a one-line reason (without the file name).
+    """
+    pages = list(_ifds(tif))
+    layouts = []
+    for name, page in pages:  # first the extents: a truncated file is reported as truncated
+        offsets, counts = list(page.dataoffsets or ()), list(page.databytecounts or ())
+        if len(offsets) != len(counts):
+            n_off, n_cnt = len(offsets), len(counts)
+            return f"unreadable or truncated RAW file ({name}: {n_off} data offsets, {n_cnt} byte counts)"
+        segments = [(int(o), int(c)) for o, c in zip(offsets, counts, strict=True) if int(c) > 0]
+        end = max((o + c for o, c in segments), default=0)
+        if end > file_size:
+            missing = sum(c for o, c in segments if o >= file_size)
+            what = "missing" if missing else "cut short"
+            return (
+                f"unreadable or truncated RAW file (pixel data {what}: {name} declares data up to byte "
+                f"{end}, the file has {file_size} bytes)"
+            )
+        layouts.append((name, page, sum(c for _, c in segments)))
+    for name, page, have in layouts:
+        w, h = int(page.imagewidth or 0), int(page.imagelength or 0)
+        spp = max(int(page.samplesperpixel or 1), 1)
+        if w * h > MAX_PIXELS or w * h * spp > MAX_SAMPLES_PER_BYTE * file_size:
+            return (
+                f"corrupt header: {name} declares a {w}×{h} image, impossible for a file of {file_size} bytes"
+            )
+        bits = page.bitspersample
+        bits = int(bits[0] if isinstance(bits, (tuple, list)) else bits or 0)
+        if have and int(page.compression) == 1 and 0 < bits <= 32 and w * h:
+            need = w * h * spp * bits // 8
+            if have < need:
+                return (
+                    f"corrupt header: {name} declares {w}×{h}×{spp} uncompressed {bits}-bit samples "
+                    f"({need} bytes) but only {have} bytes of pixel data"
+                )
+    return None
+
+
+@contextlib.contextmanager
+def _quiet_tifffile() -> Iterator[None]:
+    """Silence tifffile's logger (it reports malformed tags on stderr; rawrcl reports one line itself)."""
+    logger = logging.getLogger("tifffile")
+    old = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
+
+
 def read_dng_tags(path: str | os.PathLike) -> dict:
     """Read the DNG/TIFF tags rawrcl uses, from IFD0 and the raw (NewSubfileType 0) SubIFD.
 
@@ -124,10 +219,11 @@ def read_dng_tags(path: str | os.PathLike) -> dict:
     -------
     dict with ``is_tiff`` (False, and nothing else, for a file tifffile cannot parse), ``is_dng``,
     ``raw_ifd`` ("IFD0" or "SubIFD<n>"), ``photometric``, ``samples_per_pixel`` and ``shape`` of the
-    raw IFD, and whichever of make, model, unique_camera_model, dng_version, iso, exposure_time,
-    black_level, white_level, cfa_pattern, cfa_repeat_pattern_dim, color_matrix_1/2, baseline_exposure,
-    calibration_illuminant_1/2, as_shot_neutral, noise_profile are present (raw IFD values take
-    precedence over IFD0 ones).
+    raw IFD, ``data_problem`` (:func:`data_layout_problem`: a one-line reason when the declared pixel
+    data is truncated, missing or of an absurd size; :func:`read_raw` refuses such files), and whichever
+    of make, model, unique_camera_model, dng_version, iso, exposure_time, black_level, white_level,
+    cfa_pattern, cfa_repeat_pattern_dim, color_matrix_1/2, baseline_exposure, calibration_illuminant_1/2,
+    as_shot_neutral, noise_profile are present (raw IFD values take precedence over IFD0 ones).
 
     Raises
     ------
@@ -138,6 +234,12 @@ def read_dng_tags(path: str | os.PathLike) -> dict:
     p = Path(path)
     if not p.is_file():
         raise RawrclError(f"{p}: no such file")
+    with _quiet_tifffile():
+        return _read_tags(p, tifffile)
+
+
+def _read_tags(p: Path, tifffile) -> dict:
+    """:func:`read_dng_tags` after the existence check (``tifffile`` passed in, imported lazily)."""
     try:
         tif = tifffile.TiffFile(p)
     except PermissionError as exc:
@@ -146,6 +248,10 @@ def read_dng_tags(path: str | os.PathLike) -> dict:
         return {"is_tiff": False}
     try:
         with tif:
+            try:
+                problem = data_layout_problem(tif, p.stat().st_size)
+            except Exception:  # a page tifffile cannot parse: LibRaw decides
+                problem = None
             ifd0 = tif.pages[0]
             out: dict = {"is_tiff": True}
             out.update(_page_tags(ifd0))
@@ -172,6 +278,8 @@ def read_dng_tags(path: str | os.PathLike) -> dict:
             out["photometric"] = int(raw_page.photometric)
             out["samples_per_pixel"] = int(raw_page.samplesperpixel)
             out["shape"] = [int(s) for s in raw_page.shape]
+            if problem is not None:
+                out["data_problem"] = problem
     except RawrclError:
         raise
     except Exception:
@@ -231,15 +339,101 @@ def _check_dng_is_bayer(path: Path, tags: dict) -> None:
         raise _refuse(path, f"CFA repeat pattern {dim[0]}×{dim[1]} (e.g. X-Trans), not a 2×2 Bayer mosaic")
 
 
-def _libraw_error(path: Path, exc: Exception) -> RawrclError:
+def _libraw_error(path: Path, exc: Exception, notes: list[str] | None = None) -> RawrclError:
     import rawpy
 
     msg = str(exc).strip("b'\" ") or type(exc).__name__
+    if notes:
+        msg += "; " + "; ".join(notes)
     if isinstance(exc, rawpy.LibRawFileUnsupportedError):
         return _refuse(path, f"not a RAW format LibRaw can read ({msg})")
     if isinstance(exc, (rawpy.LibRawIOError, rawpy.LibRawDataError)):
         return _refuse(path, f"unreadable or truncated RAW file (LibRaw: {msg})")
     return _refuse(path, f"cannot read RAW file (LibRaw: {type(exc).__name__}: {msg})")
+
+
+_LIBRAW_NOTE = re.compile(r"(Unexpected end of file|data corrupted at \d+)\s*$")
+
+
+@contextlib.contextmanager
+def _libraw_notes() -> Iterator[list[str]]:
+    """Capture what LibRaw prints on the C-level stderr while decoding ("<file>: Unexpected end of file",
+    "<file>: data corrupted at N"): the returned list receives those notes when the block ends, so rawrcl
+    can report them in its own one-line error (other output is dropped). Only in the main thread (fd 2 is
+    process-wide)."""
+    notes: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield notes
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield notes
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield notes
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            for line in sink.read(65536).decode("utf-8", "replace").splitlines():
+                m = _LIBRAW_NOTE.search(line)
+                if m and m.group(1) not in notes:
+                    notes.append(m.group(1))
+
+
+def _open_libraw(path: Path):
+    """``rawpy.imread`` for any file name: names that are not valid UTF-8 (which rawpy cannot pass to
+    LibRaw) are read through an open file object instead."""
+    import rawpy
+
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        with open(path, "rb") as fh:
+            return rawpy.imread(fh)
+    return rawpy.imread(str(path))
+
+
+def _decode(path: Path):
+    """Open ``path`` with LibRaw, check the declared raw size, unpack. Returns the open ``rawpy.RawPy``.
+
+    Raises :class:`RawrclError` for unreadable files, absurd sizes and data LibRaw reports as corrupt.
+    """
+    import rawpy
+
+    size = path.stat().st_size
+    raw = None
+    error: Exception | None = None
+    with _libraw_notes() as notes:
+        try:
+            raw = _open_libraw(path)
+            s = raw.sizes
+            pixels = int(s.raw_height) * int(s.raw_width)
+            if pixels > MAX_PIXELS or pixels > MAX_SAMPLES_PER_BYTE * size:
+                raise _refuse(
+                    path,
+                    f"corrupt header: declares a {s.raw_width}×{s.raw_height} raw image, "
+                    f"impossible for a file of {size} bytes",
+                )
+            raw.unpack()
+        except (rawpy.LibRawError, RawrclError, OSError) as exc:
+            error = exc
+    if error is not None:
+        if raw is not None:
+            raw.close()
+        if isinstance(error, RawrclError):
+            raise error
+        if isinstance(error, OSError):
+            raise _refuse(path, f"cannot open ({error.strerror or error})")
+        raise _libraw_error(path, error, notes)
+    if notes:
+        raw.close()
+        raise _refuse(path, f"corrupt pixel data (LibRaw: {'; '.join(notes)})")
+    return raw
 
 
 def _positive_or_none(v) -> float | None:
@@ -301,13 +495,10 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
     except Exception:  # tag reading is best effort; LibRaw decides readability
         tags = {}
     _check_dng_is_bayer(p, tags)
+    if tags.get("data_problem"):
+        raise _refuse(p, tags["data_problem"])
 
-    try:
-        raw = rawpy.imread(str(p))
-    except rawpy.LibRawError as exc:
-        raise _libraw_error(p, exc) from None
-    except OSError as exc:
-        raise _refuse(p, f"cannot open ({exc.strerror or exc})") from None
+    raw = _decode(p)
     with raw:
         try:
             if raw.raw_type != rawpy.RawType.Flat:
@@ -374,6 +565,11 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
         tags.get("exposure_time")
     )
     extra = {"raw_type": "Flat", "color_desc": desc, "flip": flip}
+    make, model = str(tags.get("make") or "").strip(), str(tags.get("model") or "").strip()
+    if not model:  # a DNG may name its camera only in UniqueCameraModel ("Make Model")
+        model = str(tags.get("unique_camera_model") or "").strip()
+        if make and model.startswith(make + " "):
+            model = model[len(make) + 1 :]
     if tags.get("is_dng"):
         extra["raw_ifd"] = tags.get("raw_ifd")
         extra["dng"] = {k: v for k, v in tags.items() if k not in ("is_tiff", "is_dng")}
@@ -387,8 +583,8 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
         wb=wb,
         ccm=ccm,
         xyz_to_cam=xyz_to_cam,
-        make=str(tags.get("make", "") or ""),
-        model=str(tags.get("model", "") or ""),
+        make=make,
+        model=model,
         iso=iso,
         exposure_time=exposure,
         noise_profile=tags.get("noise_profile"),
