@@ -27,6 +27,7 @@ from rawrcl.errors import RawrclError
 from rawrcl.eval import load_images
 from rawrcl.io import atomic_write_text
 from rawrcl.methods.supervised import supervised
+from rawrcl.runlock import check_unlocked
 from rawrcl.tasks import NoiseSpec, Task, get_task, noise_label
 from rawrcl.train import Trainer
 
@@ -196,6 +197,7 @@ def _prepare_out(out: str | Path, force: bool) -> Path:
     if out.exists() and any(out.iterdir()):
         if not force:
             raise RawrclError(f"{out}: output run directory exists and is not empty (use --force)")
+        check_unlocked(out)  # never delete the folder of a run that is still going
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     return out
