@@ -20,7 +20,9 @@ import errno
 import os
 import re
 import socket
+import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +40,7 @@ __all__ = [
     "atomic_write_text",
     "file_mode",
     "list_photos",
+    "captured_stderr",
     "read_photo",
     "write_error",
 ]
@@ -88,6 +91,39 @@ def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
                 os.unlink(entry.path)
                 removed.append(Path(entry.path))
     return removed
+
+
+@contextlib.contextmanager
+def captured_stderr() -> Iterator[list[str]]:
+    """Capture what C libraries print on the process's stderr (fd 2) during the block — LibRaw's "Unexpected
+    end of file", libpng's and OpenCV's decoder messages — so that rawrcl can keep its errors to one line.
+    The returned list receives the captured lines when the block ends. Only in the main thread (fd 2 is
+    shared by all threads); elsewhere nothing is captured."""
+    lines: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lines
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield lines
+        return
+    try:
+        sink = tempfile.TemporaryFile()
+    except OSError:
+        os.close(saved)
+        yield lines
+        return
+    with sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines.extend(ln for ln in sink.read(65536).decode("utf-8", "replace").splitlines() if ln.strip())
 
 
 def write_error(path: str | os.PathLike, exc: BaseException) -> RawrclError:
@@ -197,7 +233,18 @@ def read_photo_depth(path: str | os.PathLike, min_size: int = 1) -> tuple[np.nda
         buf = np.fromfile(p, dtype=np.uint8)
     except OSError as exc:
         raise RawrclError(f"{p}: cannot open ({exc.strerror or exc})") from None
-    img = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED) if buf.size else None
+    if buf[:4].tobytes() in (b"II*\x00", b"MM\x00*"):  # TIFF: the declared strips must be in the file
+        from rawrcl.tiffcheck import tiff_layout_problem
+
+        problem = tiff_layout_problem(p)
+        if problem is not None:
+            raise RawrclError(f"{p}: {problem}")
+    img = None
+    with captured_stderr():  # decoder chatter (libpng, libtiff, OpenCV) would add lines to a one-line error
+        try:
+            img = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED) if buf.size else None
+        except cv2.error:  # e.g. a header declaring a zero or huge size
+            img = None
     if img is None or img.size == 0:
         raise RawrclError(f"{p}: cannot decode the image (unreadable, truncated or not a photo)")
     if img.ndim == 2:

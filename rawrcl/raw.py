@@ -18,9 +18,6 @@ import logging
 import math
 import os
 import re
-import sys
-import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +26,8 @@ import numpy as np
 
 from rawrcl.cfa import PATTERNS
 from rawrcl.errors import RawrclError
+from rawrcl.io import captured_stderr
+from rawrcl.tiffcheck import MAX_PIXELS, MAX_SAMPLES_PER_BYTE, data_layout_problem
 
 
 @dataclass
@@ -118,82 +117,6 @@ def _page_tags(page) -> dict[str, object]:
             except Exception:  # a malformed tag must not hide the others
                 continue
     return out
-
-
-#: the largest image rawrcl accepts, in pixels (2**29 ≈ 537 MP; the largest camera files are ~400 MP):
-#: a header that declares more is corrupt, and is refused before anything is allocated
-MAX_PIXELS = 1 << 29
-#: at most this many declared samples per byte of file (≥ 1/4 bit per sample: lossless RAW codecs need
-#: ≥ 1 bit); a header declaring more is corrupt (refused before LibRaw allocates the image)
-MAX_SAMPLES_PER_BYTE = 32
-_MAX_IFDS = 32  # IFDs examined by the layout check (a corrupt chain can be long)
-
-
-def _ifds(tif) -> Iterator[tuple[str, object]]:
-    """(name, page) of the file's IFD chain and each IFD's SubIFDs (depth first, at most ``_MAX_IFDS``)."""
-    count = 0
-
-    def walk(pages, prefix):
-        nonlocal count
-        for i, page in enumerate(pages):
-            if count >= _MAX_IFDS:
-                return
-            count += 1
-            name = f"{prefix}{i}"
-            yield name, page
-            subs = getattr(page, "pages", None)
-            if subs:
-                yield from walk(subs, f"{name}.SubIFD")
-
-    yield from walk(tif.pages, "IFD")
-
-
-def data_layout_problem(tif, file_size: int) -> str | None:
-    """What is wrong with the pixel-data layout a TIFF-based file (DNG, NEF, CR2, ARW, KDC, …) declares,
-    or None. Checked for every IFD and SubIFD (``tif``: an open ``tifffile.TiffFile``):
-
-    - the declared size: at most :data:`MAX_PIXELS` pixels and :data:`MAX_SAMPLES_PER_BYTE` samples per
-      byte of the file (absurd sizes are refused before LibRaw allocates them);
-    - every strip/tile lies inside the file (a truncated file, or a header without its pixel data, which
-      LibRaw would silently decode as zeros);
-    - uncompressed data holds at least width × height × samples × bits / 8 bytes.
-
-    Returns a one-line reason (without the file name).
-    """
-    pages = list(_ifds(tif))
-    layouts = []
-    for name, page in pages:  # first the extents: a truncated file is reported as truncated
-        offsets, counts = list(page.dataoffsets or ()), list(page.databytecounts or ())
-        if len(offsets) != len(counts):
-            n_off, n_cnt = len(offsets), len(counts)
-            return f"unreadable or truncated RAW file ({name}: {n_off} data offsets, {n_cnt} byte counts)"
-        segments = [(int(o), int(c)) for o, c in zip(offsets, counts, strict=True) if int(c) > 0]
-        end = max((o + c for o, c in segments), default=0)
-        if end > file_size:
-            missing = sum(c for o, c in segments if o >= file_size)
-            what = "missing" if missing else "cut short"
-            return (
-                f"unreadable or truncated RAW file (pixel data {what}: {name} declares data up to byte "
-                f"{end}, the file has {file_size} bytes)"
-            )
-        layouts.append((name, page, sum(c for _, c in segments)))
-    for name, page, have in layouts:
-        w, h = int(page.imagewidth or 0), int(page.imagelength or 0)
-        spp = max(int(page.samplesperpixel or 1), 1)
-        if w * h > MAX_PIXELS or w * h * spp > MAX_SAMPLES_PER_BYTE * file_size:
-            return (
-                f"corrupt header: {name} declares a {w}×{h} image, impossible for a file of {file_size} bytes"
-            )
-        bits = page.bitspersample
-        bits = int(bits[0] if isinstance(bits, (tuple, list)) else bits or 0)
-        if have and int(page.compression) == 1 and 0 < bits <= 32 and w * h:
-            need = w * h * spp * bits // 8
-            if have < need:
-                return (
-                    f"corrupt header: {name} declares {w}×{h}×{spp} uncompressed {bits}-bit samples "
-                    f"({need} bytes) but only {have} bytes of pixel data"
-                )
-    return None
 
 
 @contextlib.contextmanager
@@ -357,32 +280,16 @@ _LIBRAW_NOTE = re.compile(r"(Unexpected end of file|data corrupted at \d+)\s*$")
 
 @contextlib.contextmanager
 def _libraw_notes() -> Iterator[list[str]]:
-    """Capture what LibRaw prints on the C-level stderr while decoding ("<file>: Unexpected end of file",
-    "<file>: data corrupted at N"): the returned list receives those notes when the block ends, so rawrcl
-    can report them in its own one-line error (other output is dropped). Only in the main thread (fd 2 is
-    process-wide)."""
+    """LibRaw's messages while decoding ("<file>: Unexpected end of file", "<file>: data corrupted at N"),
+    which it prints on the C stderr: the returned list receives them when the block ends, so rawrcl can
+    report them in its own one-line error (other output is dropped)."""
     notes: list[str] = []
-    if threading.current_thread() is not threading.main_thread():
+    with captured_stderr() as lines:
         yield notes
-        return
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError, AttributeError):
-        yield notes
-        return
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield notes
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            for line in sink.read(65536).decode("utf-8", "replace").splitlines():
-                m = _LIBRAW_NOTE.search(line)
-                if m and m.group(1) not in notes:
-                    notes.append(m.group(1))
+    for line in lines:
+        m = _LIBRAW_NOTE.search(line)
+        if m and m.group(1) not in notes:
+            notes.append(m.group(1))
 
 
 def _open_libraw(path: Path):
@@ -398,8 +305,9 @@ def _open_libraw(path: Path):
     return rawpy.imread(str(path))
 
 
-def _decode(path: Path):
-    """Open ``path`` with LibRaw, check the declared raw size, unpack. Returns the open ``rawpy.RawPy``.
+def _decode(path: Path, tiff: bool = False):
+    """Open ``path`` with LibRaw, check the declared raw size (``tiff``: the TIFF layout was checked, only
+    :data:`MAX_PIXELS` applies), unpack. Returns the open ``rawpy.RawPy``.
 
     Raises :class:`RawrclError` for unreadable files, absurd sizes and data LibRaw reports as corrupt.
     """
@@ -413,7 +321,8 @@ def _decode(path: Path):
             raw = _open_libraw(path)
             s = raw.sizes
             pixels = int(s.raw_height) * int(s.raw_width)
-            if pixels > MAX_PIXELS or pixels > MAX_SAMPLES_PER_BYTE * size:
+            # TIFF-based files had their layout checked already (their compression may be deflate)
+            if pixels > MAX_PIXELS or (not tiff and pixels > MAX_SAMPLES_PER_BYTE * size):
                 raise _refuse(
                     path,
                     f"corrupt header: declares a {s.raw_width}×{s.raw_height} raw image, "
@@ -498,7 +407,7 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
     if tags.get("data_problem"):
         raise _refuse(p, tags["data_problem"])
 
-    raw = _decode(p)
+    raw = _decode(p, tiff=bool(tags.get("is_tiff")))
     with raw:
         try:
             if raw.raw_type != rawpy.RawType.Flat:

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from rawrcl.cfa import check_pattern, mosaic
-from rawrcl.dng import MIN_SIZE, write_dng
+from rawrcl.dng import MAX_SIZE, MIN_SIZE, write_dng
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_path, atomic_write_bytes, list_photos, read_photo
 from rawrcl.isp import XYZ_TO_SRGB, unprocess
@@ -243,6 +243,9 @@ def simulate_folder(
             continue
         try:
             srgb = read_photo(photo, min_size=MIN_SIZE)
+            if max(srgb.shape[1:]) > MAX_SIZE:
+                h, w = srgb.shape[1:]
+                raise RawrclError(f"{photo}: {h}×{w} is larger than a DNG LibRaw reads ({MAX_SIZE} a side)")
             rng = np.random.default_rng(np.random.SeedSequence([int(seed), index]))
             res = simulate_image(
                 srgb,

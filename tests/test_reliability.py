@@ -92,7 +92,7 @@ def test_dng_header_without_pixel_data_is_refused_not_read_as_zeros(tmp_path):
 
     with rawpy.imread(str(header)) as r:  # the silent failure guarded against: no error, an image of zeros
         assert r.raw_image_visible.shape == (128, 128)  # (or of whatever LibRaw's buffer held before)
-    with pytest.raises(RawrclError, match=r"header\.dng: unreadable or truncated RAW file"):
+    with pytest.raises(RawrclError, match=r"header\.dng: unreadable or truncated"):
         read_raw(header)
     strips = _dng(tmp_path / "strips.dng")  # the same for a strip DNG cut where its pixel data begins
     (tmp_path / "strips_header.dng").write_bytes(
@@ -400,3 +400,23 @@ def test_read_dng_tags_stays_quiet_on_malformed_files(tmp_path, capfd):
         read_raw(bad)
     time.sleep(0.01)
     assert capfd.readouterr().err == ""
+
+
+def test_fuzz_findings_tiff_photos_with_corrupt_sizes(tmp_path):
+    """Found by benchmarks/fuzz.py: a TIFF photo declaring more rows than it holds was decoded (OpenCV padded
+    it) and `simulate` then wrote a 65535-row DNG that LibRaw cannot read; a width of 0 or 2^31 raised
+    cv2.error (a traceback)."""
+    good = tmp_path / "p.tiff"
+    tifffile.imwrite(good, np.full((64, 64, 3), 30000, np.uint16), photometric="rgb", metadata=None)
+    for code, value, reason in (
+        (257, 65535, "uncompressed"),
+        (256, 0, "cannot decode"),
+        (256, 2**31, "corrupt"),
+    ):
+        bad = tmp_path / f"bad{code}_{value}.tiff"
+        bad.write_bytes(_patch_entry(good.read_bytes(), code, value))
+        with pytest.raises(RawrclError, match=reason):
+            read_photo(bad)
+    assert read_photo(good).shape == (3, 64, 64)
+    with pytest.raises(RawrclError, match="22 ≤ H, W ≤ 64000"):
+        write_dng(tmp_path / "long.dng", np.zeros((64, 64001), np.uint16), "RGGB", 0, 4095)
