@@ -28,8 +28,8 @@ under an address-space cap (``RLIMIT_AS``: this process's size + ``--memory-cap-
   tiled RGB inference (a small seeded U-Net) on a ≤ 48×48 crop.
 
 Classification: **crash** = the child died from a signal, an exception other than ``RawrclError`` (a
-traceback), or a non-finite value in an accepted image or an inference output; **hang** = the time cap was
-hit; **refused** = every stage that ran ended in ``RawrclError``; **accepted** = the file was read. Prints
+traceback), or a non-finite value in an accepted image, its metadata (levels, white balance, colour
+matrices, noise profile) or an inference output; **hang** = the time cap was hit; **refused** = every stage that ran ended in ``RawrclError``; **accepted** = the file was read. Prints
 a Markdown table by seed and region; the exit status is 1 when there is any crash or hang.
 """
 
@@ -354,7 +354,12 @@ def run_raw(path: Path, models: Models) -> dict:
     _stage(stages, "info", lambda: _cli_info(path))
     if img is not None:
         _finite("the mosaic", img.cfa)
-        json.dumps(raw_summary(img))
+        summary = raw_summary(img)
+        for key in ("black_level", "white_level", "wb", "xyz_to_cam", "noise_profile"):
+            if summary[key] is not None:
+                _finite(f"the {key}", np.asarray(summary[key], dtype=np.float64))
+        _finite("the colour matrix", np.asarray(img.ccm if img.ccm is not None else 0.0, dtype=np.float64))
+        json.dumps(summary)
         cfa = img.cfa[:96, :96]  # 48×48 packed: 2×2 tiles of 32
         out = _stage(stages, "infer", lambda: denoise_cfa(models.raw, cfa, img.pattern, models.opts))
         if out is not None:

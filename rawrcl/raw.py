@@ -353,6 +353,14 @@ def _positive_or_none(v) -> float | None:
     return f if math.isfinite(f) and f > 0 else None
 
 
+def _finite_or_none(m) -> np.ndarray | None:
+    """``m`` as a float64 array when every entry is finite, else None."""
+    if m is None:
+        return None
+    a = np.asarray(m, dtype=np.float64)
+    return a if np.all(np.isfinite(a)) else None
+
+
 def _choose_color_matrix(tags: dict) -> np.ndarray | None:
     """The DNG ColorMatrix calibrated for D65 if there is one, else ColorMatrix2, else 1."""
     cands = []
@@ -454,20 +462,24 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
     idx = {letter: desc.index(letter) for letter in "RGB" if letter in desc}
     if len(idx) == 3 and cam_wb.size >= len(desc):
         r, g, b = (cam_wb[idx[c]] for c in "RGB")
-        if g > 0 and r > 0 and b > 0:
+        if g > 0 and r > 0 and b > 0 and np.all(np.isfinite([r, g, b])):
             wb = (float(r / g), 1.0, float(b / g))
 
-    xyz_to_cam = _choose_color_matrix(tags)
+    # metadata is used as numbers downstream: a corrupt (NaN/Inf) matrix or profile counts as absent
+    xyz_to_cam = _finite_or_none(_choose_color_matrix(tags))
     if xyz_to_cam is None and np.any(libraw_xyz != 0):
-        xyz_to_cam = libraw_xyz
+        xyz_to_cam = _finite_or_none(libraw_xyz)
     ccm = None
     if xyz_to_cam is not None:
         try:
-            ccm = ccm_from_xyz_to_cam(xyz_to_cam)
+            ccm = _finite_or_none(ccm_from_xyz_to_cam(xyz_to_cam))
         except RawrclError:
             ccm = None
     if ccm is None and np.any(libraw_ccm != 0):
-        ccm = libraw_ccm
+        ccm = _finite_or_none(libraw_ccm)
+    profile = tags.get("noise_profile")
+    if profile is not None and not np.all(np.isfinite(np.asarray(profile, dtype=np.float64))):
+        profile = None
 
     iso = _positive_or_none(getattr(other, "iso_speed", None)) or _positive_or_none(tags.get("iso"))
     exposure = _positive_or_none(getattr(other, "shutter_speed", None)) or _positive_or_none(
@@ -496,7 +508,7 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
         model=model,
         iso=iso,
         exposure_time=exposure,
-        noise_profile=tags.get("noise_profile"),
+        noise_profile=profile,
         extra=extra,
     )
 

@@ -55,7 +55,8 @@ def data_layout_problem(tif, file_size: int) -> str | None:
       are refused before LibRaw allocates them);
     - every strip/tile lies inside the file (a truncated file, or a header without its pixel data, which
       LibRaw would silently decode as zeros);
-    - uncompressed data holds at least width × height × samples × bits / 8 bytes.
+    - uncompressed data holds at least width × height × samples × bits / 8 bytes (and each tile its
+      tile width × tile length × samples × bits / 8); tiles are no larger than images may be.
 
     Returns a one-line reason (without the file name).
     """
@@ -75,24 +76,39 @@ def data_layout_problem(tif, file_size: int) -> str | None:
                 f"unreadable or truncated file (pixel data {what}: {name} declares data up to byte "
                 f"{end}, the file has {file_size} bytes)"
             )
-        layouts.append((name, page, sum(c for _, c in segments)))
-    for name, page, have in layouts:
-        w, h = int(page.imagewidth or 0), int(page.imagelength or 0)
-        spp = max(int(page.samplesperpixel or 1), 1)
-        codec = int(page.compression) in RAW_CODECS
-        if w * h > MAX_PIXELS or (codec and w * h * spp > MAX_SAMPLES_PER_BYTE * file_size):
-            return (
-                f"corrupt header: {name} declares a {w}×{h} image, impossible for a file of {file_size} bytes"
-            )
-        bits = page.bitspersample
-        bits = int(bits[0] if isinstance(bits, (tuple, list)) else bits or 0)
-        if have and int(page.compression) == 1 and 0 < bits <= 32 and w * h:
-            need = w * h * spp * bits // 8
-            if have < need:
+        layouts.append((name, page, segments))
+    for name, page, segments in layouts:
+        have = sum(c for _, c in segments)
+        try:
+            w, h = int(page.imagewidth or 0), int(page.imagelength or 0)
+            tw, th = int(getattr(page, "tilewidth", 0) or 0), int(getattr(page, "tilelength", 0) or 0)
+            spp = max(int(page.samplesperpixel or 1), 1)
+            bits = page.bitspersample
+            bits = int(bits[0] if isinstance(bits, (tuple, list)) else bits or 0)
+            compression = int(page.compression)
+        except (TypeError, ValueError):  # e.g. a size tag with several values
+            return f"corrupt header: {name} declares an invalid image or tile size"
+        codec = compression in RAW_CODECS
+        for kind, (x, y) in (("image", (w, h)), ("tile", (tw, th))):
+            if x * y > MAX_PIXELS or (codec and x * y * spp > MAX_SAMPLES_PER_BYTE * file_size):
                 return (
-                    f"corrupt header: {name} declares {w}×{h}×{spp} uncompressed {bits}-bit samples "
-                    f"({need} bytes) but only {have} bytes of pixel data"
+                    f"corrupt header: {name} declares a {x}×{y} {kind}, impossible for a file of "
+                    f"{file_size} bytes"
                 )
+        if not (have and compression == 1 and 0 < bits <= 32 and w * h):
+            continue
+        need = w * h * spp * bits // 8
+        if have < need:
+            return (
+                f"corrupt header: {name} declares {w}×{h}×{spp} uncompressed {bits}-bit samples "
+                f"({need} bytes) but only {have} bytes of pixel data"
+            )
+        per_tile = tw * th * spp * bits // 8
+        if per_tile and min(c for _, c in segments) < per_tile:
+            return (
+                f"corrupt header: {name} declares {tw}×{th} uncompressed tiles ({per_tile} bytes) but a "
+                f"tile holds {min(c for _, c in segments)} bytes"
+            )
     return None
 
 

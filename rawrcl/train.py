@@ -770,7 +770,7 @@ def pretrain(
         arch = "encoder"
     if method == "m2m" and task != "jdd":
         raise RawrclError("--method m2m is a JDD method: use --task jdd")
-    if Path(out).is_dir():
+    if Path(out).is_dir() and distributed_env()[0] == 0:
         check_unlocked(out)  # refuse at once, before the data is read, when another run holds the folder
     if topt.get("resume"):
         old = load_resume_config(out)

@@ -420,3 +420,18 @@ def test_fuzz_findings_tiff_photos_with_corrupt_sizes(tmp_path):
     assert read_photo(good).shape == (3, 64, 64)
     with pytest.raises(RawrclError, match="22 ≤ H, W ≤ 64000"):
         write_dng(tmp_path / "long.dng", np.zeros((64, 64001), np.uint16), "RGGB", 0, 4095)
+
+
+def test_fuzz_findings_absurd_tile_size(tmp_path):
+    """Found by benchmarks/fuzz.py: a tiled DNG whose TileWidth was set to 32767 made LibRaw allocate far
+    beyond the file (refused only by the fuzzer's memory cap); the tile size is now checked as well."""
+    tiled = tmp_path / "tiled.dng"
+    cfa = np.random.default_rng(0).integers(600, 4000, size=(96, 96)).astype(np.uint16)
+    tags = [(33421, "H", 2, (2, 2), True), (33422, "B", 4, (0, 1, 1, 2), True)]
+    tags += [(50706, "B", 4, (1, 4, 0, 0), True), (50717, "I", 1, 4095, True)]
+    tifffile.imwrite(tiled, cfa, photometric=32803, tile=(32, 32), extratags=tags, metadata=None)
+    assert read_raw(tiled).cfa.shape == (96, 96)
+    wide = tmp_path / "wide_tiles.dng"
+    wide.write_bytes(_patch_entry(tiled.read_bytes(), 322, 32767))  # TileWidth
+    with pytest.raises(RawrclError, match=r"32767×32 uncompressed tiles"):
+        read_raw(wide)
