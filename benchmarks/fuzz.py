@@ -29,8 +29,10 @@ under an address-space cap (``RLIMIT_AS``: this process's size + ``--memory-cap-
 
 Classification: **crash** = the child died from a signal, an exception other than ``RawrclError`` (a
 traceback), or a non-finite value in an accepted image, its metadata (levels, white balance, colour
-matrices, noise profile) or an inference output; **hang** = the time cap was hit; **refused** = every stage that ran ended in ``RawrclError``; **accepted** = the file was read. Prints
-a Markdown table by seed and region; the exit status is 1 when there is any crash or hang.
+matrices, noise profile) or an inference output; **hang** = the time cap was hit; **refused** = every
+stage that ran ended in ``RawrclError``; **accepted** = the file was read. Prints a Markdown table by
+seed and region (and how many refusals were the memory cap stopping an allocation); the exit status is 1
+when there is any crash or hang.
 """
 
 from __future__ import annotations
@@ -627,6 +629,11 @@ def report(results: list[dict], args, elapsed: float, mem_cap: int, seeds: list[
             print(f"    {line}")
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1, default=str))
+    oom = [r for r in results if "memory" in json.dumps(r.get("stages", {})).lower()]
+    if oom:  # refused in one line, but only because the address-space cap stopped an allocation
+        print(
+            f"\n{len(oom)} refusal(s) came from running out of memory under the cap, e.g. #{oom[0]['index']}"
+        )
     secs = sorted(r["seconds"] for r in results if "seconds" in r)
     if secs:
         print(f"\nper mutant: median {secs[len(secs) // 2]:.2f} s, max {secs[-1]:.2f} s (wall, in the child)")

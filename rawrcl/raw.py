@@ -210,12 +210,15 @@ def _read_tags(p: Path, tifffile) -> dict:
     out["is_dng"] = "dng_version" in out
     for key in ("color_matrix_1", "color_matrix_2"):
         m = out.get(key)
-        if isinstance(m, list) and len(m) >= 9:
+        try:
             out[key] = [list(map(float, m[i : i + 3])) for i in (0, 3, 6)]  # first 3 camera rows
-        elif key in out:
-            del out[key]
+        except (TypeError, ValueError, IndexError):  # absent, too short or not numbers
+            out.pop(key, None)
     if "noise_profile" in out:
-        prof = [float(v) for v in np.ravel(out["noise_profile"])]
+        try:
+            prof = [float(v) for v in np.ravel(out["noise_profile"])]
+        except (TypeError, ValueError):
+            prof = []
         out["noise_profile"] = [(prof[i], prof[i + 1]) for i in range(0, len(prof) - 1, 2)] or None
         if out["noise_profile"] is None:
             del out["noise_profile"]
@@ -258,8 +261,11 @@ def _check_dng_is_bayer(path: Path, tags: dict) -> None:
         kind = "monochrome " if spp == 1 else ""
         raise _refuse(path, f"{kind}DNG without a CFA image (PhotometricInterpretation {photometric})")
     dim = tags.get("cfa_repeat_pattern_dim")
-    if dim is not None and list(dim) != [2, 2]:
-        raise _refuse(path, f"CFA repeat pattern {dim[0]}×{dim[1]} (e.g. X-Trans), not a 2×2 Bayer mosaic")
+    if dim is not None:
+        dims = list(dim) if isinstance(dim, (list, tuple)) else [dim]
+        if dims != [2, 2]:  # a corrupt tag may hold any number of values
+            shown = "×".join(str(d) for d in dims) if dims else "(empty)"
+            raise _refuse(path, f"CFA repeat pattern {shown} (e.g. X-Trans), not a 2×2 Bayer mosaic")
 
 
 def _libraw_error(path: Path, exc: Exception, notes: list[str] | None = None) -> RawrclError:

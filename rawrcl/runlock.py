@@ -7,7 +7,8 @@ lock file whose lock is free but which still names an owner was left by a run th
 with one warning. Where ``flock`` is unavailable (Windows, some network file systems) the file is created
 exclusively instead, and a lock naming a process of this host that no longer exists is taken over.
 
-The owner removes the file when the run ends (normally or with an error).
+The owner removes the file when the run ends (normally or with an error), and the run directory too when
+the lock created it and the run wrote nothing into it.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class RunLock:
         self.path = self.run_dir / LOCK_NAME
         self._fd: int | None = None
         self._held = False
+        self._made_dir = False  # acquire created run_dir: release removes it again when still empty
 
     def _busy(self, owner: dict | None, hint: str = "") -> RawrclError:
         return RawrclError(
@@ -113,6 +115,7 @@ class RunLock:
         if self._held:
             return self
         try:
+            self._made_dir = not self.run_dir.exists()
             self.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise RawrclError(f"{self.run_dir}: cannot create the run directory ({exc.strerror})") from None
@@ -189,6 +192,9 @@ class RunLock:
             with contextlib.suppress(OSError):
                 os.close(self._fd)  # closing releases the flock
             self._fd = None
+        if self._made_dir:  # a run that failed before writing anything leaves no empty folder behind
+            with contextlib.suppress(OSError):
+                self.run_dir.rmdir()
 
     def __enter__(self) -> RunLock:
         return self.acquire()

@@ -435,3 +435,15 @@ def test_fuzz_findings_absurd_tile_size(tmp_path):
     wide.write_bytes(_patch_entry(tiled.read_bytes(), 322, 32767))  # TileWidth
     with pytest.raises(RawrclError, match=r"32767×32 uncompressed tiles"):
         read_raw(wide)
+
+
+def test_fuzz_findings_empty_cfa_repeat_pattern_dim(tmp_path):
+    """Found by benchmarks/fuzz.py (5000 mutants, seed 2): a CFARepeatPatternDim tag with no values raised
+    IndexError while building the refusal message."""
+    good = _dng(tmp_path / "g.dng")
+    content = good.read_bytes()
+    at = content.find(struct.pack("<HHI", 33421, 3, 2))  # CFARepeatPatternDim: SHORT, count 2
+    bad = tmp_path / "b.dng"
+    bad.write_bytes(content[: at + 4] + struct.pack("<I", 0) + content[at + 8 :])  # count 0
+    with pytest.raises(RawrclError, match=r"b\.dng: CFA repeat pattern \(empty\)"):
+        read_raw(bad)
