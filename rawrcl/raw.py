@@ -219,6 +219,8 @@ def _read_tags(p: Path, tifffile) -> dict:
             prof = [float(v) for v in np.ravel(out["noise_profile"])]
         except (TypeError, ValueError):
             prof = []
+        if not all(math.isfinite(v) for v in prof):  # a corrupt profile is no profile
+            prof = []
         out["noise_profile"] = [(prof[i], prof[i + 1]) for i in range(0, len(prof) - 1, 2)] or None
         if out["noise_profile"] is None:
             del out["noise_profile"]
