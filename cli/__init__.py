@@ -6,7 +6,9 @@ only imported by the commands that need it). ``python -m rawrcl.cli`` works too 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import sys
 
 import click
 
@@ -53,3 +55,8 @@ def main() -> None:
     RAW values are normalised to [0, 1] after black and white level; noise parameters
     λshot, λread are in those units (variance = λshot·x + λread).
     """
+    # file names are bytes on POSIX: one that is not valid UTF-8 is printed back as the same bytes
+    # instead of failing the whole command with UnicodeEncodeError
+    if getattr(sys.stdout, "errors", None) == "strict" and hasattr(sys.stdout, "reconfigure"):
+        with contextlib.suppress(Exception):
+            sys.stdout.reconfigure(errors="surrogateescape")

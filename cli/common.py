@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import warnings
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -14,20 +15,37 @@ from rawrcl.errors import RawrclError
 F = TypeVar("F", bound=Callable)
 
 
+def _one_line(text: object) -> str:
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    return lines[0] if lines else ""
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as ``rawrcl: warning: <message>`` on one line (not Python's two-line source display)."""
+    click.echo(f"rawrcl: warning: {_one_line(message)}", err=True)
+
+
 def user_errors(func: F) -> F:
-    """Decorate a click command so that :class:`RawrclError` (and I/O errors the user caused)
-    print ``rawrcl: error: <message>`` on one line and exit with status 1 (130 for an interrupted
-    training run), never a traceback."""
+    """Decorate a click command so that :class:`RawrclError` (and the errors the environment causes:
+    I/O errors such as a full disk, running out of memory) print ``rawrcl: error: <message>`` on one line
+    and exit with status 1 (130 for an interrupted training run), never a traceback. Warnings print as
+    one line ``rawrcl: warning: <message>`` while the command runs."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
-            return func(*args, **kwargs)
+            with warnings.catch_warnings():
+                warnings.showwarning = _show_warning
+                return func(*args, **kwargs)
         except RawrclError as exc:
             click.echo(f"rawrcl: error: {exc}", err=True)
             sys.exit(exc.exit_code)
-        except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
-            click.echo(f"rawrcl: error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
+        except OSError as exc:  # disk full, permissions, a vanished file: the environment, not a bug
+            where = f"{exc.filename}: " if exc.filename else ""
+            click.echo(f"rawrcl: error: {where}{exc.strerror or _one_line(exc)}", err=True)
+            sys.exit(1)
+        except MemoryError:
+            click.echo("rawrcl: error: out of memory (try smaller --batch-size, --crop or --tile)", err=True)
             sys.exit(1)
         except KeyboardInterrupt:
             click.echo("rawrcl: interrupted", err=True)

@@ -22,7 +22,7 @@ def _fmt(v) -> str:
 def _text(s: dict) -> str:
     lines = [
         f"{s['path']}",
-        f"  camera        {s['make'] or '?'} {s['model'] or ''}".rstrip(),
+        f"  camera        {' '.join(x for x in (s['make'], s['model']) if x) or '?'}",
         f"  size          {s['width']}×{s['height']}  pattern {s['pattern']}",
         f"  black level   {_fmt(s['black_level'])} DN (per 2×2 position)",
         f"  white level   {_fmt(s['white_level'])} DN",

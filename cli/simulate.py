@@ -98,6 +98,13 @@ def simulate(
             + ", ".join(report.kept[:5])
             + (" …" if len(report.kept) > 5 else "")
         )
+    if report.kept_differ:
+        diff = ", ".join(f"{k} {theirs} (not {ours})" for k, (theirs, ours) in report.kept_differ.items())
+        click.echo(
+            f"warning: kept outputs were made with other settings: {diff}; the manifest records each "
+            "file's own settings; use --force to remake them",
+            err=True,
+        )
     clipped = [e for e in report.written if e["clipped_low_fraction"] > 0.01]
     if clipped:
         click.echo(

@@ -31,7 +31,7 @@ import torch
 from rawrcl.cfa import check_pattern, mosaic
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_path, atomic_write_bytes, list_photos, read_photo
-from rawrcl.io.dng import MIN_SIZE, write_dng
+from rawrcl.io.dng import MAX_SIZE, MIN_SIZE, write_dng
 from rawrcl.isp import XYZ_TO_SRGB, unprocess
 from rawrcl.noise import NoiseModel, Sampler, make_sampler
 
@@ -107,6 +107,8 @@ class SimulateReport:
     written: list[dict] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
+    #: kept outputs that were made with other settings than this run's: {setting: (theirs, this run's)}
+    kept_differ: dict[str, tuple] = field(default_factory=dict)
 
     @property
     def manifest(self) -> Path:
@@ -122,11 +124,27 @@ def _write_tiff16(path: Path, rgb01: np.ndarray) -> None:
 
 
 def _load_manifest(path: Path) -> dict[str, dict]:
+    """The entries of an existing manifest by source name; each carries its ``settings`` (older manifests
+    kept them only at the top level)."""
     try:
         data = json.loads(path.read_text())
-        return {e["source"]: e for e in data.get("files", []) if isinstance(e, dict) and "source" in e}
+        entries = {e["source"]: e for e in data.get("files", []) if isinstance(e, dict) and "source" in e}
+        top = data.get("settings")
     except (OSError, ValueError, TypeError, AttributeError):
         return {}
+    for e in entries.values():
+        if "settings" not in e and isinstance(top, dict):
+            e["settings"] = top
+    return entries
+
+
+def _manifest_settings(entries: list[dict], settings: dict) -> dict:
+    """The manifest's top-level settings: those of its files when they all agree (normally this run's), else
+    this run's with ``"mixed": true`` (each file's ``settings`` then tells what made it)."""
+    made = [e.get("settings") for e in entries]
+    if made and all(m == made[0] for m in made) and isinstance(made[0], dict):
+        return made[0]
+    return {**settings, "mixed": bool(entries)}
 
 
 def simulate_folder(
@@ -164,7 +182,10 @@ def simulate_folder(
     Returns
     -------
     :class:`SimulateReport`. ``OUT/manifest.json`` lists every output with its parameters
-    (λ in [0, 1] units). Unreadable photos are skipped and listed in ``report.failed``.
+    (λ in [0, 1] units) and the ``settings`` that made it; kept outputs keep their own, and
+    ``report.kept_differ`` names the settings in which they differ from this run's. Unreadable photos
+    are skipped and listed in ``report.failed``. A write that fails (disk full) removes that photo's
+    outputs, writes the manifest of the finished ones and raises :class:`RawrclError`.
     """
     from tqdm import tqdm
 
@@ -197,6 +218,8 @@ def simulate_folder(
         "seed": int(seed),
         "save_clean": bool(save_clean),
     }
+    if sampler == "fixed":
+        settings.update(lambda_shot=lambda_shot, lambda_read=lambda_read)
     disable = None if progress is None else not progress
     for index, photo in enumerate(tqdm(photos, desc="simulate", unit="photo", disable=disable)):
         stem = photo.stem
@@ -213,9 +236,16 @@ def simulate_folder(
             report.kept.append(str(existing[0]))
             if photo.name in previous:
                 entries[photo.name] = previous[photo.name]
+                theirs = previous[photo.name].get("settings") or {}
+                for key, value in settings.items():
+                    if key in theirs and theirs[key] != value and key != "save_clean":
+                        report.kept_differ.setdefault(key, (theirs[key], value))
             continue
         try:
             srgb = read_photo(photo, min_size=MIN_SIZE)
+            if max(srgb.shape[1:]) > MAX_SIZE:
+                h, w = srgb.shape[1:]
+                raise RawrclError(f"{photo}: {h}×{w} is larger than a DNG LibRaw reads ({MAX_SIZE} a side)")
             rng = np.random.default_rng(np.random.SeedSequence([int(seed), index]))
             res = simulate_image(
                 srgb,
@@ -243,7 +273,6 @@ def simulate_folder(
             model="simulate",
             overwrite=True,
         )
-        write_dng(dng_path, res["noisy"], **common)
         entry = {
             "source": photo.name,
             "index": index,
@@ -265,21 +294,42 @@ def simulate_folder(
             "gain": float(cam["gain"]),
             "xyz_to_cam": np.asarray(cam["xyz_to_cam"]).tolist(),
             "ccm": np.asarray(cam["ccm"]).tolist(),
+            "settings": settings,
         }
         if save_clean:
-            write_dng(clean_dir / f"{stem}.dng", res["clean"], **common)
-            _write_tiff16(clean_dir / f"{stem}.tiff", res["linear"])
             entry["clean_dng"] = f"clean/{stem}.dng"
             entry["clean_tiff"] = f"clean/{stem}.tiff"
+        try:  # all of a photo's outputs or none (a full disk must not leave a DNG without its clean pair)
+            write_dng(dng_path, res["noisy"], **common)
+            if save_clean:
+                write_dng(clean_dir / f"{stem}.dng", res["clean"], **common)
+                _write_tiff16(clean_dir / f"{stem}.tiff", res["linear"])
+        except RawrclError:
+            for o in outputs:
+                o.unlink(missing_ok=True)
+            _write_manifest(out_dir, entries, settings, report, best_effort=True)
+            raise
         entries[photo.name] = entry
         report.written.append(entry)
 
+    _write_manifest(out_dir, entries, settings, report)
+    return report
+
+
+def _write_manifest(
+    out_dir: Path, entries: dict[str, dict], settings: dict, report: SimulateReport, best_effort: bool = False
+) -> None:
+    """Write ``OUT/manifest.json`` (atomically); ``best_effort``: ignore a failure (already failing)."""
+    files = [entries[k] for k in sorted(entries)]
     manifest = {
         "tool": "rawrcl simulate",
         "units": "lambda in [0,1] after black/white level; variance = lambda_shot*x + lambda_read",
-        "settings": settings,
-        "files": [entries[k] for k in sorted(entries)],
+        "settings": _manifest_settings(files, settings),
+        "files": files,
         "failed": [{"source": s, "error": e} for s, e in report.failed],
     }
-    atomic_write_bytes(out_dir / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
-    return report
+    try:
+        atomic_write_bytes(out_dir / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+    except RawrclError:
+        if not best_effort:
+            raise

@@ -25,7 +25,11 @@ Cache (RAW folders): each file is decoded once per process with :func:`rawrcl.io
 RGGB (``rawrcl.cfa.align_rggb``), packed and stored as float16 (4, H/2, W/2). With ``cache_dir`` the array
 is also written to ``<cache_dir>/<key>.npy`` and later memory-mapped; ``key`` = sha1 of (file size, mtime in
 ns, sha1 of the first and last 64 KiB of the file), so a changed file is re-read. Without ``cache_dir``
-arrays live in memory (shared copy-on-write with forked DataLoader workers).
+arrays live in memory (shared copy-on-write with forked DataLoader workers). A cache folder that cannot be
+written (read-only, full disk, not a folder) is not an error: one warning, and the arrays stay in memory.
+
+Sizes: images smaller than the crop are skipped with one warning (their crops would be mostly padding, and
+a huge ``crop`` would make every sample that large); when no image is large enough the dataset refuses.
 """
 
 from __future__ import annotations
@@ -115,21 +119,32 @@ def load_packed_raw(path: str | os.PathLike, cache_dir: str | os.PathLike | None
     from rawrcl.io.raw import read_raw
 
     cache_file = None
-    if cache_dir is not None:
+    if cache_dir is not None and str(cache_dir) not in _unusable_caches:
         cache_file = Path(cache_dir) / f"{file_key(path)}.npy"
         if cache_file.is_file():
             try:
                 return np.load(cache_file, mmap_mode="r")
             except (OSError, ValueError):
-                pass  # corrupt cache entry: decode again
+                pass  # corrupt or unreadable cache entry: decode again
     raw = read_raw(path)
     cfa, _ = align_rggb(np.asarray(raw.cfa, dtype=np.float32), raw.pattern)
     packed = pack(cfa, "RGGB").astype(np.float16)
     if cache_file is not None:
-        with atomic_path(cache_file) as tmp, open(tmp, "wb") as fh:
-            np.save(fh, packed)
-        return np.load(cache_file, mmap_mode="r")
+        try:
+            with atomic_path(cache_file) as tmp, open(tmp, "wb") as fh:
+                np.save(fh, packed)
+            return np.load(cache_file, mmap_mode="r")
+        except (RawrclError, OSError, ValueError) as exc:
+            _unusable_caches.add(str(cache_dir))
+            reason = str(exc).removeprefix(f"{cache_file}: ")
+            warnings.warn(
+                f"{cache_dir}: cannot use the RAW cache ({reason}); continuing without it", stacklevel=2
+            )
     return packed
+
+
+#: cache folders that failed once in this process (not tried again, warned about once)
+_unusable_caches: set[str] = set()
 
 
 # -------------------------------------------------------------------------------------- augmentation
@@ -236,6 +251,8 @@ class PairDataset(torch.utils.data.Dataset):
     def __init__(self, crop: int, overlap: float, augment: bool, seed: int) -> None:
         if not 0.0 < overlap <= 1.0:
             raise RawrclError(f"--overlap must be in (0, 1], got {overlap}")
+        if int(crop) < 2:
+            raise RawrclError(f"--crop must be at least 2 pixels, got {crop}")
         self.crop_input = int(crop)  # crop side in file/photo pixels (CFA pixels for RAW)
         self.overlap, self.augment, self.seed = float(overlap), bool(augment), int(seed)
         self.paths: list[Path] = []
@@ -265,10 +282,32 @@ class PairDataset(torch.utils.data.Dataset):
         }
 
     def _skip(self, path: Path, exc: Exception) -> None:
-        msg = f"{path}: skipped ({exc})"
+        reason = str(exc).removeprefix(f"{path}: ")
         self.skipped.append((str(path), str(exc)))
-        warnings.warn(msg, stacklevel=3)
-        log.warning(msg)
+        warnings.warn(f"{path}: skipped ({reason})", stacklevel=3)
+
+    def _too_small(self, sides: Sequence[tuple[int, int]], need: int) -> list[int]:
+        """Indices of the images whose (height, width) — in the units of ``need`` — are below ``need``;
+        they are recorded as skipped with one warning for all of them. Refuses when none is large enough."""
+        small = [k for k, (h, w) in enumerate(sides) if min(h, w) < need]
+        if not small:
+            return []
+        crop = self.crop_input
+        if len(small) == len(sides):
+            big = max(sides, key=lambda hw: min(hw))
+            scale = crop // need
+            raise RawrclError(
+                f"{self.root}: no image is large enough for --crop {crop} (the largest is "
+                f"{big[1] * scale}×{big[0] * scale}); use a smaller --crop"
+            )
+        names = [self.paths[k].name for k in small]
+        for k in small:
+            self.skipped.append((str(self.paths[k]), f"smaller than --crop {crop}"))
+        listed = ", ".join(names[:5]) + (" …" if len(names) > 5 else "")
+        warnings.warn(
+            f"{self.root}: skipped {len(small)} image(s) smaller than --crop {crop}: {listed}", stacklevel=3
+        )
+        return small
 
     def _require_some(self, root: Path, what: str) -> None:
         if not self.paths:
@@ -377,6 +416,12 @@ class RawFolderDataset(PairDataset):
             if clean is not None:
                 self.cleans.append(clean)
         self._require_some(root, "RAW")
+        small = set(self._too_small([img.shape[-2:] for img in self.images], self.crop))
+        if small:
+            keep = [k for k in range(len(self.paths)) if k not in small]
+            self.paths = [self.paths[k] for k in keep]
+            self.images = [self.images[k] for k in keep]
+            self.cleans = [self.cleans[k] for k in keep] if self.cleans else []
         self.has_clean = clean_dir is not None
 
     def __getitem__(self, key) -> dict:
@@ -458,6 +503,11 @@ class PhotoFolderDataset(PairDataset):
                 except Exception as exc:  # noqa: BLE001
                     self._skip(path, exc if isinstance(exc, RawrclError) else RawrclError(str(exc)))
         self._require_some(self.root, "photo")
+        small = set(self._too_small([img.shape[-2:] for img in self.images], self.crop_input))
+        if small:
+            keep = [k for k in range(len(self.paths)) if k not in small]
+            self.paths = [self.paths[k] for k in keep]
+            self.images = [self.images[k] for k in keep]
         self.unprocess = bool(unprocess)
         self.sampler_name = str(noise_profile or sampler)
         if noise_profile is not None:

@@ -255,25 +255,25 @@ def write_denoised_dng(path: str | os.PathLike, raw, cfa: np.ndarray, overwrite:
     path = Path(path)
     if path.exists() and not overwrite:
         raise RawrclError(f"{path}: exists (use --force to overwrite)")
+    if path.is_dir():
+        raise RawrclError(f"{path}: is a folder")
     dn = requantize_cfa(cfa, raw.pattern, raw.black_level, raw.white_level)
     color_matrix = raw.xyz_to_cam if getattr(raw, "xyz_to_cam", None) is not None else None
-    with atomic_output(path, overwrite) as tmp:
-        write_dng(
-            tmp,
-            dn,
-            raw.pattern,
-            raw.black_level,
-            raw.white_level,
-            wb=raw.wb,
-            color_matrix=color_matrix,
-            iso=raw.iso,
-            exposure_time=getattr(raw, "exposure_time", None),
-            noise_profile=raw.noise_profile,
-            make=raw.make or "rawrcl",
-            model=raw.model or "rawrcl",
-            overwrite=True,
-        )
-    return path
+    return write_dng(  # atomic itself, so a write error names the output, not a temporary file
+        path,
+        dn,
+        raw.pattern,
+        raw.black_level,
+        raw.white_level,
+        wb=raw.wb,
+        color_matrix=color_matrix,
+        iso=raw.iso,
+        exposure_time=getattr(raw, "exposure_time", None),
+        noise_profile=raw.noise_profile,
+        make=raw.make or "rawrcl",
+        model=raw.model or "rawrcl",
+        overwrite=True,
+    )
 
 
 def write_cfa_tiff(path: str | os.PathLike, raw, cfa: np.ndarray, overwrite: bool = False) -> Path:

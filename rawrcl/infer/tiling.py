@@ -231,9 +231,12 @@ def tiled_apply(
     multiple = size_multiple(model) if multiple is None else int(multiple)
     if overlap < 0:
         raise RawrclError(f"--overlap must be ≥ 0, got {overlap}")
-    tile = int(math.ceil(tile / multiple) * multiple)
+    if tile < 1:
+        raise RawrclError(f"--tile must be ≥ 1, got {tile}")
+    asked, tile = tile, int(math.ceil(tile / multiple) * multiple)
     if tile < 2 * overlap:
-        raise RawrclError(f"--tile {tile} must be at least twice --overlap {overlap}")
+        rounded = f" (rounded up to {tile}, a multiple of {multiple})" if tile != asked else ""
+        raise RawrclError(f"--tile {asked}{rounded} must be at least twice --overlap {overlap}")
     if batch_tiles < 1:
         raise RawrclError(f"--batch-tiles must be ≥ 1, got {batch_tiles}")
     dtype = resolve_precision(precision, dev)

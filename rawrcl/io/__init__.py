@@ -1,5 +1,5 @@
 """File I/O: atomic writes, photos and the cache folder (:mod:`.files`), RAW reading (:mod:`.raw`), DNG
-writing (:mod:`.dng`)."""
+writing (:mod:`.dng`), TIFF structure checks (:mod:`.tiffcheck`)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ from rawrcl.io.files import (
     atomic_write_bytes,
     atomic_write_text,
     cache_root,
+    captured_stderr,
     file_mode,
     list_photos,
     read_photo,
     read_photo_depth,
+    remove_stale_temporaries,
+    write_error,
 )
 
 __all__ = [
@@ -20,9 +23,12 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "cache_root",
+    "captured_stderr",
     "file_mode",
     "list_photos",
     "PHOTO_EXTENSIONS",
     "read_photo",
     "read_photo_depth",
+    "remove_stale_temporaries",
+    "write_error",
 ]

@@ -47,6 +47,7 @@ NOISE_PROFILE = 51041
 
 PHOTOMETRIC_CFA = 32803
 MIN_SIZE = 22  # LibRaw (like dcraw) does not read images smaller than 22×22
+MAX_SIZE = 64000  # nor images with a side longer than 64000
 _CFA_CODE = {"R": 0, "G": 1, "B": 2}
 _D65 = 21  # EXIF LightSource code
 
@@ -88,7 +89,7 @@ def write_dng(
     Parameters
     ----------
     path : output file (``.dng``).
-    cfa_uint16 : (H, W) uint16 raw DN, H, W ≥ 22 (LibRaw's minimum); other integer dtypes are
+    cfa_uint16 : (H, W) uint16 raw DN, 22 ≤ H, W ≤ 64000 (what LibRaw reads); other integer dtypes are
         accepted when their values fit in uint16.
     pattern : phase of ``cfa_uint16[0:2, 0:2]``: "RGGB" | "BGGR" | "GRBG" | "GBRG".
     black_level : one value, or 4 values per position of the 2×2 tile (row-major), raw DN.
@@ -111,10 +112,10 @@ def write_dng(
         raise RawrclError(f"{path}: already exists (use --force / overwrite=True to replace it)")
     pattern = check_pattern(pattern)
     cfa = np.asarray(cfa_uint16)
-    if cfa.ndim != 2 or min(cfa.shape) < MIN_SIZE:
+    if cfa.ndim != 2 or min(cfa.shape) < MIN_SIZE or max(cfa.shape) > MAX_SIZE:
         raise RawrclError(
-            f"{path}: write_dng needs a (H, W) mosaic with H, W ≥ {MIN_SIZE} (LibRaw refuses smaller "
-            f"images), got shape {cfa.shape}"
+            f"{path}: write_dng needs a (H, W) mosaic with {MIN_SIZE} ≤ H, W ≤ {MAX_SIZE} (LibRaw reads no "
+            f"other size), got shape {cfa.shape}"
         )
     if cfa.dtype != np.uint16:
         if not np.issubdtype(cfa.dtype, np.integer) or cfa.min() < 0 or cfa.max() > 65535:

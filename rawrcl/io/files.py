@@ -2,18 +2,27 @@
 
 Atomic writes: the data goes to a temporary file in the target's folder, which is then moved onto the
 target with ``os.replace`` (atomic on POSIX and Windows), so a killed process never leaves a half-written
-output. The temporary file is removed on failure. Finished files get the permissions a plain ``open()``
-would give them (:func:`file_mode`). Whether an existing target may be replaced is the caller's decision.
+output. The temporary file is removed on failure; a write that fails (disk full, file-size limit,
+read-only folder) raises :class:`RawrclError` naming the target. Temporary files are named
+``.<name>.<host>.<pid>.<random><suffix>``, so those left by a process that was killed (SIGKILL) are
+recognised and removed by the next atomic write into the same folder on the same host. Finished files get
+the permissions a plain ``open()`` would give them (:func:`file_mode`). Whether an existing target may be
+replaced is the caller's decision.
 
 Photos: :func:`list_photos` / :func:`read_photo` give float32 RGB (3, H, W) in [0, 1] from 8/16-bit
-PNG, JPEG, TIFF, BMP, WebP, PPM files.
+PNG, JPEG, TIFF, BMP, WebP, PPM files (and float TIFFs, which must be finite).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
+import socket
+import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,7 +41,9 @@ __all__ = [
     "cache_root",
     "file_mode",
     "list_photos",
+    "captured_stderr",
     "read_photo",
+    "write_error",
 ]
 
 
@@ -44,16 +55,116 @@ def file_mode() -> int:
     return 0o666 & ~umask
 
 
+def _host_tag() -> str:
+    """This machine's short host name, reduced to characters that are safe in a file name."""
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0])[:32] or "host"
+
+
+def _pid_alive(pid: int) -> bool:
+    """True when a process ``pid`` exists on this machine (or cannot be probed)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError, OverflowError):
+        return True  # exists but belongs to someone else, or cannot tell: keep its files
+    return True
+
+
+_TMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<host>[A-Za-z0-9-]+)\.(?P<pid>\d+)\.[A-Za-z0-9_]+(\.tmp.*)$")
+_swept: set[str] = set()
+
+
+def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files that atomic writes of killed processes left in ``folder``: hidden
+    ``.<name>.<host>.<pid>.<random>.tmp…`` files of this host whose process no longer exists. Returns them.
+    """
+    folder = Path(folder)
+    host, removed = _host_tag(), []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _TMP_NAME.match(entry.name)
+        if m and m["host"] == host and int(m["pid"]) != os.getpid() and not _pid_alive(int(m["pid"])):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
+
+
+@contextlib.contextmanager
+def captured_stderr() -> Iterator[list[str]]:
+    """Capture what C libraries print on the process's stderr (fd 2) during the block — LibRaw's "Unexpected
+    end of file", libpng's and OpenCV's decoder messages — so that rawrcl can keep its errors to one line.
+    The returned list receives the captured lines when the block ends. Only in the main thread (fd 2 is
+    shared by all threads); elsewhere nothing is captured."""
+    lines: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lines
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield lines
+        return
+    try:
+        sink = tempfile.TemporaryFile()
+    except OSError:
+        os.close(saved)
+        yield lines
+        return
+    with sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines.extend(ln for ln in sink.read(65536).decode("utf-8", "replace").splitlines() if ln.strip())
+
+
+def write_error(path: str | os.PathLike, exc: BaseException) -> RawrclError:
+    """A one-line :class:`RawrclError` for a failed write of ``path`` (disk full, file-size limit, no
+    permission, …): the OS error's text, or the first line of the writer's message."""
+    text = str(exc).strip()
+    reason = getattr(exc, "strerror", None) or (text.splitlines()[0] if text else type(exc).__name__)
+    code = getattr(exc, "errno", None)
+    # writers that report a short write without an errno ("N requested and M written", torch's
+    # "enforce fail") hit a full disk or a file-size limit
+    full = code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or (code is None and "written" in text)
+    full = full or "enforce fail" in text or "iostream error" in text
+    hint = "; is the disk full?" if full and code not in (errno.ENOSPC, errno.EDQUOT) else ""
+    return RawrclError(f"{path}: cannot write ({reason}{hint}); nothing was written")
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str = ".tmp", *, fsync: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to ``path`` (parent folders created) to write to; on normal exit it gets
     :func:`file_mode` permissions (and is fsync'ed if ``fsync``) and is moved onto ``path``; on an exception
-    it is removed. ``suffix`` matters for writers that pick the format from the name (e.g. ``".png"``)."""
+    it is removed. ``suffix`` matters for writers that pick the format from the name (e.g. ``".png"``;
+    the temporary name ends with ``.tmp<suffix>``).
+
+    An ``OSError`` while creating, writing or moving the file (disk full, file-size limit, read-only
+    folder) becomes a one-line :class:`RawrclError` naming ``path`` (:func:`write_error`); the target is
+    then untouched. The first atomic write into a folder removes the temporaries of killed processes
+    (:func:`remove_stale_temporaries`).
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
-    os.close(fd)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        folder = str(path.parent.resolve())
+        if folder not in _swept:
+            _swept.add(folder)
+            remove_stale_temporaries(path.parent)
+        prefix = f".{path.name}.{_host_tag()}.{os.getpid()}."
+        suffix = suffix if suffix.startswith(".tmp") else f".tmp{suffix}"
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
+        os.close(fd)
         yield Path(tmp)
         if fsync:
             fd = os.open(tmp, os.O_RDONLY)
@@ -63,8 +174,10 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp", *, fsync: bool = 
                 os.close(fd)
         os.chmod(tmp, file_mode())
         os.replace(tmp, path)
+    except OSError as exc:
+        raise write_error(path, exc) from None
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
 
 
@@ -113,7 +226,7 @@ def read_photo(path: str | os.PathLike, min_size: int = 1) -> np.ndarray:
     """Read an RGB photo as float32 (3, H, W) in [0, 1] (8- and 16-bit PNG/JPEG/TIFF/…; float files clipped).
 
     Grey images are replicated to 3 channels, alpha is dropped. Raises :class:`RawrclError` if the file
-    cannot be decoded or is smaller than ``min_size`` × ``min_size``.
+    cannot be decoded, holds NaN/Inf values (float files) or is smaller than ``min_size`` × ``min_size``.
     """
     return read_photo_depth(path, min_size)[0]
 
@@ -126,7 +239,22 @@ def read_photo_depth(path: str | os.PathLike, min_size: int = 1) -> tuple[np.nda
     import cv2
 
     p = Path(path)
-    img = cv2.imread(str(p), cv2.IMREAD_UNCHANGED)
+    try:  # bytes + imdecode: cv2.imread cannot take every file name (one that is not UTF-8 crashes it)
+        buf = np.fromfile(p, dtype=np.uint8)
+    except OSError as exc:
+        raise RawrclError(f"{p}: cannot open ({exc.strerror or exc})") from None
+    if buf[:4].tobytes() in (b"II*\x00", b"MM\x00*"):  # TIFF: the declared strips must be in the file
+        from rawrcl.io.tiffcheck import tiff_layout_problem
+
+        problem = tiff_layout_problem(p)
+        if problem is not None:
+            raise RawrclError(f"{p}: {problem}")
+    img = None
+    with captured_stderr():  # decoder chatter (libpng, libtiff, OpenCV) would add lines to a one-line error
+        try:
+            img = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED) if buf.size else None
+        except cv2.error:  # e.g. a header declaring a zero or huge size
+            img = None
     if img is None or img.size == 0:
         raise RawrclError(f"{p}: cannot decode the image (unreadable, truncated or not a photo)")
     if img.ndim == 2:
@@ -139,7 +267,10 @@ def read_photo_depth(path: str | os.PathLike, min_size: int = 1) -> tuple[np.nda
     if np.issubdtype(img.dtype, np.integer):
         x = img.astype(np.float32) / float(np.iinfo(img.dtype).max)
     else:
-        x = np.clip(img.astype(np.float32), 0.0, 1.0)
+        bad = int(np.count_nonzero(~np.isfinite(img)))
+        if bad:
+            raise RawrclError(f"{p}: {bad} pixel values are NaN or infinite (a float image must be finite)")
+        x = np.clip(img, 0.0, 1.0).astype(np.float32)
     if min(x.shape[:2]) < min_size:
         raise RawrclError(
             f"{p}: image of size {x.shape[0]}×{x.shape[1]} is too small (min {min_size}×{min_size})"

@@ -13,8 +13,12 @@ Contract (other modules rely on these field names and units):
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +26,8 @@ import numpy as np
 
 from rawrcl.cfa import PATTERNS
 from rawrcl.errors import RawrclError
+from rawrcl.io.files import captured_stderr
+from rawrcl.io.tiffcheck import MAX_PIXELS, MAX_SAMPLES_PER_BYTE, data_layout_problem
 
 
 @dataclass
@@ -113,6 +119,18 @@ def _page_tags(page) -> dict[str, object]:
     return out
 
 
+@contextlib.contextmanager
+def _quiet_tifffile() -> Iterator[None]:
+    """Silence tifffile's logger (it reports malformed tags on stderr; rawrcl reports one line itself)."""
+    logger = logging.getLogger("tifffile")
+    old = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
+
+
 def read_dng_tags(path: str | os.PathLike) -> dict:
     """Read the DNG/TIFF tags rawrcl uses, from IFD0 and the raw (NewSubfileType 0) SubIFD.
 
@@ -124,10 +142,11 @@ def read_dng_tags(path: str | os.PathLike) -> dict:
     -------
     dict with ``is_tiff`` (False, and nothing else, for a file tifffile cannot parse), ``is_dng``,
     ``raw_ifd`` ("IFD0" or "SubIFD<n>"), ``photometric``, ``samples_per_pixel`` and ``shape`` of the
-    raw IFD, and whichever of make, model, unique_camera_model, dng_version, iso, exposure_time,
-    black_level, white_level, cfa_pattern, cfa_repeat_pattern_dim, color_matrix_1/2, baseline_exposure,
-    calibration_illuminant_1/2, as_shot_neutral, noise_profile are present (raw IFD values take
-    precedence over IFD0 ones).
+    raw IFD, ``data_problem`` (:func:`data_layout_problem`: a one-line reason when the declared pixel
+    data is truncated, missing or of an absurd size; :func:`read_raw` refuses such files), and whichever
+    of make, model, unique_camera_model, dng_version, iso, exposure_time, black_level, white_level,
+    cfa_pattern, cfa_repeat_pattern_dim, color_matrix_1/2, baseline_exposure, calibration_illuminant_1/2,
+    as_shot_neutral, noise_profile are present (raw IFD values take precedence over IFD0 ones).
 
     Raises
     ------
@@ -138,6 +157,12 @@ def read_dng_tags(path: str | os.PathLike) -> dict:
     p = Path(path)
     if not p.is_file():
         raise RawrclError(f"{p}: no such file")
+    with _quiet_tifffile():
+        return _read_tags(p, tifffile)
+
+
+def _read_tags(p: Path, tifffile) -> dict:
+    """:func:`read_dng_tags` after the existence check (``tifffile`` passed in, imported lazily)."""
     try:
         tif = tifffile.TiffFile(p)
     except PermissionError as exc:
@@ -146,6 +171,10 @@ def read_dng_tags(path: str | os.PathLike) -> dict:
         return {"is_tiff": False}
     try:
         with tif:
+            try:
+                problem = data_layout_problem(tif, p.stat().st_size)
+            except Exception:  # a page tifffile cannot parse: LibRaw decides
+                problem = None
             ifd0 = tif.pages[0]
             out: dict = {"is_tiff": True}
             out.update(_page_tags(ifd0))
@@ -172,6 +201,8 @@ def read_dng_tags(path: str | os.PathLike) -> dict:
             out["photometric"] = int(raw_page.photometric)
             out["samples_per_pixel"] = int(raw_page.samplesperpixel)
             out["shape"] = [int(s) for s in raw_page.shape]
+            if problem is not None:
+                out["data_problem"] = problem
     except RawrclError:
         raise
     except Exception:
@@ -179,12 +210,17 @@ def read_dng_tags(path: str | os.PathLike) -> dict:
     out["is_dng"] = "dng_version" in out
     for key in ("color_matrix_1", "color_matrix_2"):
         m = out.get(key)
-        if isinstance(m, list) and len(m) >= 9:
+        try:
             out[key] = [list(map(float, m[i : i + 3])) for i in (0, 3, 6)]  # first 3 camera rows
-        elif key in out:
-            del out[key]
+        except (TypeError, ValueError, IndexError):  # absent, too short or not numbers
+            out.pop(key, None)
     if "noise_profile" in out:
-        prof = [float(v) for v in np.ravel(out["noise_profile"])]
+        try:
+            prof = [float(v) for v in np.ravel(out["noise_profile"])]
+        except (TypeError, ValueError):
+            prof = []
+        if not all(math.isfinite(v) for v in prof):  # a corrupt profile is no profile
+            prof = []
         out["noise_profile"] = [(prof[i], prof[i + 1]) for i in range(0, len(prof) - 1, 2)] or None
         if out["noise_profile"] is None:
             del out["noise_profile"]
@@ -227,19 +263,94 @@ def _check_dng_is_bayer(path: Path, tags: dict) -> None:
         kind = "monochrome " if spp == 1 else ""
         raise _refuse(path, f"{kind}DNG without a CFA image (PhotometricInterpretation {photometric})")
     dim = tags.get("cfa_repeat_pattern_dim")
-    if dim is not None and list(dim) != [2, 2]:
-        raise _refuse(path, f"CFA repeat pattern {dim[0]}×{dim[1]} (e.g. X-Trans), not a 2×2 Bayer mosaic")
+    if dim is not None:
+        dims = list(dim) if isinstance(dim, (list, tuple)) else [dim]
+        if dims != [2, 2]:  # a corrupt tag may hold any number of values
+            shown = "×".join(str(d) for d in dims) if dims else "(empty)"
+            raise _refuse(path, f"CFA repeat pattern {shown} (e.g. X-Trans), not a 2×2 Bayer mosaic")
 
 
-def _libraw_error(path: Path, exc: Exception) -> RawrclError:
+def _libraw_error(path: Path, exc: Exception, notes: list[str] | None = None) -> RawrclError:
     import rawpy
 
     msg = str(exc).strip("b'\" ") or type(exc).__name__
+    if notes:
+        msg += "; " + "; ".join(notes)
     if isinstance(exc, rawpy.LibRawFileUnsupportedError):
         return _refuse(path, f"not a RAW format LibRaw can read ({msg})")
     if isinstance(exc, (rawpy.LibRawIOError, rawpy.LibRawDataError)):
         return _refuse(path, f"unreadable or truncated RAW file (LibRaw: {msg})")
     return _refuse(path, f"cannot read RAW file (LibRaw: {type(exc).__name__}: {msg})")
+
+
+_LIBRAW_NOTE = re.compile(r"(Unexpected end of file|data corrupted at \d+)\s*$")
+
+
+@contextlib.contextmanager
+def _libraw_notes() -> Iterator[list[str]]:
+    """LibRaw's messages while decoding ("<file>: Unexpected end of file", "<file>: data corrupted at N"),
+    which it prints on the C stderr: the returned list receives them when the block ends, so rawrcl can
+    report them in its own one-line error (other output is dropped)."""
+    notes: list[str] = []
+    with captured_stderr() as lines:
+        yield notes
+    for line in lines:
+        m = _LIBRAW_NOTE.search(line)
+        if m and m.group(1) not in notes:
+            notes.append(m.group(1))
+
+
+def _open_libraw(path: Path):
+    """``rawpy.imread`` for any file name: names that are not valid UTF-8 (which rawpy cannot pass to
+    LibRaw) are read through an open file object instead."""
+    import rawpy
+
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        with open(path, "rb") as fh:
+            return rawpy.imread(fh)
+    return rawpy.imread(str(path))
+
+
+def _decode(path: Path, tiff: bool = False):
+    """Open ``path`` with LibRaw, check the declared raw size (``tiff``: the TIFF layout was checked, only
+    :data:`MAX_PIXELS` applies), unpack. Returns the open ``rawpy.RawPy``.
+
+    Raises :class:`RawrclError` for unreadable files, absurd sizes and data LibRaw reports as corrupt.
+    """
+    import rawpy
+
+    size = path.stat().st_size
+    raw = None
+    error: Exception | None = None
+    with _libraw_notes() as notes:
+        try:
+            raw = _open_libraw(path)
+            s = raw.sizes
+            pixels = int(s.raw_height) * int(s.raw_width)
+            # TIFF-based files had their layout checked already (their compression may be deflate)
+            if pixels > MAX_PIXELS or (not tiff and pixels > MAX_SAMPLES_PER_BYTE * size):
+                raise _refuse(
+                    path,
+                    f"corrupt header: declares a {s.raw_width}×{s.raw_height} raw image, "
+                    f"impossible for a file of {size} bytes",
+                )
+            raw.unpack()
+        except (rawpy.LibRawError, RawrclError, OSError) as exc:
+            error = exc
+    if error is not None:
+        if raw is not None:
+            raw.close()
+        if isinstance(error, RawrclError):
+            raise error
+        if isinstance(error, OSError):
+            raise _refuse(path, f"cannot open ({error.strerror or error})")
+        raise _libraw_error(path, error, notes)
+    if notes:
+        raw.close()
+        raise _refuse(path, f"corrupt pixel data (LibRaw: {'; '.join(notes)})")
+    return raw
 
 
 def _positive_or_none(v) -> float | None:
@@ -248,6 +359,14 @@ def _positive_or_none(v) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) and f > 0 else None
+
+
+def _finite_or_none(m) -> np.ndarray | None:
+    """``m`` as a float64 array when every entry is finite, else None."""
+    if m is None:
+        return None
+    a = np.asarray(m, dtype=np.float64)
+    return a if np.all(np.isfinite(a)) else None
 
 
 def _choose_color_matrix(tags: dict) -> np.ndarray | None:
@@ -301,13 +420,10 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
     except Exception:  # tag reading is best effort; LibRaw decides readability
         tags = {}
     _check_dng_is_bayer(p, tags)
+    if tags.get("data_problem"):
+        raise _refuse(p, tags["data_problem"])
 
-    try:
-        raw = rawpy.imread(str(p))
-    except rawpy.LibRawError as exc:
-        raise _libraw_error(p, exc) from None
-    except OSError as exc:
-        raise _refuse(p, f"cannot open ({exc.strerror or exc})") from None
+    raw = _decode(p, tiff=bool(tags.get("is_tiff")))
     with raw:
         try:
             if raw.raw_type != rawpy.RawType.Flat:
@@ -354,26 +470,35 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
     idx = {letter: desc.index(letter) for letter in "RGB" if letter in desc}
     if len(idx) == 3 and cam_wb.size >= len(desc):
         r, g, b = (cam_wb[idx[c]] for c in "RGB")
-        if g > 0 and r > 0 and b > 0:
+        if g > 0 and r > 0 and b > 0 and np.all(np.isfinite([r, g, b])):
             wb = (float(r / g), 1.0, float(b / g))
 
-    xyz_to_cam = _choose_color_matrix(tags)
+    # metadata is used as numbers downstream: a corrupt (NaN/Inf) matrix or profile counts as absent
+    xyz_to_cam = _finite_or_none(_choose_color_matrix(tags))
     if xyz_to_cam is None and np.any(libraw_xyz != 0):
-        xyz_to_cam = libraw_xyz
+        xyz_to_cam = _finite_or_none(libraw_xyz)
     ccm = None
     if xyz_to_cam is not None:
         try:
-            ccm = ccm_from_xyz_to_cam(xyz_to_cam)
+            ccm = _finite_or_none(ccm_from_xyz_to_cam(xyz_to_cam))
         except RawrclError:
             ccm = None
     if ccm is None and np.any(libraw_ccm != 0):
-        ccm = libraw_ccm
+        ccm = _finite_or_none(libraw_ccm)
+    profile = tags.get("noise_profile")
+    if profile is not None and not np.all(np.isfinite(np.asarray(profile, dtype=np.float64))):
+        profile = None
 
     iso = _positive_or_none(getattr(other, "iso_speed", None)) or _positive_or_none(tags.get("iso"))
     exposure = _positive_or_none(getattr(other, "shutter_speed", None)) or _positive_or_none(
         tags.get("exposure_time")
     )
     extra = {"raw_type": "Flat", "color_desc": desc, "flip": flip}
+    make, model = str(tags.get("make") or "").strip(), str(tags.get("model") or "").strip()
+    if not model:  # a DNG may name its camera only in UniqueCameraModel ("Make Model")
+        model = str(tags.get("unique_camera_model") or "").strip()
+        if make and model.startswith(make + " "):
+            model = model[len(make) + 1 :]
     if tags.get("is_dng"):
         extra["raw_ifd"] = tags.get("raw_ifd")
         extra["dng"] = {k: v for k, v in tags.items() if k not in ("is_tiff", "is_dng")}
@@ -387,11 +512,11 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
         wb=wb,
         ccm=ccm,
         xyz_to_cam=xyz_to_cam,
-        make=str(tags.get("make", "") or ""),
-        model=str(tags.get("model", "") or ""),
+        make=make,
+        model=model,
         iso=iso,
         exposure_time=exposure,
-        noise_profile=tags.get("noise_profile"),
+        noise_profile=profile,
         extra=extra,
     )
 

@@ -28,6 +28,7 @@ Checkpoint file = ``torch.save({"config": dict, "state_dict": dict, "extra": dic
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,7 +36,7 @@ import torch
 import torch.nn as nn
 
 from rawrcl.errors import RawrclError
-from rawrcl.io import atomic_path
+from rawrcl.io import atomic_path, write_error
 from rawrcl.models.dncnn import DnCNNBody
 from rawrcl.models.encoder import Encoder
 from rawrcl.models.heads import DEMOSAICS, Head, head_spec, skip_map
@@ -150,6 +151,10 @@ def model_config(config: dict) -> dict:
             int(cfg["depth"]),
             int(cfg["in_channels"]),
         )
+        if cfg["width"] < 1 or cfg["depth"] < 1:
+            raise RawrclError(
+                f"--width and --depth must be ≥ 1, got width {cfg['width']}, depth {cfg['depth']}"
+            )
         cfg["demosaic"] = str(cfg.get("demosaic") or "bilinear")
         if cfg["demosaic"] not in DEMOSAICS:
             raise RawrclError(f"unknown demosaic {cfg['demosaic']!r}; expected one of {', '.join(DEMOSAICS)}")
@@ -179,9 +184,13 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
-    """``torch.save`` to ``path`` atomically and fsync'ed (:func:`rawrcl.io.atomic_path`)."""
+    """``torch.save`` to ``path`` atomically and fsync'ed (:func:`rawrcl.io.atomic_path`). A failed write
+    (disk full, file-size limit) raises a one-line :class:`RawrclError` and leaves ``path`` untouched."""
     with atomic_path(path, fsync=True) as tmp:
-        torch.save(obj, tmp)
+        try:
+            torch.save(obj, tmp)
+        except RuntimeError as exc:  # torch's writer reports I/O failures as RuntimeError
+            raise write_error(path, exc) from None
 
 
 def save_checkpoint(
@@ -199,6 +208,25 @@ def save_checkpoint(
     atomic_torch_save({"config": cfg, "state_dict": state, "extra": extra or {}}, path)
 
 
+def _load_failure(exc: Exception) -> str:
+    """One line on why ``torch.load(weights_only=True)`` refused a file. PyTorch's own message spans
+    several lines and suggests ``weights_only=False``, which rawrcl never does (it would run the file's code).
+    """
+    text = str(exc)
+    found = re.search(r"GLOBAL (\S+)", text)
+    if found:
+        return f"it holds Python objects ({found.group(1)}) that rawrcl never unpickles, not only tensors"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # drop PyTorch's boilerplate (the weights_only advice, the documentation link, the issue request)
+    useful = [
+        ln
+        for ln in lines
+        if "weights_only" not in ln and "documentation" not in ln and "file an issue" not in ln.lower()
+    ]
+    reason = (useful or [type(exc).__name__])[0].split(". ")[0].rstrip(".")
+    return f"{type(exc).__name__}: {reason}"
+
+
 def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
     """Load the raw checkpoint dict (weights_only=True); :class:`RawrclError` if unreadable.
 
@@ -211,7 +239,7 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file for the user
-        raise RawrclError(f"{path}: not a readable rawrcl checkpoint ({type(exc).__name__}: {exc})") from None
+        raise RawrclError(f"{path}: not a readable rawrcl checkpoint ({_load_failure(exc)})") from None
     if not isinstance(ckpt, dict) or "config" not in ckpt or "state_dict" not in ckpt:
         raise RawrclError(f"{path}: not a rawrcl checkpoint (needs 'config' and 'state_dict')")
     return ckpt

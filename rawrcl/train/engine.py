@@ -45,6 +45,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -60,6 +61,7 @@ from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_write_text
 from rawrcl.models.registry import read_checkpoint, save_checkpoint, unwrap
 from rawrcl.tasks import PRETEXT_TASKS, Task, get_task
+from rawrcl.train.runlock import RunLock, check_unlocked
 
 log = logging.getLogger("rawrcl.train")
 
@@ -225,6 +227,20 @@ def lr_schedule(lr: float, kind: str, steps: int) -> Callable[[int], float]:
     raise RawrclError(f"--lr-schedule {kind!r}: expected constant or cosine")
 
 
+def _check_numbers(cfg: dict) -> None:
+    """Refuse a learning rate or gradient cap that is not a finite number ≥ 0 (e.g. ``--lr nan``)."""
+    for key, option in (("lr", "--lr"), ("grad_clip", "--grad-clip")):
+        value = cfg.get(key)
+        if value is None and key == "grad_clip":
+            continue
+        try:
+            ok = math.isfinite(float(value)) and float(value) >= 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise RawrclError(f"{option} must be a finite number ≥ 0, got {value!r}")
+
+
 class WeightEMA:
     """Exponential moving average of a model's floating-point parameters and buffers.
 
@@ -295,6 +311,7 @@ class Trainer:
         self.config = {**TRAINER_DEFAULTS, **(config or {})}
         self.rank, self.world, self.local_rank = distributed_env()
         self.history: list[dict] = []
+        self._restart = False  # --resume of a run that has no last.pt yet: started again
 
     # -- paths
     @property
@@ -311,11 +328,24 @@ class Trainer:
         existing = (self.run_dir / "config.json").exists() or (self.ckpt_dir / "last.pt").exists()
         if cfg["resume"]:
             last = self.ckpt_dir / "last.pt"
-            if not last.exists():
+            if last.exists():
+                return read_checkpoint(last)
+            if not (self.run_dir / "config.json").exists():
                 raise RawrclError(
-                    f"{self.run_dir}: --resume given but there is no checkpoints/last.pt to resume from"
+                    f"{self.run_dir}: --resume given but there is no run to resume "
+                    "(no config.json, no checkpoints/last.pt)"
                 )
-            return read_checkpoint(last)
+            # stopped before its first last.pt (killed early, NaN loss, full disk): start it again
+            self._restart = True
+            if self.is_main:
+                warnings.warn(
+                    f"{self.run_dir}: no checkpoints/last.pt yet; starting the run again from its saved "
+                    "configuration"
+                    + (" and checkpoints/init.pt" if (self.ckpt_dir / "init.pt").exists() else ""),
+                    stacklevel=3,
+                )
+                (self.run_dir / "metrics.jsonl").unlink(missing_ok=True)
+            return None
         if existing and not cfg["force"]:
             raise RawrclError(
                 f"{self.run_dir}: run directory already holds a run; use --resume to continue or --force "
@@ -382,8 +412,6 @@ class Trainer:
     def fit(self) -> dict:
         """Train to ``config["steps"]``; returns a summary dict (first/last loss, steps, throughput)."""
         cfg = self.config
-        from rawrcl.data import PairBatchSampler, make_loader
-
         if self.world > 1 and not dist.is_initialized():
             backend = "nccl" if torch.cuda.is_available() and cfg["device"] in ("auto", "cuda") else "gloo"
             dist.init_process_group(backend)
@@ -396,8 +424,23 @@ class Trainer:
             raise RawrclError("--steps must be ≥ 0 and --batch-size ≥ 1")
         if cfg.get("ema") is not None:
             _ema_decay(cfg["ema"])  # refused before the run directory is touched
-        lr_at = lr_schedule(float(cfg["lr"]), cfg.get("lr_schedule") or "constant", steps)
+        _check_numbers(cfg)
+        lr_schedule(float(cfg["lr"]), cfg.get("lr_schedule") or "constant", steps)  # refused early too
 
+        lock = RunLock(self.run_dir) if self.is_main else None
+        if lock is not None:
+            lock.acquire()
+        try:
+            return self._fit(device, steps, bs, seed)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _fit(self, device: torch.device, steps: int, bs: int, seed: int) -> dict:
+        """:meth:`fit` once the options are checked and (on rank 0) the run directory is locked."""
+        from rawrcl.data import PairBatchSampler, make_loader
+
+        cfg = self.config
         resume = self._prepare_run_dir()
         if self.world > 1:
             dist.barrier()
@@ -445,9 +488,12 @@ class Trainer:
                 old = json.loads((self.run_dir / "config.json").read_text(encoding="utf-8"))
             self._write_config({**old, "steps": steps, "resumed_from_step": start, **self._record()})
         else:
+            init = self.ckpt_dir / "init.pt"
+            if self._restart and init.exists():  # the restarted run begins from the very same weights
+                bare.load_state_dict(read_checkpoint(init)["state_dict"])
             self._write_config(self._record())
             if self.is_main:
-                self._save(self.ckpt_dir / "init.pt", 0, opt, scaler)
+                self._save(init, 0, opt, scaler)
         if ema is None and cfg.get("ema") is not None:
             ema = WeightEMA(bare, float(cfg["ema"]))
 
@@ -486,6 +532,7 @@ class Trainer:
         # 0 (or less) means "only at the end": logging and last.pt then happen at the final step only
         log_every = log_every if log_every > 0 else max(steps, 1)
         save_every = save_every if save_every > 0 else max(steps, 1)
+        lr_at = lr_schedule(float(cfg["lr"]), cfg.get("lr_schedule") or "constant", steps)
         lr = lr_at(start)
         grad_clip = math.inf if cfg.get("grad_clip") is None else float(cfg["grad_clip"])
         t0 = time.perf_counter()
@@ -503,7 +550,9 @@ class Trainer:
                     out = self.method(batch, model)
                 loss = out["loss"]
                 if not torch.isfinite(loss.detach()):
-                    raise RawrclError(f"loss became {float(loss)} at step {step + 1}; try a lower --lr")
+                    if bar is not None:
+                        bar.close()
+                    raise self._diverged(float(loss.detach()), step, save_every, opt, scaler, ema)
                 lr = lr_at(step)
                 for group in opt.param_groups:
                     group["lr"] = lr
@@ -542,8 +591,7 @@ class Trainer:
                     t_last, n_last = now, 0
                     self.history.append(rec)
                     if self.is_main:
-                        with open(metrics_path, "a", encoding="utf-8") as fh:
-                            fh.write(json.dumps(rec) + "\n")
+                        self._append_metrics(metrics_path, rec)
                 if self.is_main:
                     if step % save_every == 0 or step == steps:
                         self._save(self.ckpt_dir / "last.pt", step, opt, scaler, ema)
@@ -575,6 +623,33 @@ class Trainer:
             "elapsed_s": elapsed,
             "device": str(device),
         }
+
+    def _append_metrics(self, path: Path, rec: dict) -> None:
+        """Append one line to ``metrics.jsonl``; a failed write (disk full) ends the run with one line."""
+        try:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(rec) + "\n")
+        except OSError as exc:
+            raise RawrclError(
+                f"{path}: cannot write ({exc.strerror or exc}); stopped at step {rec['step']}, continue with "
+                "--resume once there is space (checkpoints/last.pt is intact)"
+            ) from None
+
+    def _diverged(self, loss: float, step: int, save_every: int, opt, scaler, ema) -> RawrclError:
+        """The error for a non-finite loss at step ``step + 1``. The weights after ``step`` steps are saved as
+        ``last.pt`` first when they are finite and not saved yet, so the run can be resumed from there."""
+        last = self.ckpt_dir / "last.pt"
+        weights = unwrap(self.model).parameters()
+        if self.is_main and step % save_every and all(bool(torch.isfinite(p).all()) for p in weights):
+            self._save(last, step, opt, scaler, ema)
+        if last.exists():
+            held = read_checkpoint(last).get("extra", {}).get("step", "?")
+            where = f"checkpoints/last.pt (step {held}) is the last good state"
+        else:
+            where = "no checkpoint after init.pt; --resume starts again"
+        return RawrclError(
+            f"{self.run_dir}: loss became {loss} at step {step + 1}; stopped, {where} (try a lower --lr)"
+        )
 
     def _record(self) -> dict:
         """What config.json records besides the trainer options."""
@@ -708,6 +783,8 @@ def pretrain(
         arch = "encoder"
     if method == "m2m" and task != "jdd":
         raise RawrclError("--method m2m is a JDD method: use --task jdd")
+    if Path(out).is_dir() and distributed_env()[0] == 0:
+        check_unlocked(out)  # refuse at once, before the data is read, when another run holds the folder
     if topt.get("resume"):
         old = load_resume_config(out)
         model_cfg = old["model"]

@@ -29,6 +29,7 @@ from rawrcl.io import atomic_write_text
 from rawrcl.methods.supervised import supervised
 from rawrcl.tasks import NoiseSpec, Task, get_task, noise_label
 from rawrcl.train.engine import Trainer
+from rawrcl.train.runlock import check_unlocked
 
 PROTOCOLS = ("linear", "full")
 
@@ -210,6 +211,7 @@ def _prepare_out(out: str | Path, force: bool) -> Path:
     if out.exists() and any(out.iterdir()):
         if not force:
             raise RawrclError(f"{out}: output run directory exists and is not empty (use --force)")
+        check_unlocked(out)  # never delete the folder of a run that is still going
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     return out
