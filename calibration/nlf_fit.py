@@ -1,0 +1,166 @@
+"""Fitting the noise level function var = λshot·x + λread to tile statistics.
+
+:func:`fit_nlf` is the robust non-negative line fit used by every calibration method; :func:`fit_tiles`
+turns per-tile (mean, noise statistic) pairs into per-bin lower-quantile variance estimates and fits
+them; :func:`fit_with_bootstrap` adds the bootstrap uncertainty over tiles.
+
+Units: means in [0, 1] after black/white level, variances in [0, 1]².
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import nnls
+
+from rawrcl.errors import RawrclError
+
+from .result import PlaneBins
+
+
+def fit_nlf(
+    mean: np.ndarray, var: np.ndarray, count: np.ndarray, *, robust: bool = True, iters: int = 6
+) -> tuple[float, float, np.ndarray]:
+    """Fit var = λshot·mean + λread with λ ≥ 0 by iteratively re-weighted NNLS.
+
+    Parameters
+    ----------
+    mean, var, count : 1-D arrays of bin means ([0, 1]), bin variance estimates ([0, 1]²) and the
+        number of samples behind each bin (the variance of a bin estimate is taken ∝ var² / count).
+    robust : downweight bins lying far from the line (Tukey biweight on standardised, robustly
+        centred residuals; asymmetric: bins above the line are rejected sooner).
+
+    Returns
+    -------
+    (λshot, λread, weights) — the final relative weight of each bin (0 = rejected).
+    """
+    mean = np.asarray(mean, dtype=np.float64)
+    var = np.asarray(var, dtype=np.float64)
+    count = np.asarray(count, dtype=np.float64)
+    if mean.size < 2:
+        raise RawrclError("not enough signal levels to fit the noise level function")
+    a = np.stack([mean, np.ones_like(mean)], axis=1)
+    model = np.maximum(var, 1e-20)
+    rob = np.ones_like(mean)
+    coef = np.zeros(2)
+    for it in range(iters):
+        # scale the columns so the NNLS problem is well conditioned
+        w = np.sqrt(count * rob) / np.maximum(model, 1e-20)
+        aw = a * w[:, None]
+        scale = np.maximum(np.abs(aw).max(axis=0), 1e-30)
+        sol, _ = nnls(aw / scale, var * w)
+        coef = sol / scale
+        model = np.maximum(a @ coef, 1e-3 * max(float(np.median(var)), 1e-20))
+        if robust and it >= 1 and mean.size >= 4:
+            # standardised residuals, centred robustly (a contaminated fit shifts them all)
+            z = (var - model) / model * np.sqrt(count)
+            zc = z - np.median(z)
+            s = 1.4826 * np.median(np.abs(zc)) + 1e-12
+            # asymmetric: texture only adds variance, so bins above the line are cut sooner
+            tune = np.where(zc > 0, 2.5, 4.685)
+            u = zc / (tune * max(s, 1.0))
+            rob = np.where(np.abs(u) < 1, (1 - u**2) ** 2, 0.0)
+            if np.count_nonzero(rob > 0.05) < 2:
+                rob = np.ones_like(mean)
+    return float(coef[0]), float(coef[1]), rob
+
+
+def homogeneous_fraction(r: np.ndarray, ref: np.ndarray, p: tuple = (0.02, 0.1)) -> float:
+    """Fraction π of tiles that look like pure noise, from the shape of the lower tail.
+
+    ``r`` are tile statistics normalised by a noise model (any constant scale); ``ref`` the statistic
+    of pure-noise tiles (same tile size and detail). Model: the lower tail of r follows π·F(r/s) with F
+    the pure-noise distribution; the ratio of two low quantiles of r, F⁻¹(p₂/π)/F⁻¹(p₁/π), identifies π
+    (textured tiles only populate the upper part).
+    """
+    if r.size < 20:
+        return 1.0
+    ratio = np.quantile(r, p[1]) / max(np.quantile(r, p[0]), 1e-30)
+    pis = np.linspace(p[1], 1.0, 91)
+    model = np.quantile(ref, np.minimum(p[1] / pis, 1)) / np.quantile(ref, p[0] / pis)
+    # model ratio decreases as π decreases (the quantiles move to the centre); pick the closest
+    return float(pis[int(np.argmin(np.abs(model - ratio)))])
+
+
+def binned_quantiles(
+    mu: np.ndarray, v: np.ndarray, edges: np.ndarray, q: float, cq: float, norm: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per bin of tile mean (``edges``; bins with < 4 tiles skipped): (mean of mu, noise variance,
+    tile count). The variance is the ``q``-quantile of the tile statistics ``v`` divided by ``cq``, the
+    same quantile of pure-noise tiles; with ``norm`` (a model variance per tile) the tiles are
+    normalised by it first and the result is re-scaled at the bin's mean model value."""
+    idx = np.clip(np.searchsorted(edges, mu, side="right") - 1, 0, len(edges) - 2)
+    means, vars_, counts = [], [], []
+    for k in range(len(edges) - 1):
+        sel = idx == k
+        n = int(sel.sum())
+        if n < 4:
+            continue
+        mk = float(mu[sel].mean())
+        if norm is None:
+            vk = float(np.quantile(v[sel], q)) / cq
+        else:
+            vk = float(np.quantile(v[sel] / norm[sel], q)) / cq * float(norm[sel].mean())
+        means.append(mk)
+        vars_.append(vk)
+        counts.append(n)
+    return np.array(means), np.array(vars_), np.array(counts)
+
+
+def fit_tiles(
+    mu: np.ndarray,
+    v: np.ndarray,
+    ref: np.ndarray,
+    *,
+    quantile: float,
+    min_count: int,
+    max_bins: int,
+    mixture: bool,
+) -> tuple[float, float, PlaneBins]:
+    """Binned lower-quantile fit of tile statistics ``v`` against tile means ``mu`` (both (n,)).
+
+    ``ref`` is the sorted statistic of pure-noise tiles (same tile size and detail), which makes the
+    quantile unbiased for Gaussian noise. Equal-count bins (at most ``max_bins``, about ``min_count``
+    tiles each or more). First pass: per-bin quantiles and :func:`fit_nlf`; second pass: tiles
+    normalised by the first fit and, with ``mixture``, the quantile corrected for the fraction of
+    homogeneous tiles (:func:`homogeneous_fraction`). Returns (λshot, λread, bins).
+    """
+    n = mu.size
+    nb = int(min(max_bins, max(2, n // min_count)))
+    edges = np.quantile(mu, np.linspace(0, 1, nb + 1))
+    edges[0], edges[-1] = -np.inf, np.inf
+    edges = np.unique(edges)
+    cq = float(np.quantile(ref, quantile))
+    m, var, cnt = binned_quantiles(mu, v, edges, quantile, cq, None)
+    ls, lr, rob = fit_nlf(m, var, cnt)
+    model = np.maximum(ls * np.maximum(mu, 0) + lr, 1e-20)
+    if ls + lr > 0:
+        if mixture:
+            pi = homogeneous_fraction(v / model, ref)
+            cq = float(np.quantile(ref, min(quantile / pi, 0.5)))
+        m, var, cnt = binned_quantiles(mu, v, edges, quantile, cq, model)
+        ls, lr, rob = fit_nlf(m, var, cnt)
+    return ls, lr, PlaneBins(mean=m, var=var, count=cnt, used=rob > 0.05)
+
+
+def fit_with_bootstrap(
+    mu: np.ndarray, v: np.ndarray, ref: np.ndarray, *, bootstrap: int, seed: int, **fit_args
+) -> tuple[tuple[float, float], tuple[float, float], PlaneBins]:
+    """:func:`fit_tiles` (``fit_args``: quantile, min_count, max_bins, mixture) plus the standard
+    deviation of (λshot, λread) over ``bootstrap`` resamples of the tiles (zeros when 0).
+    Returns ((λshot, λread), (σλshot, σλread), bins)."""
+    ls, lr, bins = fit_tiles(mu, v, ref, **fit_args)
+    err = (0.0, 0.0)
+    if bootstrap > 0:
+        rng = np.random.default_rng(seed)
+        draws = []
+        for _ in range(bootstrap):
+            i = rng.integers(0, mu.size, mu.size)
+            try:
+                s, r, _ = fit_tiles(mu[i], v[i], ref, **fit_args)
+            except RawrclError:
+                continue
+            draws.append((s, r))
+        if len(draws) >= 2:
+            sd = np.std(np.array(draws), axis=0, ddof=1)
+            err = (float(sd[0]), float(sd[1]))
+    return (ls, lr), err, bins

@@ -1,0 +1,131 @@
+"""Tile statistics of a noise detail: per-tile (mean, noise variance), clipping and texture masks.
+
+A *noise detail* of one packed CFA plane is a triple of aligned (h', w') maps ``(d, m, bad)``: a
+zero-mean residual d whose expected square is the local noise variance (λshot·m + λread for the
+linear model), the local mean m it refers to, and a 0/1 map of samples whose residual is unusable
+(clipped neighbourhood, image border). The default detail is the cross-colour residual of
+:mod:`.cfa_residual`, cropped by ``crop`` packed pixels on every side of the plane.
+
+Units: planes in [0, 1] after black/white level; variances in [0, 1]².
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rawrcl.errors import RawrclError
+
+
+def blocks(a: np.ndarray, b: int) -> np.ndarray:
+    """(H, W) → (nH·nW, b·b) non-overlapping b×b tiles, row-major (edges cropped)."""
+    nh, nw = a.shape[0] // b, a.shape[1] // b
+    a = a[: nh * b, : nw * b]
+    return a.reshape(nh, b, nw, b).transpose(0, 2, 1, 3).reshape(nh * nw, b * b)
+
+
+def tile_reduce(
+    d: np.ndarray, m: np.ndarray, bad: np.ndarray, block: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-tile (mean of m, mean of d², mean of bad) of aligned (h, w) maps; three (n_tiles,) arrays."""
+    return blocks(m, block).mean(axis=1), blocks(d * d, block).mean(axis=1), blocks(bad, block).mean(axis=1)
+
+
+def clipped_mask(plane: np.ndarray, pileup: float = 1e-3) -> np.ndarray:
+    """Samples that are clipped: ≥ 1 (white level), or equal to the plane's minimum / maximum when
+    that value piles up (more than ``pileup`` of the samples — a black clip at 0 from
+    ``read_raw(clip=True)``, or a sensor that clips below its pedestal, or an ADC ceiling)."""
+    p = np.asarray(plane)
+    lo, hi = p.min(), p.max()
+    mask = p >= 1.0
+    if np.mean(p == lo) > pileup:
+        mask |= p <= lo
+    if np.mean(p == hi) > pileup:
+        mask |= p >= hi
+    return mask
+
+
+def coarse_texture(plane: np.ndarray, block: int, crop: int = 2, scale: int = 3) -> np.ndarray:
+    """Per-tile structure energy at a coarser scale, aligned with the tiles of a detail cropped by
+    ``crop`` packed pixels: mean squared ``scale``-pixel differences of the plane low-passed by a
+    Gaussian of σ = scale/2. The low-pass averages the noise down while edges and gradients survive,
+    and its band does not overlap the near-Nyquist band that measures the noise, so selecting on it
+    leaves the noise statistic of the kept tiles (nearly) unbiased. Returns (n_tiles,), [0, 1]²."""
+    from scipy.ndimage import gaussian_filter
+
+    # Gaussian (not box) low-pass: no sidelobes, so no Nyquist noise leaks into t
+    p = gaussian_filter(np.asarray(plane, dtype=np.float64), scale / 2, mode="nearest")
+    g = np.zeros_like(p)
+    g[:-scale] += (p[scale:] - p[:-scale]) ** 2
+    g[:, :-scale] += (p[:, scale:] - p[:, :-scale]) ** 2
+    h, w = plane.shape
+    return blocks(g[crop : h - crop, crop : w - crop], block).mean(axis=1)
+
+
+def texture_filter(mu: np.ndarray, t: np.ndarray, keep: float, nbins: int) -> np.ndarray:
+    """Mask keeping, within each of ``nbins`` equal-count bins of tile mean ``mu``, the ``keep``
+    fraction of tiles with the least coarse-scale structure ``t``."""
+    if keep >= 1 or mu.size == 0:
+        return np.ones(mu.size, dtype=bool)
+    edges = np.quantile(mu, np.linspace(0, 1, nbins + 1))
+    idx = np.clip(np.searchsorted(edges, mu, side="right") - 1, 0, nbins - 1)
+    sel = np.zeros(mu.size, dtype=bool)
+    for k in range(nbins):
+        s = np.nonzero(idx == k)[0]
+        if s.size:
+            sel[s[t[s] <= np.quantile(t[s], keep)]] = True
+    return sel
+
+
+def check_plane_size(shape: tuple[int, ...], block: int, crop: int, name: str) -> None:
+    """Raise :class:`RawrclError` unless a packed plane of ``shape`` holds 2×2 tiles after the crop."""
+    need = 2 * block + 2 * crop
+    if len(shape) != 2 or min(shape) < need:
+        raise RawrclError(
+            f"{name}: plane of shape {tuple(shape)} is too small for a noise estimate "
+            f"(need at least {need}×{need} per CFA plane)"
+        )
+
+
+def usable_tiles(
+    plane: np.ndarray,
+    detail: tuple[np.ndarray, np.ndarray, np.ndarray],
+    *,
+    block: int,
+    crop: int,
+    max_clipped: float,
+    min_count: int,
+    max_bins: int,
+    texture_keep: float,
+    texture_scale: int,
+    texture_min_tiles: int,
+    name: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(tile mean, tile noise statistic) of the usable tiles of one packed plane (h, w).
+
+    ``detail`` = (d, m, bad), each (h − 2·crop, w − 2·crop). Tiles with more than ``max_clipped`` bad
+    samples are dropped; then, on planes with ≥ ``texture_min_tiles`` tiles, the texture filter keeps
+    the ``texture_keep`` fraction with the least coarse structure within bins of tile mean.
+    Raises :class:`RawrclError` when fewer than 2·``min_count`` tiles are usable.
+    """
+    plane = np.asarray(plane, dtype=np.float64)
+    check_plane_size(plane.shape, block, crop, name)
+    mu, v, cl = tile_reduce(*detail, block)
+    keep = (cl <= max_clipped) & np.isfinite(v) & np.isfinite(mu)
+    if keep.sum() < 2 * min_count:
+        frac = float((cl > max_clipped).mean())
+        if frac > 0.5:
+            raise RawrclError(
+                f"{name}: {100 * frac:.0f}% of the image is clipped (saturated or black); "
+                "no usable region for a noise estimate"
+            )
+        raise RawrclError(
+            f"{name}: too few usable regions ({int(keep.sum())} tiles of {block}×{block}) for a noise "
+            "estimate; the image is too small"
+        )
+    mu, v = mu[keep], v[keep]
+    if texture_keep < 1 and mu.size >= texture_min_tiles:
+        t = coarse_texture(plane, block, crop, texture_scale)[keep]
+        nb = int(min(max_bins, max(2, mu.size // (2 * min_count))))
+        sel = texture_filter(mu, t, texture_keep, nb)
+        mu, v = mu[sel], v[sel]
+    return mu, v
