@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from calibration_variants import estimate_variant, tile_statistics
+from calibration_variants import estimate_variant, oracle_estimate
 from rawrcl.calibration import flat_series, noisy_mosaic, photon_transfer
 
 from rawrcl.cfa import mosaic
@@ -83,51 +83,6 @@ def load_photos(folder: str | None, limit: int | None) -> list[tuple[str, np.nda
         sys.exit(f"no such folder: {d}")
     print(f"(no photo folder {d}: using scikit-image's bundled photos)")
     return bundled_photos(limit)
-
-
-def oracle_estimate(
-    noisy: np.ndarray, clean: np.ndarray, frac: float = 0.1, block: int = 8, detail: str = "cfa"
-) -> tuple:
-    """Diagnostic upper bound for any homogeneity-selecting estimator: per signal-level bin, the mean
-    noise statistic of the ``frac`` flattest tiles, flatness judged on the *noise-free* mosaic (which no
-    real estimator sees), then the same NNLS fit. What remains is the photo's own texture/grain in its
-    flattest regions. ``detail`` is the estimator's noise detail: "cfa" (the cross-colour residual,
-    predictors fitted on the noisy mosaic and applied to both) or "plane" (the same-plane high-pass).
-    Returns (λshot, λread) in [0, 1] units."""
-    from rawrcl.calibration.cfa_residual import apply_predictor, cfa_residual
-    from rawrcl.calibration.single_image import CFA_CROP
-    from rawrcl.calibration.tiles import tile_reduce
-
-    from rawrcl.cfa import pack
-
-    if detail == "cfa":
-        dn, m, weights = cfa_residual(noisy)
-        dc, _ = apply_predictor(clean, weights)
-        crop = (slice(None), slice(CFA_CROP, -CFA_CROP), slice(CFA_CROP, -CFA_CROP))
-        pd, pm, pcl = (pack(a, "RGGB")[crop] for a in (dn, m, dc))
-        stats = []
-        for c in range(4):
-            zero = np.zeros_like(pd[c])
-            mu_c, vn_c, _ = tile_reduce(pd[c], pm[c], zero, block)
-            stats.append((mu_c, vn_c, tile_reduce(pcl[c], zero, zero, block)[1]))
-    else:
-        pn, pc = pack(noisy, "RGGB"), pack(clean, "RGGB")
-        stats = [(*tile_statistics(pn[c], block)[:2], tile_statistics(pc[c], block)[1]) for c in range(4)]
-    mu, vn, vc = (np.concatenate(v) for v in zip(*stats, strict=True))
-    edges = np.quantile(mu, np.linspace(0, 1, 13))
-    idx = np.clip(np.searchsorted(edges, mu) - 1, 0, 11)
-    m, v, n = [], [], []
-    for k in range(12):
-        s = np.nonzero(idx == k)[0]
-        if s.size >= 8:
-            sel = s[np.argsort(vc[s])[: max(4, int(frac * s.size))]]
-            m.append(mu[sel].mean())
-            v.append(vn[sel].mean())
-            n.append(sel.size)
-    from rawrcl.calibration import fit_nlf
-
-    ls, lr, _ = fit_nlf(np.array(m), np.array(v), np.array(n))
-    return ls, lr
 
 
 def single_image_table(

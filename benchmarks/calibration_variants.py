@@ -33,7 +33,7 @@ from rawrcl.calibration.single_image import (
     fit_details,
     settings_from,
 )
-from rawrcl.calibration.tiles import check_plane_size, clipped_mask, tile_reduce
+from rawrcl.calibration.tiles import check_plane_size, clipped_mask, coarse_structure, tile_reduce, tile_stats
 
 from rawrcl.cfa import CHANNELS, check_pattern, pack
 from rawrcl.errors import RawrclError
@@ -90,8 +90,10 @@ def estimate_plane_detail(packed: np.ndarray, order: int = 4, name: str = "image
     details = []
     for p in packed:
         d, m = plane_detail(p, order)
-        details.append((d, m, clipped_mask(p)[a : a + d.shape[0], a : a + d.shape[1]].astype(np.float64)))
-    res = fit_details(packed, details, [pure_noise_tiles(st.block, order)] * 4, st, crop=a, name=name)
+        crop = (slice(a, a + d.shape[0]), slice(a, a + d.shape[1]))
+        bad = clipped_mask(p)[crop].astype(np.float64)
+        details.append(tile_stats(d, m, bad, coarse_structure(p, st.texture_scale)[crop], st.block))
+    res = fit_details(details, [pure_noise_tiles(st.block, order)] * 4, st, name=name)
     res.extra["settings"].update(detail="plane", order=order)
     return res
 
@@ -169,6 +171,49 @@ def estimate_variant(
     if detail != "cfa":
         raise RawrclError(f"detail must be 'cfa' or 'plane', got {detail!r}")
     return estimate_packed(packed, **settings)
+
+
+def oracle_estimate(
+    noisy: np.ndarray, clean: np.ndarray, frac: float = 0.1, block: int = 8, detail: str = "cfa"
+) -> tuple:
+    """Diagnostic upper bound for any homogeneity-selecting estimator: per signal-level bin, the mean
+    noise statistic of the ``frac`` flattest tiles, flatness judged on the *noise-free* mosaic (which no
+    real estimator sees), then the same NNLS fit. What remains is the photo's own texture/grain in its
+    flattest regions. ``detail`` is the estimator's noise detail: "cfa" (the cross-colour residual,
+    predictors fitted on the noisy mosaic and applied to both) or "plane" (the same-plane high-pass).
+    Returns (λshot, λread) in [0, 1] units."""
+    from rawrcl.calibration.cfa_residual import apply_predictor, cfa_residual
+    from rawrcl.calibration.single_image import CFA_CROP
+    from rawrcl.calibration.tiles import tile_reduce
+
+    from rawrcl.cfa import pack
+
+    if detail == "cfa":
+        dn, m, weights = cfa_residual(noisy)
+        dc, _ = apply_predictor(clean, weights)
+        crop = (slice(None), slice(CFA_CROP, -CFA_CROP), slice(CFA_CROP, -CFA_CROP))
+        pd, pm, pcl = (pack(a, "RGGB")[crop] for a in (dn, m, dc))
+        stats = []
+        for c in range(4):
+            zero = np.zeros_like(pd[c])
+            mu_c, vn_c, _ = tile_reduce(pd[c], pm[c], zero, block)
+            stats.append((mu_c, vn_c, tile_reduce(pcl[c], zero, zero, block)[1]))
+    else:
+        pn, pc = pack(noisy, "RGGB"), pack(clean, "RGGB")
+        stats = [(*tile_statistics(pn[c], block)[:2], tile_statistics(pc[c], block)[1]) for c in range(4)]
+    mu, vn, vc = (np.concatenate(v) for v in zip(*stats, strict=True))
+    edges = np.quantile(mu, np.linspace(0, 1, 13))
+    idx = np.clip(np.searchsorted(edges, mu) - 1, 0, 11)
+    m, v, n = [], [], []
+    for k in range(12):
+        s = np.nonzero(idx == k)[0]
+        if s.size >= 8:
+            sel = s[np.argsort(vc[s])[: max(4, int(frac * s.size))]]
+            m.append(mu[sel].mean())
+            v.append(vn[sel].mean())
+            n.append(sel.size)
+    ls, lr, _ = fit_nlf(np.array(m), np.array(v), np.array(n))
+    return ls, lr
 
 
 VARIANTS = {"cfa (default)": {}, "plane": {"detail": "plane"}, "pca": {"estimator": "pca"}}

@@ -30,13 +30,30 @@ import numpy as np
 from rawrcl.cfa import CHANNELS, check_pattern, pack, unpack
 from rawrcl.errors import RawrclError
 
-from .cfa_residual import cfa_residual, pure_noise_residuals, window_touches
+from .cfa_residual import (
+    SITES,
+    apply_predictor,
+    fit_predictor,
+    pure_noise_residuals,
+    tile_means,
+    window_touches,
+)
 from .nlf_fit import fit_with_bootstrap
 from .result import CalibrationResult
-from .tiles import check_plane_size, clipped_mask, tile_reduce, usable_tiles
+from .tiles import (
+    blocks,
+    check_plane_size,
+    clipped_mask,
+    coarse_structure,
+    tile_bands,
+    tile_reduce,
+    usable_tiles,
+)
 
 #: Packed pixels the cross-colour residual planes are cropped by on every side (allows radius ≤ 4).
 CFA_CROP = 2
+#: Packed rows of context around each band of a tile subsample (predictor window and texture filter).
+_MARGIN = 10
 
 #: Settings of the experiment-only alternatives, which live in ``benchmarks/calibration_variants.py``.
 _MOVED = ("estimator", "detail", "order", "tile_stat", "patch", "max_patches", "min_patches")
@@ -57,6 +74,9 @@ class EstimatorSettings:
         the coarse structure in packed pixels, minimum usable tiles of a plane for it to act).
     radius : half-size of the cross-colour predictor window in mosaic pixels (1–4).
     fit_samples : at most this many centres per CFA site enter the predictor fit.
+    max_tiles : on larger mosaics only about this many tiles per plane, in evenly spaced bands of tile
+        rows, are computed and fitted (speed: the estimate's cost stops growing with the image);
+        0 = all tiles.
     """
 
     block: int = 8
@@ -70,7 +90,8 @@ class EstimatorSettings:
     texture_scale: int = 3
     texture_min_tiles: int = 300
     radius: int = 3
-    fit_samples: int = 200_000
+    fit_samples: int = 100_000
+    max_tiles: int = 8192
 
     def __post_init__(self) -> None:
         if not 1 <= int(self.radius) <= 2 * CFA_CROP:
@@ -103,53 +124,73 @@ def settings_from(settings: EstimatorSettings | None = None, **overrides) -> Est
 
 def cfa_details(
     packed: np.ndarray, st: EstimatorSettings, name: str = "image"
-) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray]], list[np.ndarray]]:
-    """Cross-colour residual of a packed mosaic (4, h, w) [R, G1, G2, B] in [0, 1].
+) -> tuple[list[tuple[np.ndarray, ...]], list[np.ndarray]]:
+    """Tile statistics of the cross-colour residual of a packed mosaic (4, h, w) [R, G1, G2, B] in [0, 1].
 
-    Returns per plane the detail (d, m, bad), each (h − 2·CFA_CROP, w − 2·CFA_CROP) (the layout of
-    :func:`rawrcl.calibration.tiles.usable_tiles`), and per plane the sorted statistic of pure-noise
+    The predictors are fitted on the whole mosaic (a regular sub-grid of at most ``fit_samples``
+    centres per site) and applied to the tiles that enter the estimate: all of them, or on mosaics with
+    more than ``max_tiles`` tiles per plane, evenly spaced bands of tile rows
+    (:func:`rawrcl.calibration.tiles.tile_bands`), each plane cropped by ``CFA_CROP``. Returns per plane
+    the tile statistics (mean m, mean d², bad fraction, coarse structure), four (n_tiles,) arrays
+    (:func:`rawrcl.calibration.tiles.usable_tiles`), and per plane the sorted statistic of pure-noise
     tiles through the same predictors (Monte Carlo, fixed seed)."""
     radius, block, c = int(st.radius), st.block, CFA_CROP
     h, w = packed.shape[1:]
     check_plane_size((h, w), block, c, name)
     mosaic = unpack(packed.astype(np.float64), "RGGB")
-    touched = window_touches(unpack(np.stack([clipped_mask(p) for p in packed]), "RGGB"), radius)
-    d, m, weights = cfa_residual(mosaic, radius, st.fit_samples, touched)
-    bad = touched | ~np.isfinite(d)
-    crop = (slice(None), slice(c, h - c), slice(c, w - c))
-    dp, mp, bp = (pack(a, "RGGB")[crop] for a in (d, m, bad.astype(np.float64)))
-    details = [(np.nan_to_num(dp[i]), np.nan_to_num(mp[i]), bp[i]) for i in range(4)]
+    clipped = unpack(np.stack([clipped_mask(p) for p in packed]), "RGGB")
+    weights = [fit_predictor(mosaic, s, radius, st.fit_samples, clipped) for s in SITES]
+    bands = tile_bands(h, w, block, c, st.max_tiles, margin=_MARGIN)
+    if bands is None:
+        interiors = [(c, h - c)]
+    else:  # a collage of the bands with their margins (even mosaic rows: the Bayer phase is kept)
+        rows = [slice(2 * (r0 - _MARGIN), 2 * (r1 + _MARGIN)) for r0, r1 in bands]
+        mosaic, clipped = (np.concatenate([a[r] for r in rows]) for a in (mosaic, clipped))
+        starts = np.cumsum([0] + [r1 - r0 + 2 * _MARGIN for r0, r1 in bands])[:-1]
+        interiors = [(s + _MARGIN, s + _MARGIN + r1 - r0) for s, (r0, r1) in zip(starts, bands, strict=True)]
+    d, _ = apply_predictor(mosaic, weights, radius, mean=False)
+    bad = window_touches(clipped, radius) | ~np.isfinite(d)
+    planes, dp, bp = (pack(a, "RGGB") for a in (mosaic, np.nan_to_num(d), bad.astype(np.float64)))
+    tile_rows = np.concatenate([np.arange(r0, r1 - block + 1, block) for r0, r1 in interiors])
+    tile_cols = np.arange(c, w - c - block + 1, block)
+    mu = tile_means(planes, weights, tile_rows, tile_cols, block, radius).reshape(4, -1)
+    stats = []
+    for i in range(4):
+        maps = (dp[i] ** 2, bp[i], coarse_structure(planes[i], st.texture_scale))
+        v, cl, t = (
+            blocks(np.concatenate([a[r0:r1, c : w - c] for r0, r1 in interiors]), block).mean(axis=1)
+            for a in maps
+        )
+        stats.append((mu[i], v, cl, t))
     refs = [[] for _ in range(4)]
     for f in pure_noise_residuals(weights, radius):
-        fp = pack(f, "RGGB")[crop]
+        fp = pack(f, "RGGB")[:, c : h - c, c : w - c]
         for i in range(4):
             nan = np.isnan(fp[i]).astype(np.float64)
             _, v, cl = tile_reduce(fp[i], nan, nan, block)
             refs[i].append(v[cl == 0])
-    return details, [np.sort(np.concatenate(r)) for r in refs]
+    return stats, [np.sort(np.concatenate(r)) for r in refs]
 
 
 def fit_details(
-    packed: np.ndarray,
-    details: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    details: list[tuple[np.ndarray, ...]],
     refs: list[np.ndarray],
     st: EstimatorSettings,
     *,
-    crop: int = CFA_CROP,
     name: str = "image",
 ) -> CalibrationResult:
-    """Steps 2–4 of the estimator on given per-plane noise details (d, m, bad) cropped by ``crop`` and
-    their pure-noise tile tables ``refs``: per-plane fits, the joint all-plane fit (``pooled``), the
-    signal range, the bootstrap uncertainty and the status."""
+    """Steps 2–4 of the estimator on given per-plane tile statistics (mean, mean d², bad fraction,
+    coarse structure; :func:`rawrcl.calibration.tiles.usable_tiles`) and their pure-noise tile tables
+    ``refs``: per-plane fits, the joint all-plane fit (``pooled``), the signal
+    range, the bootstrap uncertainty and the status."""
     res = CalibrationResult(path=None, method="image")
     fit_args = {"quantile": st.quantile, "min_count": st.min_count, "max_bins": st.max_bins}
     fit_args.update(mixture=st.mixture, bootstrap=st.bootstrap)
     tile_args = {k: getattr(st, k) for k in ("block", "max_clipped", "min_count", "max_bins")}
-    tile_args.update(texture_keep=st.texture_keep, texture_scale=st.texture_scale)
-    tile_args.update(texture_min_tiles=st.texture_min_tiles, crop=crop, name=name)
+    tile_args.update(texture_keep=st.texture_keep, texture_min_tiles=st.texture_min_tiles, name=name)
     all_mu, all_v = [], []
     for i, c in enumerate(CHANNELS):
-        mu, v = usable_tiles(packed[i], details[i], **tile_args)
+        mu, v = usable_tiles(details[i], **tile_args)
         lam, err, bins = fit_with_bootstrap(mu, v, refs[i], seed=i, **fit_args)
         res.per_plane[c], res.per_plane_err[c], res.bins[c] = lam, err, bins
         all_mu.append(mu)
@@ -195,7 +236,7 @@ def estimate_packed(
     if packed.ndim != 3 or packed.shape[0] != 4:
         raise RawrclError(f"{name}: expected a packed mosaic (4, h, w), got shape {packed.shape}")
     details, refs = cfa_details(packed, st, name)
-    return fit_details(packed, details, refs, st, name=name)
+    return fit_details(details, refs, st, name=name)
 
 
 def estimate_mosaic(

@@ -1,10 +1,10 @@
 """Tile statistics of a noise detail: per-tile (mean, noise variance), clipping and texture masks.
 
-A *noise detail* of one packed CFA plane is a triple of aligned (h', w') maps ``(d, m, bad)``: a
-zero-mean residual d whose expected square is the local noise variance (λshot·m + λread for the
-linear model), the local mean m it refers to, and a 0/1 map of samples whose residual is unusable
-(clipped neighbourhood, image border). The default detail is the cross-colour residual of
-:mod:`.cfa_residual`, cropped by ``crop`` packed pixels on every side of the plane.
+A *noise detail* of one packed CFA plane is a tuple of aligned (h', w') maps ``(d, m, bad, structure)``:
+a zero-mean residual d whose expected square is the local noise variance (λshot·m + λread for the
+linear model), the local mean m it refers to, a 0/1 map of samples whose residual is unusable
+(clipped neighbourhood, image border), and the coarse-scale structure (:func:`coarse_structure`) used
+by the texture filter. The default detail is the cross-colour residual of :mod:`.cfa_residual`.
 
 Units: planes in [0, 1] after black/white level; variances in [0, 1]².
 """
@@ -44,21 +44,27 @@ def clipped_mask(plane: np.ndarray, pileup: float = 1e-3) -> np.ndarray:
     return mask
 
 
-def coarse_texture(plane: np.ndarray, block: int, crop: int = 2, scale: int = 3) -> np.ndarray:
-    """Per-tile structure energy at a coarser scale, aligned with the tiles of a detail cropped by
-    ``crop`` packed pixels: mean squared ``scale``-pixel differences of the plane low-passed by a
-    Gaussian of σ = scale/2. The low-pass averages the noise down while edges and gradients survive,
-    and its band does not overlap the near-Nyquist band that measures the noise, so selecting on it
-    leaves the noise statistic of the kept tiles (nearly) unbiased. Returns (n_tiles,), [0, 1]²."""
+def coarse_structure(plane: np.ndarray, scale: int = 3) -> np.ndarray:
+    """Per-sample structure energy at a coarser scale of a (h, w) plane: squared ``scale``-pixel
+    differences (down + right) of the plane low-passed by a Gaussian of σ = scale/2. The low-pass
+    averages the noise down while edges and gradients survive, and its band does not overlap the
+    near-Nyquist band that measures the noise, so selecting tiles on it leaves their noise statistic
+    (nearly) unbiased. Returns (h, w) float64, [0, 1]² units."""
     from scipy.ndimage import gaussian_filter
 
-    # Gaussian (not box) low-pass: no sidelobes, so no Nyquist noise leaks into t
+    # Gaussian (not box) low-pass: no sidelobes, so no Nyquist noise leaks into the measure
     p = gaussian_filter(np.asarray(plane, dtype=np.float64), scale / 2, mode="nearest")
     g = np.zeros_like(p)
     g[:-scale] += (p[scale:] - p[:-scale]) ** 2
     g[:, :-scale] += (p[:, scale:] - p[:, :-scale]) ** 2
+    return g
+
+
+def coarse_texture(plane: np.ndarray, block: int, crop: int = 2, scale: int = 3) -> np.ndarray:
+    """Per-tile mean of :func:`coarse_structure`, aligned with the tiles of a detail cropped by ``crop``
+    packed pixels on every side; (n_tiles,)."""
     h, w = plane.shape
-    return blocks(g[crop : h - crop, crop : w - crop], block).mean(axis=1)
+    return blocks(coarse_structure(plane, scale)[crop : h - crop, crop : w - crop], block).mean(axis=1)
 
 
 def texture_filter(mu: np.ndarray, t: np.ndarray, keep: float, nbins: int) -> np.ndarray:
@@ -76,6 +82,26 @@ def texture_filter(mu: np.ndarray, t: np.ndarray, keep: float, nbins: int) -> np
     return sel
 
 
+def tile_bands(
+    h: int, w: int, block: int, crop: int, max_tiles: int, *, margin: int = 10, max_bands: int = 12
+) -> list[tuple[int, int]] | None:
+    """Spatial subsample of the tiles of a packed (h, w) plane: packed-row ranges [r0, r1) of up to
+    ``max_bands`` evenly spaced horizontal bands of whole tile rows (≥ 4 each; about ``max_tiles``
+    tiles in all of a plane cropped by ``crop`` columns), each with ≥ ``margin`` rows of image above
+    and below for the filters' context. None — use the whole plane — when it holds ≤ ``max_tiles``
+    tiles, when ``max_tiles`` ≤ 0, or when the bands and their margins would cover 80 % of it."""
+    per_row, rows = (w - 2 * crop) // block, (h - 2 * crop) // block
+    if max_tiles <= 0 or per_row * rows <= max_tiles:
+        return None
+    need = -(-max_tiles // per_row)  # tile rows
+    n = min(max_bands, max(1, need // 4))
+    height = -(-need // n) * block
+    if n * (height + 2 * margin) > 0.8 * h:
+        return None
+    starts = margin + np.round(np.linspace(0, h - 2 * margin - height, n) / block).astype(int) * block
+    return [(int(s), int(s) + height) for s in starts]
+
+
 def check_plane_size(shape: tuple[int, ...], block: int, crop: int, name: str) -> None:
     """Raise :class:`RawrclError` unless a packed plane of ``shape`` holds 2×2 tiles after the crop."""
     need = 2 * block + 2 * crop
@@ -86,30 +112,34 @@ def check_plane_size(shape: tuple[int, ...], block: int, crop: int, name: str) -
         )
 
 
+def tile_stats(
+    d: np.ndarray, m: np.ndarray, bad: np.ndarray, structure: np.ndarray, block: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Tile statistics of aligned (h, w) detail maps — residual d, local mean m, bad-sample 0/1 map and
+    :func:`coarse_structure` — for :func:`usable_tiles`: per tile (mean m, mean d², bad fraction, mean
+    structure), four (n_tiles,) arrays."""
+    return (*tile_reduce(d, m, bad, block), blocks(structure, block).mean(axis=1))
+
+
 def usable_tiles(
-    plane: np.ndarray,
-    detail: tuple[np.ndarray, np.ndarray, np.ndarray],
+    stats: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     *,
     block: int,
-    crop: int,
     max_clipped: float,
     min_count: int,
     max_bins: int,
     texture_keep: float,
-    texture_scale: int,
     texture_min_tiles: int,
     name: str,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(tile mean, tile noise statistic) of the usable tiles of one packed plane (h, w).
+    """(tile mean, tile noise statistic) of the usable tiles of one packed plane.
 
-    ``detail`` = (d, m, bad), each (h − 2·crop, w − 2·crop). Tiles with more than ``max_clipped`` bad
-    samples are dropped; then, on planes with ≥ ``texture_min_tiles`` tiles, the texture filter keeps
-    the ``texture_keep`` fraction with the least coarse structure within bins of tile mean.
-    Raises :class:`RawrclError` when fewer than 2·``min_count`` tiles are usable.
+    ``stats`` = (mean m, mean d², bad fraction, coarse structure) per tile (:func:`tile_stats`). Tiles
+    with more than ``max_clipped`` bad samples are dropped; then, with ≥ ``texture_min_tiles`` tiles
+    left, the texture filter keeps the ``texture_keep`` fraction with the least coarse structure within
+    bins of tile mean. Raises :class:`RawrclError` when fewer than 2·``min_count`` are usable.
     """
-    plane = np.asarray(plane, dtype=np.float64)
-    check_plane_size(plane.shape, block, crop, name)
-    mu, v, cl = tile_reduce(*detail, block)
+    mu, v, cl, t = stats
     keep = (cl <= max_clipped) & np.isfinite(v) & np.isfinite(mu)
     if keep.sum() < 2 * min_count:
         frac = float((cl > max_clipped).mean())
@@ -124,7 +154,7 @@ def usable_tiles(
         )
     mu, v = mu[keep], v[keep]
     if texture_keep < 1 and mu.size >= texture_min_tiles:
-        t = coarse_texture(plane, block, crop, texture_scale)[keep]
+        t = t[keep]
         nb = int(min(max_bins, max(2, mu.size // (2 * min_count))))
         sel = texture_filter(mu, t, texture_keep, nb)
         mu, v = mu[sel], v[sel]

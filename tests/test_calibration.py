@@ -193,6 +193,52 @@ def test_single_image_settings_are_checked():
     assert a.pooled == b.pooled and a.extra["settings"]["texture_keep"] == 1.0
 
 
+def test_tile_means_and_quantiles_match_the_direct_computation():
+    """The fast paths give what they replace: tile means of the weighted local mean m from summed-area
+    tables = block means of apply_predictor's m; per-bin quantiles = np.quantile per bin."""
+    from rawrcl.calibration.cfa_residual import apply_predictor, cfa_residual, tile_means
+    from rawrcl.calibration.nlf_fit import binned_quantiles
+    from rawrcl.calibration.tiles import blocks
+
+    from rawrcl.cfa import pack
+
+    mosaic = _noisy(_grey_texture_mosaic(size=192), 1e-3, 1e-5, 0).astype(np.float64)
+    _, m, weights = cfa_residual(mosaic)
+    rows, cols = np.arange(2, 90, 8), np.arange(2, 90, 8)
+    fast = tile_means(pack(mosaic, "RGGB"), weights, rows, cols, 8)
+    for i in range(4):
+        direct = blocks(pack(m, "RGGB")[i][2:90, 2:90], 8).mean(axis=1)
+        np.testing.assert_allclose(fast[i].ravel(), direct, rtol=1e-12)
+    d_only, no_mean = apply_predictor(mosaic, weights, mean=False)
+    assert no_mean is None and np.array_equal(d_only, apply_predictor(mosaic, weights)[0], equal_nan=True)
+    rng = np.random.default_rng(1)
+    mu, v = rng.random(500), rng.random(500)
+    edges = np.array([-np.inf, 0.2, 0.21, 0.5, np.inf])  # a bin with < 4 tiles is skipped
+    means, var, cnt = binned_quantiles(mu, v, edges, 0.1, 2.0, None)
+    idx = np.searchsorted(edges, mu, side="right") - 1
+    expect = [np.quantile(v[idx == k], 0.1) / 2.0 for k in range(4) if (idx == k).sum() >= 4]
+    assert var.tolist() == expect and cnt.sum() <= 500 and np.all(cnt >= 4)
+
+
+def test_large_mosaics_use_a_band_subsample_of_tiles():
+    """Above max_tiles tiles per plane only evenly spaced bands of tile rows are computed: the estimate
+    stays within 2 % of the all-tiles one, and the bootstrap spread is still reported."""
+    from rawrcl.calibration.tiles import tile_bands
+
+    assert tile_bands(200, 300, 8, 2, 8192) is None  # small: all tiles
+    bands = tile_bands(1500, 2000, 8, 2, 8192)
+    assert len(bands) >= 8 and all((b - a) % 8 == 0 and a >= 10 and b <= 1490 for a, b in bands)
+    assert 8192 <= sum(b - a for a, b in bands) // 8 * 249 < 1.3 * 8192
+    assert all(bands[k][1] <= bands[k + 1][0] for k in range(len(bands) - 1))
+    noisy = _noisy(_smooth_scene(1024, 1024), 1e-3, 1e-5, 3)
+    full = estimate_mosaic(noisy, "RGGB", bootstrap=0, max_tiles=0)
+    sub = estimate_mosaic(noisy, "RGGB", bootstrap=8, max_tiles=1024)
+    for x in (0.1, 0.5):
+        assert sub.std_at(x) == pytest.approx(full.std_at(x), rel=0.02)
+        assert sub.std_at(x) == pytest.approx(_std(1e-3, 1e-5, x), rel=0.04)
+    assert sub.pooled_err[0] > 0 and sub.extra["settings"]["max_tiles"] == 1024
+
+
 def test_texture_filter_keeps_the_flat_tiles():
     """The coarse-scale structure measure tells edges from noise: on a plane whose lower half is
     covered with steps (random 6-px blocks), the kept tiles come from the flat half."""
