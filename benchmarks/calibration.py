@@ -274,6 +274,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--skip-flats", action="store_true")
     ap.add_argument(
+        "--dark",
+        action="store_true",
+        help="add the dark, black-clipped capture table (phone-like low light, black level subtracted)",
+    )
+    ap.add_argument("--dark-only", action="store_true", help="only the dark table")
+    ap.add_argument(
         "--csv",
         metavar="PATH",
         help="also write every single-image sample (setting, photo, λ, true/estimated std, clean floor, "
@@ -285,6 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     photos = load_photos(args.photos, args.limit)
     print(f"{len(photos)} photos × {args.draws} noise draws")
+    if args.dark or args.dark_only:
+        from calibration_dark import dark_table, print_dark
+
+        print_dark([("dark, clipped at 0, 12-bit", dark_table(photos, args.draws, args.seed + 2))])
+        if args.dark_only:
+            return 0
     pfs = [float(v) for v in args.prefilter.split(",") if v.strip()]
     rows = []
     variant = {}

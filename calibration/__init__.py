@@ -21,7 +21,7 @@ from .profiles import (
 )
 from .result import UNITS, CalibrationResult, PlaneBins
 from .single_image import EstimatorSettings, estimate_mosaic, estimate_packed
-from .synthetic import flat_series, noisy_mosaic, readout, write_series_dngs
+from .synthetic import dark_mosaic, flat_series, noisy_mosaic, readout, write_series_dngs
 
 __all__ = [
     "METHODS",
@@ -34,6 +34,7 @@ __all__ = [
     "calibrate_metadata",
     "camera_key",
     "convert_noise_profile",
+    "dark_mosaic",
     "estimate_mosaic",
     "estimate_packed",
     "fit_nlf",

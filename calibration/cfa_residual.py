@@ -212,6 +212,41 @@ def _noise_fields(side: int, count: int) -> tuple[np.ndarray, ...]:
     return tuple(rng.standard_normal((side, side)) for _ in range(count))
 
 
+def site_weights(weights: list[np.ndarray], radius: int = 3) -> np.ndarray:
+    """(4, 4) W[s, q]: the share of site q's samples in the noise of the residual of site s (centre 1
+    and the squared weights on q's samples, over 1 + Σw²; rows sum to 1): for independent noise whose
+    variance differs by site, E[d²] = Σ_q W[s, q]·var_q."""
+    out = np.zeros((4, 4))
+    for k, ((py, px), w) in enumerate(zip(SITES, weights, strict=True)):
+        out[k, k] = 1.0
+        for wj, (dy, dx) in zip(w, offsets(radius), strict=True):
+            out[k, 2 * ((py + dy) % 2) + (px + dx) % 2] += wj * wj
+        out[k] /= 1.0 + float(np.sum(w**2))
+    return out
+
+
+def kurtosis_weight(weights: list[np.ndarray], block: int, radius: int = 3) -> float:
+    """β of :class:`rawrcl.calibration.censored.TileShape`: with S_k the total squared (unit-gain)
+    coefficient with which mosaic sample k enters the residuals of one block×block tile of a site's
+    centres, the 4th cumulant of the samples adds β·κ/n to the relative variance of the tile mean of d²
+    (n = block², κ the samples' excess kurtosis), β = Σ S_k²/n (< 1: a sample's weight is spread over
+    several residuals). The mean over the four sites."""
+    offs = offsets(radius)
+    side = 2 * block + 2 * radius
+    out = []
+    for (py, px), w in zip(SITES, weights, strict=True):
+        canvas = np.zeros((side + 2, side + 2))
+        g = 1.0 + float(np.sum(w**2))
+        for dy, dx, c2 in [
+            (0, 0, 1.0),
+            *((dy, dx, float(wj * wj)) for wj, (dy, dx) in zip(w, offs, strict=True)),
+        ]:
+            y0, x0 = radius + py + dy, radius + px + dx
+            canvas[y0 : y0 + 2 * block : 2, x0 : x0 + 2 * block : 2] += c2 / g
+        out.append(float(np.sum(canvas**2)) / block**2)
+    return float(np.mean(out))
+
+
 def pure_noise_residuals(weights: list[np.ndarray], radius: int = 3, side: int = 520, count: int = 4):
     """The residual ``d`` (H, W) of unit-variance white noise through the given predictors, for the
     Monte Carlo quantile tables of the tile statistic (fixed seed; ``count`` fields of ``side``²: with

@@ -157,6 +157,9 @@ def fit_tiles(
     min_count: int,
     max_bins: int,
     mixture: bool,
+    clipping=None,
+    aux: np.ndarray | None = None,
+    start: tuple[float, float] | None = None,
 ) -> tuple[float, float, PlaneBins]:
     """Binned lower-quantile fit of tile statistics ``v`` against tile means ``mu`` (both (n,)).
 
@@ -164,8 +167,26 @@ def fit_tiles(
     :class:`PureNoiseTable`), which makes the quantile unbiased for Gaussian noise. Equal-count bins (at
     most ``max_bins``, about ``min_count`` tiles each or more). First pass: per-bin quantiles and
     :func:`fit_nlf`; second pass: tiles normalised by the first fit and, with ``mixture``, the quantile
-    corrected for the fraction of homogeneous tiles. Returns (λshot, λread, bins).
+    corrected for the fraction of homogeneous tiles. With ``clipping`` (a mosaic clipped at black,
+    :class:`rawrcl.calibration.censored.Clipping`; ``aux`` its per-tile site levels and weights) the
+    censored fit of :func:`rawrcl.calibration.censored.fit_tiles_clipped` is used instead.
+    Returns (λshot, λread, bins).
     """
+    if clipping is not None:
+        from .censored import fit_tiles_clipped  # (censored builds on this module)
+
+        return fit_tiles_clipped(
+            mu,
+            v,
+            aux,
+            ref,
+            quantile=quantile,
+            min_count=min_count,
+            max_bins=max_bins,
+            mixture=mixture,
+            clipping=clipping,
+            start=start,
+        )
     table = ref if isinstance(ref, PureNoiseTable) else PureNoiseTable(ref)
     n = mu.size
     nb = int(min(max_bins, max(2, n // min_count)))
@@ -191,23 +212,37 @@ BOOTSTRAP_TILES = 4096
 
 
 def fit_with_bootstrap(
-    mu: np.ndarray, v: np.ndarray, ref: np.ndarray, *, bootstrap: int, seed: int, **fit_args
+    mu: np.ndarray,
+    v: np.ndarray,
+    ref: np.ndarray,
+    *,
+    bootstrap: int,
+    seed: int,
+    aux: np.ndarray | None = None,
+    **fit_args,
 ) -> tuple[tuple[float, float], tuple[float, float], PlaneBins]:
-    """:func:`fit_tiles` (``fit_args``: quantile, min_count, max_bins, mixture) plus the standard
-    deviation of (λshot, λread) over ``bootstrap`` resamples of the tiles (zeros when 0): resamples of
-    n tiles with replacement, or of m = :data:`BOOTSTRAP_TILES` < n tiles with the spread scaled by
-    √(m/n). Returns ((λshot, λread), (σλshot, σλread), bins)."""
+    """:func:`fit_tiles` (``fit_args``: quantile, min_count, max_bins, mixture, clipping; ``aux`` per-tile
+    rows resampled with the tiles) plus the standard deviation of (λshot, λread) over ``bootstrap``
+    resamples of the tiles (zeros when 0): resamples of n tiles with replacement, or of m =
+    :data:`BOOTSTRAP_TILES` < n tiles with the spread scaled by √(m/n).
+    Returns ((λshot, λread), (σλshot, σλread), bins)."""
     table = PureNoiseTable(ref)
-    ls, lr, bins = fit_tiles(mu, v, table, **fit_args)
+    ls, lr, bins = fit_tiles(mu, v, table, aux=aux, **fit_args)
     err = (0.0, 0.0)
     if bootstrap > 0:
         rng = np.random.default_rng(seed)
         size = min(mu.size, BOOTSTRAP_TILES)
+        boot_args = fit_args
+        if fit_args.get("clipping") is not None:  # iterative: resamples start from the full fit
+            from .censored import tile_model
+
+            boot_args = {**fit_args, "start": (ls, lr)}
+            aux = np.hstack([aux, tile_model(aux, fit_args["clipping"], (ls, lr))])
         draws = []
         for _ in range(bootstrap):
             i = rng.integers(0, mu.size, size)
             try:
-                s, r, _ = fit_tiles(mu[i], v[i], table, **fit_args)
+                s, r, _ = fit_tiles(mu[i], v[i], table, aux=None if aux is None else aux[i], **boot_args)
             except RawrclError:
                 continue
             draws.append((s, r))

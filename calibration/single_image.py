@@ -30,18 +30,23 @@ import numpy as np
 from rawrcl.cfa import CHANNELS, check_pattern, pack, unpack
 from rawrcl.errors import RawrclError
 
+from .censored import Clipping, TileShape
 from .cfa_residual import (
     SITES,
     apply_predictor,
     fit_predictor,
+    kurtosis_weight,
     pure_noise_residuals,
+    site_weights,
     tile_means,
     window_touches,
 )
 from .nlf_fit import fit_with_bootstrap
 from .result import CalibrationResult
 from .tiles import (
+    black_floor,
     blocks,
+    box_means,
     check_plane_size,
     clipped_mask,
     coarse_structure,
@@ -124,7 +129,7 @@ def settings_from(settings: EstimatorSettings | None = None, **overrides) -> Est
 
 def cfa_details(
     packed: np.ndarray, st: EstimatorSettings, name: str = "image"
-) -> tuple[list[tuple[np.ndarray, ...]], list[np.ndarray]]:
+) -> tuple[list[tuple[np.ndarray, ...]], list[np.ndarray], Clipping | None]:
     """Tile statistics of the cross-colour residual of a packed mosaic (4, h, w) [R, G1, G2, B] in [0, 1].
 
     The predictors are fitted on the whole mosaic (a regular sub-grid of at most ``fit_samples``
@@ -132,14 +137,24 @@ def cfa_details(
     more than ``max_tiles`` tiles per plane, evenly spaced bands of tile rows
     (:func:`rawrcl.calibration.tiles.tile_bands`), each plane cropped by ``CFA_CROP``. Returns per plane
     the tile statistics (mean m, mean d², bad fraction, coarse structure), four (n_tiles,) arrays
-    (:func:`rawrcl.calibration.tiles.usable_tiles`), and per plane the sorted statistic of pure-noise
-    tiles through the same predictors (Monte Carlo, fixed seed)."""
+    (:func:`rawrcl.calibration.tiles.usable_tiles`), per plane the sorted statistic of pure-noise
+    tiles through the same predictors (Monte Carlo, fixed seed), and for a mosaic clipped at black
+    (:func:`rawrcl.calibration.tiles.black_floor`) its :class:`Clipping` (floor and the shape table of
+    clipped pure-noise tiles), else None."""
     radius, block, c = int(st.radius), st.block, CFA_CROP
     h, w = packed.shape[1:]
     check_plane_size((h, w), block, c, name)
     mosaic = unpack(packed.astype(np.float64), "RGGB")
-    clipped = unpack(np.stack([clipped_mask(p) for p in packed]), "RGGB")
-    weights = [fit_predictor(mosaic, s, radius, st.fit_samples, clipped) for s in SITES]
+    # white clipping (and a pile-up that is no black clip) excludes tiles; samples at a black floor stay
+    # in the tiles as censored data and keep out of the predictor fit only
+    excluded = np.stack([clipped_mask(p) for p in packed])
+    floor = black_floor(packed)
+    black = packed <= floor if floor is not None else np.zeros(packed.shape, dtype=bool)
+    excluded &= ~black
+    weights = [
+        fit_predictor(mosaic, s, radius, st.fit_samples, unpack(excluded | black, "RGGB")) for s in SITES
+    ]
+    clipped = unpack(excluded, "RGGB")
     bands = tile_bands(h, w, block, c, st.max_tiles, margin=_MARGIN)
     if bands is None:
         interiors = [(c, h - c)]
@@ -154,6 +169,7 @@ def cfa_details(
     tile_rows = np.concatenate([np.arange(r0, r1 - block + 1, block) for r0, r1 in interiors])
     tile_cols = np.arange(c, w - c - block + 1, block)
     mu = tile_means(planes, weights, tile_rows, tile_cols, block, radius).reshape(4, -1)
+    sites = box_means(planes, tile_rows, tile_cols, block).reshape(4, -1).T if floor is not None else None
     stats = []
     for i in range(4):
         maps = (dp[i] ** 2, bp[i], coarse_structure(planes[i], st.texture_scale))
@@ -161,15 +177,38 @@ def cfa_details(
             blocks(np.concatenate([a[r0:r1, c : w - c] for r0, r1 in interiors]), block).mean(axis=1)
             for a in maps
         )
-        stats.append((mu[i], v, cl, t))
-    refs = [[] for _ in range(4)]
-    for f in pure_noise_residuals(weights, radius):
-        fp = pack(f, "RGGB")[:, c : h - c, c : w - c]
-        for i in range(4):
-            nan = np.isnan(fp[i]).astype(np.float64)
-            _, v, cl = tile_reduce(fp[i], nan, nan, block)
-            refs[i].append(v[cl == 0])
-    return stats, [np.sort(np.concatenate(r)) for r in refs]
+        if sites is None:
+            stats.append((mu[i], v, cl, t))
+        else:  # per tile: the observed levels of the four sites around it and their weights in d
+            stats.append(
+                (mu[i], v, cl, t, np.hstack([sites, np.tile(site_weights(weights, radius)[i], (v.size, 1))]))
+            )
+    refs = [
+        np.sort(np.concatenate(r))
+        for r in zip(
+            *(_noise_tiles(f, h, w, block) for f in pure_noise_residuals(weights, radius)), strict=True
+        )
+    ]
+    clipping = None
+    if floor is not None:
+        gauss = np.concatenate(refs)
+        shape = TileShape(
+            np.var(gauss) / np.mean(gauss) ** 2, kurtosis_weight(weights, block, radius), block**2
+        )
+        clipping = Clipping(floor, shape)
+    return stats, refs, clipping
+
+
+def _noise_tiles(field: np.ndarray, h: int, w: int, block: int) -> list[np.ndarray]:
+    """Per site, the tile statistic (mean d²) of a Monte Carlo residual field (NaN borders dropped),
+    cropped like a (4, h, w) packed image."""
+    fp = pack(field, "RGGB")[:, CFA_CROP : h - CFA_CROP, CFA_CROP : w - CFA_CROP]
+    out = []
+    for i in range(4):
+        nan = np.isnan(fp[i]).astype(np.float64)
+        _, v, cl = tile_reduce(fp[i], nan, nan, block)
+        out.append(v[cl == 0])
+    return out
 
 
 def fit_details(
@@ -177,6 +216,7 @@ def fit_details(
     refs: list[np.ndarray],
     st: EstimatorSettings,
     *,
+    clipping: Clipping | None = None,
     name: str = "image",
 ) -> CalibrationResult:
     """Steps 2–4 of the estimator on given per-plane tile statistics (mean, mean d², bad fraction,
@@ -185,18 +225,22 @@ def fit_details(
     range, the bootstrap uncertainty and the status."""
     res = CalibrationResult(path=None, method="image")
     fit_args = {"quantile": st.quantile, "min_count": st.min_count, "max_bins": st.max_bins}
-    fit_args.update(mixture=st.mixture, bootstrap=st.bootstrap)
+    fit_args.update(mixture=st.mixture, bootstrap=st.bootstrap, clipping=clipping)
     tile_args = {k: getattr(st, k) for k in ("block", "max_clipped", "min_count", "max_bins")}
     tile_args.update(texture_keep=st.texture_keep, texture_min_tiles=st.texture_min_tiles, name=name)
-    all_mu, all_v = [], []
+    all_mu, all_v, all_aux = [], [], []
     for i, c in enumerate(CHANNELS):
-        mu, v = usable_tiles(details[i], **tile_args)
-        lam, err, bins = fit_with_bootstrap(mu, v, refs[i], seed=i, **fit_args)
+        mu, v, aux = usable_tiles(details[i], **tile_args)
+        lam, err, bins = fit_with_bootstrap(mu, v, refs[i], seed=i, aux=aux, **fit_args)
         res.per_plane[c], res.per_plane_err[c], res.bins[c] = lam, err, bins
         all_mu.append(mu)
         all_v.append(v)
+        all_aux.append(aux)
     ref = np.sort(np.concatenate(refs))
-    lam, err, _ = fit_with_bootstrap(np.concatenate(all_mu), np.concatenate(all_v), ref, seed=4, **fit_args)
+    aux = None if clipping is None else np.concatenate(all_aux)
+    lam, err, _ = fit_with_bootstrap(
+        np.concatenate(all_mu), np.concatenate(all_v), ref, seed=4, aux=aux, **fit_args
+    )
     res.pooled, res.pooled_err = lam, err
     return finish_result(res, asdict(st))
 
@@ -235,8 +279,11 @@ def estimate_packed(
     packed = np.asarray(packed)
     if packed.ndim != 3 or packed.shape[0] != 4:
         raise RawrclError(f"{name}: expected a packed mosaic (4, h, w), got shape {packed.shape}")
-    details, refs = cfa_details(packed, st, name)
-    return fit_details(details, refs, st, name=name)
+    details, refs, clipping = cfa_details(packed, st, name)
+    res = fit_details(details, refs, st, clipping=clipping, name=name)
+    if clipping is not None:
+        res.extra["black_floor"] = clipping.floor
+    return res
 
 
 def estimate_mosaic(

@@ -60,6 +60,28 @@ def noisy_mosaic(
     return readout(out, bits=bits, clip=clip)
 
 
+def dark_mosaic(
+    photo: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    level: tuple[float, float] = (0.1, 0.3),
+    pattern: str = "RGGB",
+) -> np.ndarray:
+    """Clean mosaic of a dark capture of an sRGB photo (H, W, 3) (uint8 or float in [0, 1]): Brooks et al.
+    unprocessing with a random camera (``rawrcl.isp.unprocess``), exposure scaled so that the 99th
+    percentile of the linear image lands at U(``level``), Bayer sampling (``rawrcl.cfa.mosaic``). Give it
+    Poisson–Gaussian noise and clip at 0 (``noisy_mosaic(..., NoiseModel(ls, lr, poisson=True),
+    clip="both")``) for the black-clipped files of phones. Returns (H, W) float64 in [0, 1]."""
+    from rawrcl.cfa import mosaic
+    from rawrcl.isp import unprocess
+
+    p = np.asarray(photo)
+    srgb = (p.astype(np.float64) / 255.0 if p.dtype == np.uint8 else p.astype(np.float64)).transpose(2, 0, 1)
+    lin, _ = unprocess(srgb, rng)
+    gain = rng.uniform(*level) / max(float(np.quantile(lin, 0.99)), 1e-3)
+    return mosaic(lin * gain, check_pattern(pattern))[0]
+
+
 def flat_series(
     lambda_shot: float | tuple[float, float, float, float],
     lambda_read: float | tuple[float, float, float, float],

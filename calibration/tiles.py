@@ -44,6 +44,15 @@ def clipped_mask(plane: np.ndarray, pileup: float = 1e-3) -> np.ndarray:
     return mask
 
 
+def black_floor(samples: np.ndarray, pileup: float = 1e-3, highest: float = 0.05) -> float | None:
+    """The value at which a mosaic is clipped at black, or None: its minimum when more than ``pileup``
+    of the samples sit exactly there and it is ≤ ``highest`` (black already subtracted and clipped at 0,
+    as many phone DNGs, or a sensor clipping below its pedestal; a pile-up higher up is not a black
+    clip)."""
+    lo = float(np.min(samples))
+    return lo if lo <= highest and float(np.mean(samples == lo)) > pileup else None
+
+
 def coarse_structure(plane: np.ndarray, scale: int = 3) -> np.ndarray:
     """Per-sample structure energy at a coarser scale of a (h, w) plane: squared ``scale``-pixel
     differences (down + right) of the plane low-passed by a Gaussian of σ = scale/2. The low-pass
@@ -112,6 +121,16 @@ def check_plane_size(shape: tuple[int, ...], block: int, crop: int, name: str) -
         )
 
 
+def box_means(planes: np.ndarray, rows: np.ndarray, cols: np.ndarray, block: int) -> np.ndarray:
+    """Means of ``block``² boxes of each plane (p, h, w) with top-left corners (rows[a], cols[b]), read
+    from summed-area tables; (p, len(rows), len(cols)) float64."""
+    sat = np.zeros((planes.shape[0], planes.shape[1] + 1, planes.shape[2] + 1))
+    np.cumsum(np.cumsum(planes, axis=1, dtype=np.float64), axis=2, out=sat[:, 1:, 1:])
+    r0, c0 = np.asarray(rows)[:, None], np.asarray(cols)[None, :]
+    r1, c1 = r0 + block, c0 + block
+    return (sat[:, r1, c1] - sat[:, r0, c1] - sat[:, r1, c0] + sat[:, r0, c0]) / block**2
+
+
 def tile_stats(
     d: np.ndarray, m: np.ndarray, bad: np.ndarray, structure: np.ndarray, block: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -131,15 +150,17 @@ def usable_tiles(
     texture_keep: float,
     texture_min_tiles: int,
     name: str,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(tile mean, tile noise statistic) of the usable tiles of one packed plane.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(tile mean, tile noise statistic, aux rows or None) of the usable tiles of one packed plane.
 
-    ``stats`` = (mean m, mean d², bad fraction, coarse structure) per tile (:func:`tile_stats`). Tiles
+    ``stats`` = (mean m, mean d², bad fraction, coarse structure[, aux rows]) per tile
+    (:func:`tile_stats`); aux rows (per-tile data of a clipped fit) follow the selection. Tiles
     with more than ``max_clipped`` bad samples are dropped; then, with ≥ ``texture_min_tiles`` tiles
     left, the texture filter keeps the ``texture_keep`` fraction with the least coarse structure within
     bins of tile mean. Raises :class:`RawrclError` when fewer than 2·``min_count`` are usable.
     """
-    mu, v, cl, t = stats
+    mu, v, cl, t = stats[:4]
+    aux = stats[4] if len(stats) > 4 else None
     keep = (cl <= max_clipped) & np.isfinite(v) & np.isfinite(mu)
     if keep.sum() < 2 * min_count:
         frac = float((cl > max_clipped).mean())
@@ -152,10 +173,10 @@ def usable_tiles(
             f"{name}: too few usable regions ({int(keep.sum())} tiles of {block}×{block}) for a noise "
             "estimate; the image is too small"
         )
-    mu, v = mu[keep], v[keep]
+    mu, v, aux = mu[keep], v[keep], None if aux is None else aux[keep]
     if texture_keep < 1 and mu.size >= texture_min_tiles:
         t = t[keep]
         nb = int(min(max_bins, max(2, mu.size // (2 * min_count))))
         sel = texture_filter(mu, t, texture_keep, nb)
-        mu, v = mu[sel], v[sel]
-    return mu, v
+        mu, v, aux = mu[sel], v[sel], None if aux is None else aux[sel]
+    return mu, v, aux

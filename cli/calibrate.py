@@ -36,6 +36,8 @@ def _text(d: dict) -> str:
     if "signal_range" in ex:
         a, b = ex["signal_range"]
         lines.append(f"  fitted on signal levels x ∈ [{a:.3f}, {b:.3f}]; outside: extrapolated")
+    if "black_floor" in ex:
+        lines.append(f"  clipped at black (x = {ex['black_floor']:.4g}): fitted through the censored model")
     if ex.get("fallback"):
         lines.append("  (no NoiseProfile in the file: single-image estimate)")
     lines.append("  units: [0,1] after black/white level; variance = λshot·x + λread")

@@ -239,6 +239,108 @@ def test_large_mosaics_use_a_band_subsample_of_tiles():
     assert sub.pooled_err[0] > 0 and sub.extra["settings"]["max_tiles"] == 1024
 
 
+@pytest.mark.parametrize("poisson", [True, False])
+def test_censored_line_matches_clipped_noise(poisson):
+    """Observed mean and variance of noise clipped at 0 (Poisson–Gaussian or Gaussian), and the level
+    recovered from the observed mean, against 400 000 simulated samples per level."""
+    from rawrcl.calibration.censored import CensoredLine
+
+    rng = np.random.default_rng(0)
+    ls, lr = 1e-2, 2e-5
+    line = CensoredLine(0.0, ls, lr, poisson=poisson)
+    for mu in (0.004, 0.01, 0.03, 0.2):
+        if poisson:
+            y = ls * rng.poisson(mu / ls, 400_000) + rng.normal(0, np.sqrt(lr), 400_000)
+        else:
+            y = mu + rng.normal(0, np.sqrt(ls * mu + lr), 400_000)
+        y = np.maximum(y, 0)
+        assert float(line.level(y.mean())) == pytest.approx(mu, rel=0.02, abs=2e-4)
+        assert float(line.observed_var(y.mean())) == pytest.approx(y.var(), rel=0.03)
+    assert float(line.level(0.5)) == pytest.approx(0.5, rel=1e-6)  # far from the clip: observed = true
+    # Poisson at ~1 photo-electron: the clipped variance is not the censored normal's
+    gauss = CensoredLine(0.0, ls, lr, poisson=False)
+    assert (
+        abs(float(CensoredLine(0.0, ls, lr).observed_var(0.011)) / float(gauss.observed_var(0.011)) - 1) > 0.1
+    )
+
+
+def test_tile_shape_factor_follows_the_kurtosis():
+    """The lower-quantile shape factor of the tile statistic against Monte Carlo of clipped noise through
+    a fitted cross-colour predictor (within 2.5 %), 1 for Gaussian noise, decreasing with the kurtosis."""
+    from rawrcl.calibration.censored import CensoredLine, TileShape
+    from rawrcl.calibration.cfa_residual import apply_predictor, cfa_residual, kurtosis_weight, site_weights
+    from rawrcl.calibration.tiles import blocks
+
+    from rawrcl.cfa import pack
+
+    rng = np.random.default_rng(0)
+    _, _, w = cfa_residual(_noisy(_grey_texture_mosaic(), 1e-3, 1e-5, 0))
+    np.testing.assert_allclose(site_weights(w).sum(axis=1), 1.0)
+    beta = kurtosis_weight(w, 8)
+    assert 0.3 < beta < 0.8
+
+    def tile_stat(field):
+        d = pack(apply_predictor(field, w, mean=False)[0], "RGGB")[:, 2:-2, 2:-2]
+        return np.concatenate([blocks(d[i] ** 2, 8).mean(axis=1) for i in range(4)])
+
+    gauss = tile_stat(rng.standard_normal((520, 520)))
+    shape = TileShape(gauss.var() / gauss.mean() ** 2, beta, 64)
+    assert float(shape.factor(0.0, 0.1)) == pytest.approx(1.0)
+    assert shape.factor(3.0, 0.1) < shape.factor(1.0, 0.1) < 1.0
+    line = CensoredLine(0.0, 1e-3, 1e-4, poisson=False)
+    for mu in (0.0, 0.005):
+        clipped = tile_stat(np.maximum(mu + 1e-2 * rng.standard_normal((520, 520)), 0) / 1e-2)
+        mc = (np.quantile(clipped, 0.1) / clipped.mean()) / (np.quantile(gauss, 0.1) / gauss.mean())
+        assert float(shape.factor(line.excess_kurtosis(mu), 0.1)) == pytest.approx(mc, rel=0.025)
+
+
+def _dark_capture(ls: float, lr: float, seed: int) -> np.ndarray:
+    from rawrcl.calibration import dark_mosaic
+    from skimage import data
+
+    rng = np.random.default_rng(seed)
+    clean = dark_mosaic(data.astronaut(), rng, level=(0.15, 0.15))
+    return noisy_mosaic(clean, NoiseModel(ls, lr, poisson=True), rng, bits=12, clip="both")
+
+
+def test_black_clipped_dark_capture():
+    """A dark phone-like capture, black level subtracted and clipped at 0 (≈ 15 % zeros): the session-9
+    estimator refused it as "clipped"; the censored fit finds the NLF where the image has its pixels."""
+    ls, lr = 4.5e-3, 6.5e-5
+    noisy = _dark_capture(ls, lr, 1)
+    assert 0.08 < np.mean(noisy == 0) < 0.3
+    res = estimate_mosaic(noisy, "RGGB", bootstrap=4)
+    assert res.extra["black_floor"] == 0.0 and res.extra["signal_range"][0] < 0.01
+    for x in (0.01, 0.03, 0.1):
+        assert res.std_at(x) == pytest.approx(_std(ls, lr, x), rel=0.10)
+    assert res.pooled_err[0] > 0
+    # a pedestal-preserving capture (noise below black kept) has no black floor: the linear fit
+    pedestal = estimate_mosaic(_noisy(_smooth_scene(), 1e-3, 1e-5, 0), "RGGB", bootstrap=0)
+    assert "black_floor" not in pedestal.extra
+
+
+def test_cli_reports_a_black_clipped_file(tmp_path):
+    """A DNG whose black level is already subtracted (black 0, zeros piled up): the CLI estimate says
+    it fitted through the clip, and --json carries the floor."""
+    from rawrcl.dng import write_dng
+
+    noisy = _dark_capture(4.5e-3, 6.5e-5, 2)
+    path = write_dng(
+        tmp_path / "dark.dng", np.round(noisy * 4095).astype(np.uint16), "RGGB", 0, 4095, iso=800
+    )
+    res = _cli(["calibrate", str(path), "--method", "image"])
+    assert res.exit_code == 0 and "clipped at black (x = 0)" in res.output, res.output
+    (o,) = json.loads(_cli(["calibrate", str(path), "--json"]).output)
+    assert o["extra"]["black_floor"] == 0.0 and o["lambda_shot"] == pytest.approx(4.5e-3, rel=0.25)
+
+
+def test_too_dark_is_refused_in_one_line():
+    noisy = np.zeros((256, 256), np.float32)
+    noisy[::7, ::5] = 0.003  # almost all samples at the black floor
+    with pytest.raises(RawrclError, match="dark|clipped"):
+        estimate_mosaic(noisy, "RGGB", bootstrap=0)
+
+
 def test_texture_filter_keeps_the_flat_tiles():
     """The coarse-scale structure measure tells edges from noise: on a plane whose lower half is
     covered with steps (random 6-px blocks), the kept tiles come from the flat half."""
