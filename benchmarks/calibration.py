@@ -25,7 +25,8 @@ the photo's own texture/grain in its flattest regions leaves to any estimator th
 regions.
 
 Usage: ``python benchmarks/calibration.py [--photos DIR|skimage] [--draws 2] [--limit N]
-[--prefilter 0,0.5,1.0] [--estimator tiles|pca] [--oracle] [--csv PATH]``
+[--prefilter 0,0.5,1.0] [--estimator tiles|pca] [--detail cfa|plane] [--oracle] [--csv PATH]``
+(the pca estimator and the plane detail are the experimental variants of ``calibration_variants.py``)
 """
 
 from __future__ import annotations
@@ -36,12 +37,28 @@ import time
 from pathlib import Path
 
 import numpy as np
-from rawrcl.calibration import estimate_mosaic, flat_series, photo_to_mosaic, photon_transfer
-from rawrcl.calibration.synthetic import add_noise
+from calibration_variants import estimate_variant, oracle_estimate
+from rawrcl.calibration import flat_series, noisy_mosaic, photon_transfer
 
-from rawrcl.noise import BrooksSampler, PaperSampler
+from rawrcl.cfa import mosaic
+from rawrcl.isp import srgb_to_linear
+from rawrcl.noise import BrooksSampler, NoiseModel, PaperSampler
 
 DEFAULT_PHOTOS = Path(__file__).resolve().parents[2] / "shared" / "data" / "cbsd68"
+
+#: inverse white-balance gains (R, G, B) applied when simulating a RAW mosaic from an sRGB photo
+WB = np.array([2.0, 1.0, 1.6])
+
+
+def clean_mosaic(photo: np.ndarray, prefilter: float = 0.0) -> np.ndarray:
+    """Noise-free RGGB mosaic (H, W) in [0, 1] of an (H, W, 3) uint8 sRGB photo: optional Gaussian
+    pre-filter of σ = ``prefilter`` photo pixels, inverse sRGB gamma, inverse white balance :data:`WB`."""
+    from scipy.ndimage import gaussian_filter
+
+    f = photo.astype(np.float64) / 255.0
+    if prefilter > 0:
+        f = gaussian_filter(f, (prefilter, prefilter, 0))
+    return mosaic(srgb_to_linear(f).transpose(2, 0, 1) / WB[:, None, None], "RGGB")[0]
 
 
 def load_photos(folder: str | None, limit: int | None) -> list[tuple[str, np.ndarray]]:
@@ -68,82 +85,39 @@ def load_photos(folder: str | None, limit: int | None) -> list[tuple[str, np.nda
     return bundled_photos(limit)
 
 
-def oracle_estimate(
-    noisy: np.ndarray, clean: np.ndarray, frac: float = 0.1, block: int = 8, detail: str = "cfa"
-) -> tuple:
-    """Diagnostic upper bound for any homogeneity-selecting estimator: per signal-level bin, the mean
-    noise statistic of the ``frac`` flattest tiles, flatness judged on the *noise-free* mosaic (which no
-    real estimator sees), then the same NNLS fit. What remains is the photo's own texture/grain in its
-    flattest regions. ``detail`` is the estimator's noise detail: "cfa" (the cross-colour residual,
-    predictors fitted on the noisy mosaic and applied to both) or "plane" (the same-plane high-pass).
-    Returns (λshot, λread) in [0, 1] units."""
-    from rawrcl.calibration.cfa_residual import apply_predictor, cfa_residual
-    from rawrcl.calibration.single_image import _CFA_CROP, _tile_reduce, fit_nlf, tile_statistics
-
-    from rawrcl.cfa import pack
-
-    if detail == "cfa":
-        dn, m, weights = cfa_residual(noisy)
-        dc, _ = apply_predictor(clean, weights)
-        crop = (slice(None), slice(_CFA_CROP, -_CFA_CROP), slice(_CFA_CROP, -_CFA_CROP))
-        pd, pm, pcl = (pack(a, "RGGB")[crop] for a in (dn, m, dc))
-        stats = []
-        for c in range(4):
-            zero = np.zeros_like(pd[c])
-            mu_c, vn_c, _ = _tile_reduce(pd[c], pm[c], zero, block, "mean")
-            stats.append((mu_c, vn_c, _tile_reduce(pcl[c], zero, zero, block, "mean")[1]))
-    else:
-        pn, pc = pack(noisy, "RGGB"), pack(clean, "RGGB")
-        stats = [(*tile_statistics(pn[c], block)[:2], tile_statistics(pc[c], block)[1]) for c in range(4)]
-    mu, vn, vc = (np.concatenate(v) for v in zip(*stats, strict=True))
-    edges = np.quantile(mu, np.linspace(0, 1, 13))
-    idx = np.clip(np.searchsorted(edges, mu) - 1, 0, 11)
-    m, v, n = [], [], []
-    for k in range(12):
-        s = np.nonzero(idx == k)[0]
-        if s.size >= 8:
-            sel = s[np.argsort(vc[s])[: max(4, int(frac * s.size))]]
-            m.append(mu[sel].mean())
-            v.append(vn[sel].mean())
-            n.append(sel.size)
-    ls, lr, _ = fit_nlf(np.array(m), np.array(v), np.array(n))
-    return ls, lr
-
-
 def single_image_table(
-    photos, sampler, draws: int, prefilter: float, seed: int, estimator: str = "tiles"
+    photos, sampler, draws: int, prefilter: float, seed: int, variant: dict | None = None
 ) -> dict:
-    """Error table over photos × draws; ``estimator`` "tiles" | "pca" (``estimate_mosaic``) or "oracle"
-    (:func:`oracle_estimate`, a diagnostic bound). ``"samples"`` holds one record per photo × draw
-    (photo name, λshot, λread, true / estimated std and clean floor at x = 0.1 and 0.5 in 8-bit units)."""
-    from scipy.ndimage import gaussian_filter
-
+    """Error table over photos × draws; ``variant`` selects the estimator (``calibration_variants.
+    estimate_variant`` keywords, {} = the library default) or {"oracle": True} (:func:`oracle_estimate`,
+    a diagnostic bound). ``"samples"`` holds one record per photo × draw (photo name, λshot, λread,
+    true / estimated std and clean floor at x = 0.1 and 0.5 in 8-bit units)."""
+    variant = dict(variant or {})
+    oracle = variant.pop("oracle", False)
     rng = np.random.default_rng(seed)
     errs, sig8, fails, floor, samples = [], [], 0, [], []
     t0 = time.perf_counter()
     for name, ph in photos:
-        f = ph.astype(np.float64) / 255.0
-        if prefilter > 0:
-            f = gaussian_filter(f, (prefilter, prefilter, 0))
-        clean = photo_to_mosaic(f)
+        clean = clean_mosaic(ph, prefilter)
         try:  # apparent noise of the noise-free photo itself (its own noise, JPEG, texture): the floor
-            if estimator == "oracle":
+            if oracle:
                 raise ValueError("no floor for the oracle")
-            r0 = estimate_mosaic(add_noise(clean, 0.0, 0.0, rng), "RGGB", bootstrap=0, estimator=estimator)
+            quantised = noisy_mosaic(clean, NoiseModel(0.0, 0.0), rng)
+            r0 = estimate_variant(quantised, "RGGB", bootstrap=0, **variant)
             floor.append([255 * r0.std_at(x) for x in (0.1, 0.5)])
         except Exception:
             floor.append([np.nan, np.nan])
         for _ in range(draws):
             nm = sampler(rng)
-            noisy = add_noise(clean, nm.lambda_shot, nm.lambda_read, rng)
+            noisy = noisy_mosaic(clean, nm, rng)
             true = [np.sqrt(nm.lambda_shot * x + nm.lambda_read) for x in (0.1, 0.5)]
             sig8.append([255 * t for t in true])
             try:
-                if estimator == "oracle":
-                    ls, lr = oracle_estimate(noisy, clean)
+                if oracle:
+                    ls, lr = oracle_estimate(noisy, clean, detail=variant.get("detail", "cfa"))
                     est = [np.sqrt(ls * x + lr) for x in (0.1, 0.5)]
                 else:
-                    r = estimate_mosaic(noisy, "RGGB", bootstrap=0, estimator=estimator)
+                    r = estimate_variant(noisy, "RGGB", bootstrap=0, **variant)
                     est = [r.std_at(x) for x in (0.1, 0.5)]
                 errs.append([e / t - 1 for e, t in zip(est, true, strict=True)])
             except Exception as exc:  # counted as a failure (infinite error)
@@ -280,7 +254,18 @@ def main(argv: list[str] | None = None) -> int:
         "one table row each, the first is the headline; the Brooks row uses 1.0 when listed",
     )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--estimator", default="tiles", choices=["tiles", "pca"], help="single-image estimator")
+    ap.add_argument(
+        "--estimator",
+        default="tiles",
+        choices=["tiles", "pca"],
+        help="single-image estimator: tiles (the library's) or pca (calibration_variants.py)",
+    )
+    ap.add_argument(
+        "--detail",
+        default="cfa",
+        choices=["cfa", "plane"],
+        help="noise detail of the tiles estimator: cfa (the library's) or plane (calibration_variants.py)",
+    )
     ap.add_argument(
         "--oracle",
         action="store_true",
@@ -288,6 +273,12 @@ def main(argv: list[str] | None = None) -> int:
         "any estimator that selects homogeneous regions; not an estimator)",
     )
     ap.add_argument("--skip-flats", action="store_true")
+    ap.add_argument(
+        "--dark",
+        action="store_true",
+        help="add the dark, black-clipped capture table (phone-like low light, black level subtracted)",
+    )
+    ap.add_argument("--dark-only", action="store_true", help="only the dark table")
     ap.add_argument(
         "--csv",
         metavar="PATH",
@@ -300,17 +291,35 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     photos = load_photos(args.photos, args.limit)
     print(f"{len(photos)} photos × {args.draws} noise draws")
+    if args.dark or args.dark_only:
+        from calibration_dark import dark_table, print_dark
+
+        print_dark([("dark, clipped at 0, 12-bit", dark_table(photos, args.draws, args.seed + 2))])
+        if args.dark_only:
+            return 0
     pfs = [float(v) for v in args.prefilter.split(",") if v.strip()]
     rows = []
+    variant = {}
+    if args.estimator != "tiles":
+        variant["estimator"] = args.estimator
+    if args.detail != "cfa":
+        variant["detail"] = args.detail
     for pf in pfs:
-        t = single_image_table(photos, PaperSampler(0, 20), args.draws, pf, args.seed, args.estimator)
+        t = single_image_table(photos, PaperSampler(0, 20), args.draws, pf, args.seed, variant)
         rows.append((f"paper σ∈[0,20], prefilter {pf:g}", t))
     if args.oracle:
         for pf in pfs:
-            t = single_image_table(photos, PaperSampler(0, 20), args.draws, pf, args.seed, "oracle")
+            t = single_image_table(
+                photos,
+                PaperSampler(0, 20),
+                args.draws,
+                pf,
+                args.seed,
+                {"oracle": True, "detail": args.detail},
+            )
             rows.append((f"ORACLE flat tiles, prefilter {pf:g}", t))
     pb = 1.0 if 1.0 in pfs else pfs[0]  # the Brooks row on optics-like (pre-filtered) photos
-    t = single_image_table(photos, BrooksSampler(), args.draws, pb, args.seed + 1, args.estimator)
+    t = single_image_table(photos, BrooksSampler(), args.draws, pb, args.seed + 1, variant)
     rows.append((f"Brooks (low noise), prefilter {pb:g}", t))
     print_single(rows)
     if args.csv:

@@ -7,38 +7,49 @@ Units everywhere: RAW values in [0, 1] after black-level subtraction and divisio
 
 from .api import METHODS, calibrate_file
 from .metadata import calibrate_metadata, convert_noise_profile, map_noise_profile, metadata_from_tags
+from .nlf_fit import fit_nlf
 from .photon_transfer import calibrate_flats, photon_transfer
 from .plot import plot_nlf
-from .profiles import camera_key, load_profile, lookup_profile, profile_result, read_profile, save_profile
+from .profiles import (
+    camera_key,
+    load_profile,
+    lookup_profile,
+    profile_conflicts,
+    profile_result,
+    read_profile,
+    save_profile,
+)
 from .result import UNITS, CalibrationResult, PlaneBins
-from .single_image import estimate_mosaic, estimate_packed, estimate_plane, fit_nlf
-from .synthetic import add_noise, flat_series, photo_to_mosaic, write_series_dngs
+from .single_image import EstimatorSettings, estimate_mosaic, estimate_packed
+from .synthetic import dark_mosaic, flat_series, noisy_mosaic, readout, write_series_dngs
 
 __all__ = [
     "METHODS",
     "UNITS",
     "CalibrationResult",
+    "EstimatorSettings",
     "PlaneBins",
-    "add_noise",
     "calibrate_file",
     "calibrate_flats",
     "calibrate_metadata",
     "camera_key",
     "convert_noise_profile",
+    "dark_mosaic",
     "estimate_mosaic",
     "estimate_packed",
-    "estimate_plane",
     "fit_nlf",
     "flat_series",
     "load_profile",
     "lookup_profile",
     "map_noise_profile",
     "metadata_from_tags",
-    "photo_to_mosaic",
+    "noisy_mosaic",
     "photon_transfer",
     "plot_nlf",
+    "profile_conflicts",
     "profile_result",
     "read_profile",
+    "readout",
     "save_profile",
     "write_series_dngs",
 ]

@@ -24,7 +24,8 @@ def calibrate_file(path: str | Path, method: str = "auto", **image_kwargs) -> Ca
         absent); ``"image"`` — the single-image estimate (the metadata, if any, is attached for
         comparison); ``"auto"`` — metadata when present, else the image estimate (then
         ``extra["fallback"] = "no-metadata"``).
-    image_kwargs : settings for :func:`rawrcl.calibration.single_image.estimate_plane`.
+    image_kwargs : ``settings`` (:class:`EstimatorSettings`) and keyword overrides of it for the
+        single-image estimate (:func:`rawrcl.calibration.estimate_mosaic`).
 
     Raises
     ------

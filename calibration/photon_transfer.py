@@ -27,8 +27,8 @@ import numpy as np
 from rawrcl.cfa import CHANNELS, check_pattern, pack
 from rawrcl.errors import RawrclError
 
+from .nlf_fit import fit_nlf
 from .result import CalibrationResult, PlaneBins
-from .single_image import fit_nlf
 
 SAT_FRACTION = 1e-3
 

@@ -68,15 +68,32 @@ def read_profile(path: str | Path) -> dict:
     return data
 
 
-def save_profile(path: str | Path, results: Iterable[CalibrationResult]) -> dict:
-    """Add calibrations to a profile file (created if absent; an entry with the same camera and ISO
-    is replaced — the file is a profile database, updating it is its purpose). Written atomically.
+def profile_conflicts(profile: dict, results: Iterable[CalibrationResult]) -> list[tuple[str, float]]:
+    """(camera key, ISO) of the ``results`` that the ``profile`` dict already holds an entry for."""
+    out = []
+    for r in results:
+        cam = profile["cameras"].get(camera_key(r.make, r.model))
+        if cam and r.iso is not None and any(abs(float(e["iso"]) - r.iso) < 1e-9 for e in cam["entries"]):
+            out.append((camera_key(r.make, r.model), float(r.iso)))
+    return out
 
+
+def save_profile(path: str | Path, results: Iterable[CalibrationResult], *, replace: bool = True) -> dict:
+    """Add calibrations to a profile file (created if absent). Written atomically.
+
+    An entry with the same camera and ISO is replaced when ``replace`` (the file is a profile database,
+    updating it is its purpose); with ``replace=False`` such a conflict raises :class:`RawrclError`
+    before anything is written (what ``rawrcl calibrate --save-profile`` does without ``--force``).
     Results without parameters, or without ISO, are refused with :class:`RawrclError`.
     Returns the profile dict written.
     """
     p = Path(path)
+    results = list(results)
     data = read_profile(p) if p.exists() else {"format": FORMAT, "units": UNITS, "cameras": {}}
+    conflicts = [] if replace else profile_conflicts(data, results)
+    if conflicts:
+        key, iso = conflicts[0]
+        raise RawrclError(f"{p}: already has {key!r} at ISO {iso:g} (use --force to replace it)")
     for r in results:
         if not r.per_plane:
             raise RawrclError(f"{r.path}: no noise parameters to save ({r.status})")

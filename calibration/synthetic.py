@@ -1,6 +1,9 @@
-"""Synthetic data with known noise: noisy RAW mosaics from photos, and flat/dark frame series.
+"""Synthetic data with known noise: flat/dark frame series for photon transfer, and the ADC readout
+(quantisation, clipping) of noisy mosaics.
 
-Used by the unit tests and ``benchmarks/calibration.py``; also handy to try the CLI without a camera.
+Clean mosaics come from ``rawrcl.isp`` (``unprocess``, ``srgb_to_linear``) and ``rawrcl.cfa.mosaic``,
+noise from ``rawrcl.noise.NoiseModel.sample``. Used by the unit tests and
+``benchmarks/calibration.py``; also handy to try the CLI without a camera.
 """
 
 from __future__ import annotations
@@ -9,68 +12,74 @@ from pathlib import Path
 
 import numpy as np
 
-from rawrcl.cfa import check_pattern, mosaic
+from rawrcl.cfa import check_pattern
 from rawrcl.errors import RawrclError
-
-#: Inverse white-balance gains applied when "unprocessing" an sRGB photo (R, G, B): typical daylight.
-DEFAULT_WB = (2.0, 1.0, 1.6)
+from rawrcl.noise import NoiseModel
 
 
-def srgb_to_linear(srgb: np.ndarray) -> np.ndarray:
-    """Inverse sRGB transfer function, float in [0, 1] → linear float64 in [0, 1]."""
-    s = np.clip(np.asarray(srgb, dtype=np.float64), 0.0, 1.0)
-    return np.where(s <= 0.04045, s / 12.92, ((s + 0.055) / 1.055) ** 2.4)
-
-
-def photo_to_mosaic(
-    photo: np.ndarray, pattern: str = "RGGB", wb: tuple[float, float, float] = DEFAULT_WB
-) -> np.ndarray:
-    """Clean RAW-like mosaic from a photo: inverse sRGB gamma, inverse white balance, Bayer sampling.
-
-    Parameters
-    ----------
-    photo : (H, W, 3) uint8 or float in [0, 1] (sRGB).
-    pattern : Bayer phase of the result.
-    wb : white-balance gains (R, G, B) to undo (the mosaic's R is divided by wb[0], ...).
-
-    Returns
-    -------
-    (H, W) float64 mosaic in [0, 1].
-    """
-    p = np.asarray(photo)
-    if p.ndim != 3 or p.shape[2] != 3:
-        raise RawrclError(f"expected an (H, W, 3) photo, got shape {p.shape}")
-    f = p.astype(np.float64) / 255.0 if p.dtype == np.uint8 else p.astype(np.float64)
-    lin = srgb_to_linear(f) / np.asarray(wb, dtype=np.float64)
-    return mosaic(lin.transpose(2, 0, 1), check_pattern(pattern))[0]
-
-
-def add_noise(
-    clean: np.ndarray,
-    lambda_shot: float,
-    lambda_read: float,
-    rng: np.random.Generator,
-    *,
-    clip: bool | str = "white",
-    bits: int | None = 14,
-) -> np.ndarray:
-    """Noisy RAW values: clean + N(0, λshot·clean + λread), quantised to ``bits`` bits and clipped
-    like a camera: ``clip="white"`` (default) clips at the white level 1 only — a sensor with a
-    black-level pedestal, read with ``read_raw(path, clip=False)``; ``True`` clips to [0, 1] (what
-    ``read_raw`` returns by default); ``False`` does not clip.
-
-    ``clean``: any shape, [0, 1]. λ in [0, 1] units. Returns float32, same shape.
-    """
-    x = np.asarray(clean, dtype=np.float64)
-    noisy = x + rng.standard_normal(x.shape) * np.sqrt(lambda_shot * np.clip(x, 0, None) + lambda_read)
+def readout(noisy: np.ndarray, *, bits: int | None = 14, clip: str = "white") -> np.ndarray:
+    """What an ADC makes of a noisy signal ([0, 1] units, any shape): quantised to ``bits`` bits over
+    [0, 1] (None: not quantised) and clipped — ``"white"`` at the white level 1 only (a sensor with a
+    black-level pedestal, read with ``read_raw(path, clip=False)``), ``"both"`` to [0, 1] (black
+    already subtracted and clipped at 0, as many phone DNGs, or ``read_raw``'s default), ``"none"``.
+    Returns float32."""
+    if clip not in ("white", "both", "none"):
+        raise RawrclError(f"clip must be 'white', 'both' or 'none', got {clip!r}")
+    x = np.asarray(noisy, dtype=np.float64)
     if bits is not None:
         q = float(2**bits - 1)
-        noisy = np.round(noisy * q) / q
+        x = np.round(x * q) / q
     if clip == "white":
-        noisy = np.minimum(noisy, 1.0)
-    elif clip:
-        noisy = np.clip(noisy, 0.0, 1.0)
-    return noisy.astype(np.float32)
+        x = np.minimum(x, 1.0)
+    elif clip == "both":
+        x = np.clip(x, 0.0, 1.0)
+    return x.astype(np.float32)
+
+
+def noisy_mosaic(
+    clean: np.ndarray,
+    noise: NoiseModel,
+    rng: np.random.Generator,
+    *,
+    bits: int | None = 14,
+    clip: str = "white",
+) -> np.ndarray:
+    """A noisy capture of a clean mosaic (H, W) in [0, 1]: ``noise.sample`` (seeded from ``rng``;
+    scalar λ, or per packed plane when given 4 values — then ``clean`` is taken as RGGB), then
+    :func:`readout`. Returns (H, W) float32."""
+    import torch
+
+    from rawrcl.cfa import pack, unpack
+
+    gen = torch.Generator().manual_seed(int(rng.integers(0, 2**63 - 1)))
+    x = torch.from_numpy(np.asarray(clean, dtype=np.float64))
+    if np.ndim(noise.lambda_shot) or np.ndim(noise.lambda_read):
+        out = unpack(noise.sample(pack(x, "RGGB"), gen), "RGGB", tuple(x.shape)).numpy()
+    else:
+        out = noise.sample(x[None], gen)[0].numpy()
+    return readout(out, bits=bits, clip=clip)
+
+
+def dark_mosaic(
+    photo: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    level: tuple[float, float] = (0.1, 0.3),
+    pattern: str = "RGGB",
+) -> np.ndarray:
+    """Clean mosaic of a dark capture of an sRGB photo (H, W, 3) (uint8 or float in [0, 1]): Brooks et al.
+    unprocessing with a random camera (``rawrcl.isp.unprocess``), exposure scaled so that the 99th
+    percentile of the linear image lands at U(``level``), Bayer sampling (``rawrcl.cfa.mosaic``). Give it
+    Poisson–Gaussian noise and clip at 0 (``noisy_mosaic(..., NoiseModel(ls, lr, poisson=True),
+    clip="both")``) for the black-clipped files of phones. Returns (H, W) float64 in [0, 1]."""
+    from rawrcl.cfa import mosaic
+    from rawrcl.isp import unprocess
+
+    p = np.asarray(photo)
+    srgb = (p.astype(np.float64) / 255.0 if p.dtype == np.uint8 else p.astype(np.float64)).transpose(2, 0, 1)
+    lin, _ = unprocess(srgb, rng)
+    gain = rng.uniform(*level) / max(float(np.quantile(lin, 0.99)), 1e-3)
+    return mosaic(lin * gain, check_pattern(pattern))[0]
 
 
 def flat_series(

@@ -36,6 +36,8 @@ def _text(d: dict) -> str:
     if "signal_range" in ex:
         a, b = ex["signal_range"]
         lines.append(f"  fitted on signal levels x ∈ [{a:.3f}, {b:.3f}]; outside: extrapolated")
+    if "black_floor" in ex:
+        lines.append(f"  clipped at black (x = {ex['black_floor']:.4g}): fitted through the censored model")
     if ex.get("fallback"):
         lines.append("  (no NoiseProfile in the file: single-image estimate)")
     lines.append("  units: [0,1] after black/white level; variance = λshot·x + λread")
@@ -59,23 +61,8 @@ def _plot_path(base: Path, n: int, i: int, src: str | None) -> Path:
     help="metadata: DNG NoiseProfile; image: estimate from the noisy image itself; "
     "auto: metadata when present, else image.",
 )
-@click.option(
-    "--estimator",
-    type=click.Choice(["tiles", "pca"]),
-    default="tiles",
-    show_default=True,
-    help="Single-image estimator: tiles (robust quantile of local high-pass variance) or pca "
-    "(experimental: noise-subspace eigenvalues of 5×5 patches; docs/calibration.md compares them).",
-)
-@click.option(
-    "--detail",
-    type=click.Choice(["cfa", "plane"]),
-    default="cfa",
-    show_default=True,
-    help="Noise detail of the tiles estimator: cfa (residual of a cross-colour linear predictor fitted "
-    "to the image: texture shared by the colours cancels) or plane (same-colour high-pass per CFA "
-    "plane; for mosaics whose colour planes are not spatially aligned).",
-)
+@click.option("--estimator", type=click.Choice(["tiles", "pca"]), hidden=True, help="Deprecated.")
+@click.option("--detail", type=click.Choice(["cfa", "plane"]), hidden=True, help="Deprecated.")
 @click.option(
     "--flats",
     type=click.Path(file_okay=False, path_type=str),
@@ -103,8 +90,8 @@ def _plot_path(base: Path, n: int, i: int, src: str | None) -> Path:
 def calibrate(
     files: tuple[str, ...],
     method: str,
-    estimator: str,
-    detail: str,
+    estimator: str | None,
+    detail: str | None,
     flats: str | None,
     darks: str | None,
     as_json: bool,
@@ -119,11 +106,22 @@ def calibrate(
     Files that fail (unreadable, not Bayer, too small, saturated) are reported one line each on
     stderr; the exit status is then 1.
     """
-    from rawrcl.calibration import calibrate_file, calibrate_flats, plot_nlf, read_profile
+    from rawrcl.calibration import calibrate_file, calibrate_flats, plot_nlf
     from rawrcl.calibration import save_profile as save
-    from rawrcl.calibration.profiles import camera_key
 
     from rawrcl.errors import RawrclError
+
+    for opt, value, default in (("--estimator", estimator, "tiles"), ("--detail", detail, "cfa")):
+        if value is None:
+            continue
+        if value != default:
+            raise RawrclError(
+                f"{opt} {value}: the experimental single-image variants moved to "
+                "benchmarks/calibration_variants.py (python benchmarks/calibration_variants.py FILE)"
+            )
+        click.echo(
+            f"rawrcl: warning: {opt} is deprecated ({value} is the only single-image estimator)", err=True
+        )
 
     if (flats is None) != (darks is None):
         raise RawrclError("--flats and --darks go together (photon transfer needs both)")
@@ -144,7 +142,7 @@ def calibrate(
     else:
         for path in files:
             try:
-                results.append(calibrate_file(path, method, estimator=estimator, detail=detail))
+                results.append(calibrate_file(path, method))
             except RawrclError as exc:
                 errors[len(results)] = str(exc)
                 click.echo(f"rawrcl: error: {exc}", err=True)
@@ -154,17 +152,8 @@ def calibrate(
     good = [r for r in results if r is not None]
     if save_profile and good:
         usable = [r for r in good if r.per_plane]
-        if Path(save_profile).exists() and not force:
-            data = read_profile(save_profile)
-            for r in usable:
-                cam = data["cameras"].get(camera_key(r.make, r.model))
-                if cam and r.iso is not None and any(abs(e["iso"] - r.iso) < 1e-9 for e in cam["entries"]):
-                    raise RawrclError(
-                        f"{save_profile}: already has {camera_key(r.make, r.model)!r} at ISO {r.iso:g} "
-                        "(use --force to replace it)"
-                    )
         if usable:
-            save(save_profile, usable)
+            save(save_profile, usable, replace=force)
         skipped = len(good) - len(usable)
         if skipped:
             click.echo(

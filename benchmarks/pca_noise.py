@@ -1,4 +1,5 @@
-"""Texture-robust noise variance per signal level: smallest eigenvalues of the patch covariance.
+"""Texture-robust noise variance per signal level: smallest eigenvalues of the patch covariance
+(experimental; used by ``calibration_variants.py``, moved out of the library).
 
 Idea (Liu, Tanaka & Okutomi 2012/2013; Chen, Zhu & Heng, ICCV 2015; own implementation): white
 noise of variance σ² adds σ² to *every* eigenvalue of the covariance of p×p image patches, whereas

@@ -1,0 +1,252 @@
+"""Fitting the noise level function var = λshot·x + λread to tile statistics.
+
+:func:`fit_nlf` is the robust non-negative line fit used by every calibration method; :func:`fit_tiles`
+turns per-tile (mean, noise statistic) pairs into per-bin lower-quantile variance estimates and fits
+them; :func:`fit_with_bootstrap` adds the bootstrap uncertainty over tiles.
+
+Units: means in [0, 1] after black/white level, variances in [0, 1]².
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import nnls
+
+from rawrcl.errors import RawrclError
+
+from .result import PlaneBins
+
+
+def _median(x: np.ndarray) -> float:
+    """``np.median`` of a short 1-D array (the same value, without its per-call overhead)."""
+    s = np.sort(x)
+    k = s.size // 2
+    return float(s[k]) if s.size % 2 else float((s[k - 1] + s[k]) / 2)
+
+
+def fit_nlf(
+    mean: np.ndarray, var: np.ndarray, count: np.ndarray, *, robust: bool = True, iters: int = 6
+) -> tuple[float, float, np.ndarray]:
+    """Fit var = λshot·mean + λread with λ ≥ 0 by iteratively re-weighted NNLS.
+
+    Parameters
+    ----------
+    mean, var, count : 1-D arrays of bin means ([0, 1]), bin variance estimates ([0, 1]²) and the
+        number of samples behind each bin (the variance of a bin estimate is taken ∝ var² / count).
+    robust : downweight bins lying far from the line (Tukey biweight on standardised, robustly
+        centred residuals; asymmetric: bins above the line are rejected sooner).
+
+    Returns
+    -------
+    (λshot, λread, weights) — the final relative weight of each bin (0 = rejected).
+    """
+    mean = np.asarray(mean, dtype=np.float64)
+    var = np.asarray(var, dtype=np.float64)
+    count = np.asarray(count, dtype=np.float64)
+    if mean.size < 2:
+        raise RawrclError("not enough signal levels to fit the noise level function")
+    a = np.stack([mean, np.ones_like(mean)], axis=1)
+    model = np.maximum(var, 1e-20)
+    rob = np.ones_like(mean)
+    coef = np.zeros(2)
+    for it in range(iters):
+        # scale the columns so the NNLS problem is well conditioned
+        w = np.sqrt(count * rob) / np.maximum(model, 1e-20)
+        aw = a * w[:, None]
+        scale = np.maximum(np.abs(aw).max(axis=0), 1e-30)
+        sol, _ = nnls(aw / scale, var * w)
+        coef = sol / scale
+        model = np.maximum(a @ coef, 1e-3 * max(_median(var), 1e-20))
+        if robust and it >= 1 and mean.size >= 4:
+            # standardised residuals, centred robustly (a contaminated fit shifts them all)
+            z = (var - model) / model * np.sqrt(count)
+            zc = z - _median(z)
+            s = 1.4826 * _median(np.abs(zc)) + 1e-12
+            # asymmetric: texture only adds variance, so bins above the line are cut sooner
+            tune = np.where(zc > 0, 2.5, 4.685)
+            u = zc / (tune * max(s, 1.0))
+            rob = np.where(np.abs(u) < 1, (1 - u**2) ** 2, 0.0)
+            if np.count_nonzero(rob > 0.05) < 2:
+                rob = np.ones_like(mean)
+    return float(coef[0]), float(coef[1]), rob
+
+
+class PureNoiseTable:
+    """Sorted statistic ``ref`` of pure-noise tiles (same tile size and detail as the image's) with what
+    the binned fit needs of it precomputed: its quantiles, and the low-tail quantile ratio as a function
+    of the homogeneous fraction π (:meth:`homogeneous_fraction`)."""
+
+    P = (0.02, 0.1)
+
+    def __init__(self, ref: np.ndarray):
+        self.ref = np.asarray(ref, dtype=np.float64)
+        self.pis = np.linspace(self.P[1], 1.0, 91)
+        self.ratio = np.quantile(self.ref, np.minimum(self.P[1] / self.pis, 1)) / np.quantile(
+            self.ref, self.P[0] / self.pis
+        )
+        self._q: dict[float, float] = {}
+
+    def quantile(self, q: float) -> float:
+        if q not in self._q:
+            self._q[q] = float(np.quantile(self.ref, q))
+        return self._q[q]
+
+    def homogeneous_fraction(self, r: np.ndarray) -> float:
+        """Fraction π of tiles that look like pure noise, from the shape of the lower tail.
+
+        ``r`` are tile statistics normalised by a noise model (any constant scale). Model: the lower
+        tail of r follows π·F(r/s) with F the pure-noise distribution; the ratio of two low quantiles of
+        r, F⁻¹(p₂/π)/F⁻¹(p₁/π), identifies π (textured tiles only populate the upper part)."""
+        if r.size < 20:
+            return 1.0
+        lo, hi = np.quantile(r, self.P)
+        ratio = hi / max(lo, 1e-30)
+        # the model ratio decreases as π decreases (the quantiles move to the centre); pick the closest
+        return float(self.pis[int(np.argmin(np.abs(self.ratio - ratio)))])
+
+
+def homogeneous_fraction(r: np.ndarray, ref: np.ndarray) -> float:
+    """:meth:`PureNoiseTable.homogeneous_fraction` for a sorted pure-noise statistic ``ref``."""
+    return PureNoiseTable(ref).homogeneous_fraction(r)
+
+
+def _sorted_quantiles(r: np.ndarray, starts: np.ndarray, counts: np.ndarray, q: float) -> np.ndarray:
+    """``np.quantile(seg, q)`` (method "linear", exactly) of every segment ``r[start:start+count]`` of an
+    array sorted within segments (counts ≥ 2)."""
+    virtual = (counts - 1) * q
+    prev = np.floor(virtual)
+    gamma = virtual - prev
+    i = starts + prev.astype(np.intp)
+    a, b = r[i], r[np.minimum(i + 1, starts + counts - 1)]
+    diff = b - a
+    out = a + diff * gamma
+    hi = gamma >= 0.5
+    out[hi] = (b - diff * (1 - gamma))[hi]
+    return out
+
+
+def binned_quantiles(
+    mu: np.ndarray, v: np.ndarray, edges: np.ndarray, q: float, cq: float, norm: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per bin of tile mean (``edges``; bins with < 4 tiles skipped): (mean of mu, noise variance,
+    tile count). The variance is the ``q``-quantile of the tile statistics ``v`` divided by ``cq``, the
+    same quantile of pure-noise tiles; with ``norm`` (a model variance per tile) the tiles are
+    normalised by it first and the result is re-scaled at the bin's mean model value."""
+    nb = len(edges) - 1
+    idx = np.clip(np.searchsorted(edges, mu, side="right") - 1, 0, nb - 1)
+    r = v if norm is None else v / norm
+    order = np.argsort(r)
+    order = order[np.argsort(idx[order], kind="stable")]  # by bin, sorted by r within (2× lexsort's speed)
+    counts = np.bincount(idx, minlength=nb)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    ok = counts >= 4
+    n = np.maximum(counts, 1)
+    means = np.bincount(idx, weights=mu, minlength=nb) / n
+    vk = _sorted_quantiles(r[order], starts[ok], counts[ok], q) / cq
+    if norm is not None:
+        vk = vk * (np.bincount(idx, weights=norm, minlength=nb) / n)[ok]
+    return means[ok], vk, counts[ok]
+
+
+def fit_tiles(
+    mu: np.ndarray,
+    v: np.ndarray,
+    ref: np.ndarray | PureNoiseTable,
+    *,
+    quantile: float,
+    min_count: int,
+    max_bins: int,
+    mixture: bool,
+    clipping=None,
+    aux: np.ndarray | None = None,
+    start: tuple[float, float] | None = None,
+) -> tuple[float, float, PlaneBins]:
+    """Binned lower-quantile fit of tile statistics ``v`` against tile means ``mu`` (both (n,)).
+
+    ``ref`` is the sorted statistic of pure-noise tiles (same tile size and detail; or its
+    :class:`PureNoiseTable`), which makes the quantile unbiased for Gaussian noise. Equal-count bins (at
+    most ``max_bins``, about ``min_count`` tiles each or more). First pass: per-bin quantiles and
+    :func:`fit_nlf`; second pass: tiles normalised by the first fit and, with ``mixture``, the quantile
+    corrected for the fraction of homogeneous tiles. With ``clipping`` (a mosaic clipped at black,
+    :class:`rawrcl.calibration.censored.Clipping`; ``aux`` its per-tile site levels and weights) the
+    censored fit of :func:`rawrcl.calibration.censored.fit_tiles_clipped` is used instead.
+    Returns (λshot, λread, bins).
+    """
+    if clipping is not None:
+        from .censored import fit_tiles_clipped  # (censored builds on this module)
+
+        return fit_tiles_clipped(
+            mu,
+            v,
+            aux,
+            ref,
+            quantile=quantile,
+            min_count=min_count,
+            max_bins=max_bins,
+            mixture=mixture,
+            clipping=clipping,
+            start=start,
+        )
+    table = ref if isinstance(ref, PureNoiseTable) else PureNoiseTable(ref)
+    n = mu.size
+    nb = int(min(max_bins, max(2, n // min_count)))
+    edges = np.quantile(mu, np.linspace(0, 1, nb + 1))
+    edges[0], edges[-1] = -np.inf, np.inf
+    edges = np.unique(edges)
+    cq = table.quantile(quantile)
+    m, var, cnt = binned_quantiles(mu, v, edges, quantile, cq, None)
+    ls, lr, rob = fit_nlf(m, var, cnt)
+    model = np.maximum(ls * np.maximum(mu, 0) + lr, 1e-20)
+    if ls + lr > 0:
+        if mixture:
+            pi = table.homogeneous_fraction(v / model)
+            cq = table.quantile(min(quantile / pi, 0.5))
+        m, var, cnt = binned_quantiles(mu, v, edges, quantile, cq, model)
+        ls, lr, rob = fit_nlf(m, var, cnt)
+    return ls, lr, PlaneBins(mean=m, var=var, count=cnt, used=rob > 0.05)
+
+
+#: the bootstrap resamples at most this many tiles (m-out-of-n; the spread is scaled by √(m/n)), so its
+#: cost stops growing with the image
+BOOTSTRAP_TILES = 4096
+
+
+def fit_with_bootstrap(
+    mu: np.ndarray,
+    v: np.ndarray,
+    ref: np.ndarray,
+    *,
+    bootstrap: int,
+    seed: int,
+    aux: np.ndarray | None = None,
+    **fit_args,
+) -> tuple[tuple[float, float], tuple[float, float], PlaneBins]:
+    """:func:`fit_tiles` (``fit_args``: quantile, min_count, max_bins, mixture, clipping; ``aux`` per-tile
+    rows resampled with the tiles) plus the standard deviation of (λshot, λread) over ``bootstrap``
+    resamples of the tiles (zeros when 0): resamples of n tiles with replacement, or of m =
+    :data:`BOOTSTRAP_TILES` < n tiles with the spread scaled by √(m/n).
+    Returns ((λshot, λread), (σλshot, σλread), bins)."""
+    table = PureNoiseTable(ref)
+    ls, lr, bins = fit_tiles(mu, v, table, aux=aux, **fit_args)
+    err = (0.0, 0.0)
+    if bootstrap > 0:
+        rng = np.random.default_rng(seed)
+        size = min(mu.size, BOOTSTRAP_TILES)
+        boot_args = fit_args
+        if fit_args.get("clipping") is not None:  # iterative: resamples start from the full fit
+            from .censored import tile_model
+
+            boot_args = {**fit_args, "start": (ls, lr)}
+            aux = np.hstack([aux, tile_model(aux, fit_args["clipping"], (ls, lr))])
+        draws = []
+        for _ in range(bootstrap):
+            i = rng.integers(0, mu.size, size)
+            try:
+                s, r, _ = fit_tiles(mu[i], v[i], table, aux=None if aux is None else aux[i], **boot_args)
+            except RawrclError:
+                continue
+            draws.append((s, r))
+        if len(draws) >= 2:
+            sd = np.std(np.array(draws), axis=0, ddof=1) * np.sqrt(size / mu.size)
+            err = (float(sd[0]), float(sd[1]))
+    return (ls, lr), err, bins
