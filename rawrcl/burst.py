@@ -29,10 +29,14 @@ Pipeline (:func:`build_reference`)
    it is more than ``border`` pixels from the image edge.
 6. Noise-level function (:func:`measure_nlf`): target − reference on masked pixels, divided by
    sqrt(1 + c_p) (removes the reference's own noise exactly for an unbiased reference), binned by the
-   reference level (equal-count bins); per bin the Gaussian-consistent MAD variance; bins where more than
-   5 % of the pixels were masked as clipped are not fitted (the remaining ones would be a truncated
-   sample); weighted non-negative least squares var = λshot·x + λread per plane and pooled, with the
-   signal range of the fitted bins.
+   reference level (24 equal-count bins per plane); per bin a robust variance (outliers beyond 6 MAD-stds
+   dropped, then the plain variance — a MAD variance locks onto the quantisation grid of coarse data);
+   bins of a black-clipped burst are truncated samples (only pixels whose every frame stayed above black
+   are kept) and get their level and variance corrected for the truncation (:func:`untruncate`); bins
+   ≥ 2 noise stds above 0 are fitted by weighted non-negative least squares var = λshot·x + λread, per
+   plane and pooled, and the signal range of the fitted bins is reported. The binned variances
+   themselves (``BurstNLF.variance(kind="binned")``) are what the ceiling and the motion check use: they
+   follow the data where it is not linear in x.
 7. Motion check (per frame, after the NLF): z = (target − registered frame)/sqrt(σ²(ref)(1 + Σw²)); in
    16×16 packed blocks, the fraction of |z| > 4 (Gaussian: 6·10⁻⁵). A block with ≥ 10 % such pixels is
    "moved" (an isolated hot pixel is not: it is one pixel); moved blocks are masked, and when more than
@@ -41,14 +45,18 @@ Pipeline (:func:`build_reference`)
 Clipping
 --------
 A sample is clipped when it is at the file's floor (the minimum value, when ≥ 0.1 % of the samples sit
-exactly there — a black-clipped file such as the HDR+ burst, ≈ 16 % zeros) or at/above white (≥ 1). A
+exactly there — a black-clipped file such as the HDR+ burst, ≈ 16 % zeros) or at/above white (≥ 1); a
+warped sample is clipped when a clipped source sample enters its interpolation with |weight| > 0.05
+(``CLIP_TAP_WEIGHT``: the bias this ignores is ≤ 0.02σ per tap). A
 clipped sample is not a noisy measurement of the signal but a censored one: its mean over frames is
 E[max(y, 0)] > x, so the reference there is biased upwards, and a good denoiser's output (an estimate of x)
 would be scored against a wrong value. Such pixels are excluded from the metrics and the NLF fit, not
 repaired. The exclusion selects pixels whose N noisy draws all stayed above the floor; for signal levels
 x ≳ 3σ(x) this selection is negligible (< 1.2 % of the pixels at 3σ with N = 9), below it the kept target
 samples are biased upwards — so the metrics describe the part of the scene above the noise floor (report
-``mask_fraction``), and the NLF's low bins are not fitted (step 6).
+``mask_fraction``: 24 % of the HDR+ burst's pixels), and the NLF corrects its low bins for the truncation
+(step 6). A looser mask (e.g. only the target's own clipped pixels) keeps far more dark pixels but scores
+them against a reference biased upwards; :func:`score_mosaic` accepts one for comparisons.
 
 Metrics (:func:`score_raw`, :func:`score_jdd`)
 ---------------------------------------------
@@ -547,7 +555,8 @@ class BurstReference:
     """A registered burst reference for its target frame (module docstring).
 
     Mosaic-domain arrays are (H, W) on the target's pixel grid: ``target``, ``reference``, ``mask``
-    (usable: valid, unclipped, not moved; no border applied), ``ref_gain`` (c_p). ``nlf``: the measured NLF;
+    (usable: valid, unclipped, not moved; no border applied), ``valid`` (covered by every frame, whatever the
+    clipping), ``ref_gain`` (c_p). ``nlf``: the measured NLF;
     ``registrations``: one per non-target frame; ``moved_blocks``: per frame, the fraction of valid blocks
     flagged as moved.
     """
@@ -555,6 +564,7 @@ class BurstReference:
     target: np.ndarray
     reference: np.ndarray
     mask: np.ndarray
+    valid: np.ndarray
     ref_gain: np.ndarray
     pattern: str
     n_frames: int
@@ -564,9 +574,9 @@ class BurstReference:
     paths: list[str]
     clipped_fraction: float
 
-    def metric_mask(self, border: int = BORDER) -> np.ndarray:
-        """(H, W) bool: :attr:`mask` minus a ``border``-pixel frame."""
-        m = self.mask.copy()
+    def metric_mask(self, border: int = BORDER, base: np.ndarray | None = None) -> np.ndarray:
+        """(H, W) bool: :attr:`mask` (or ``base``) minus a ``border``-pixel frame."""
+        m = (self.mask if base is None else base).copy()
         if border > 0:
             m[:border] = m[-border:] = False
             m[:, :border] = m[:, -border:] = False
@@ -701,6 +711,7 @@ def build_reference(
         target=grid.unpack(tgt).astype(np.float32),
         reference=grid.unpack(ref).astype(np.float32),
         mask=grid.unpack(usable).astype(bool),
+        valid=grid.unpack(valid_all).astype(bool),
         ref_gain=grid.unpack(ref_gain),
         pattern=burst.pattern,
         n_frames=burst.n,
@@ -726,8 +737,13 @@ def _ssim_masked(out: np.ndarray, ref: np.ndarray, mask: np.ndarray, pattern: st
     return float(np.average(vals, weights=weights))
 
 
-def score_mosaic(br: BurstReference, out_cfa: np.ndarray, border: int = BORDER) -> dict:
+def score_mosaic(
+    br: BurstReference, out_cfa: np.ndarray, border: int = BORDER, mask: np.ndarray | None = None
+) -> dict:
     """Metrics of a mosaic-domain estimate (H, W) of the target against the reference (module docstring).
+
+    ``mask`` replaces :attr:`BurstReference.mask` (e.g. a looser one, for comparisons; the ceiling is then
+    that of the given pixels, with the reference's bias at clipped pixels not accounted for).
 
     Returns dict with ``psnr`` (measured), ``ssim``, ``mse``, ``psnr_true`` (true-error equivalent, None when
     the measured MSE is not above the reference noise), ``ceiling``.
@@ -735,9 +751,10 @@ def score_mosaic(br: BurstReference, out_cfa: np.ndarray, border: int = BORDER) 
     o = np.clip(np.asarray(out_cfa, dtype=np.float64), 0, 1)
     if o.shape != br.target.shape:
         raise RawrclError(f"output mosaic {o.shape} does not match the burst's {br.target.shape}")
-    m = br.metric_mask(border)
+    m = br.metric_mask(border, mask)
     mse = float(np.mean((o[m] - br.reference[m].astype(np.float64)) ** 2))
-    ceil = br.ceiling(border)
+    ceil = {"mse": float(br.ref_noise_var()[m].mean())}
+    ceil["psnr"] = 10 * math.log10(1 / ceil["mse"])
     true_mse = mse - ceil["mse"]
     return {
         "psnr": 10 * math.log10(1 / mse),
@@ -748,17 +765,26 @@ def score_mosaic(br: BurstReference, out_cfa: np.ndarray, border: int = BORDER) 
     }
 
 
-def score_raw(br: BurstReference, out_cfa: np.ndarray, border: int = BORDER) -> dict:
+def score_raw(
+    br: BurstReference, out_cfa: np.ndarray, border: int = BORDER, mask: np.ndarray | None = None
+) -> dict:
     """Metrics of a RAW denoiser's output mosaic (H, W); see :func:`score_mosaic`."""
-    return score_mosaic(br, out_cfa, border)
+    return score_mosaic(br, out_cfa, border, mask)
 
 
-def score_jdd(br: BurstReference, out_rgb: np.ndarray, border: int = BORDER) -> dict:
-    """Metrics of a JDD output (3, H, W) sampled at each pixel's own CFA colour; see :func:`score_mosaic`."""
+def jdd_to_mosaic(out_rgb: np.ndarray, pattern: str) -> np.ndarray:
+    """A JDD output (3, H, W) sampled at each pixel's own CFA colour → (H, W) mosaic."""
     rgb = np.asarray(out_rgb, dtype=np.float32)
     if rgb.ndim != 3 or rgb.shape[0] != 3:
         raise RawrclError(f"JDD output must be (3, H, W), got {rgb.shape}")
-    return score_mosaic(br, mosaic(rgb, br.pattern)[0], border)
+    return mosaic(rgb, pattern)[0]
+
+
+def score_jdd(
+    br: BurstReference, out_rgb: np.ndarray, border: int = BORDER, mask: np.ndarray | None = None
+) -> dict:
+    """Metrics of a JDD output (3, H, W) sampled at each pixel's own CFA colour; see :func:`score_mosaic`."""
+    return score_mosaic(br, jdd_to_mosaic(out_rgb, br.pattern), border, mask)
 
 
 def noisy_excess(br: BurstReference, border: int = BORDER) -> dict:

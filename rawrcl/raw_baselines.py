@@ -24,7 +24,7 @@ Poisson–Gaussian model near 0: the mean of a clipped observation is E[max(y, 0
 clipped mean back to the underlying signal by inverting m(x) = E[max(x + s(x)·ε, 0)] with s² = λshot·x +
 λread (Foi 2009, "Clipped noisy images"), :func:`declip_black`.
 
-BM3D configuration (``joint``; measured in ``docs/raw_baselines.md``): the ``bm3d`` package's ``np``
+BM3D configuration (``joint``; measured in ``docs/real_noise.md``): the ``bm3d`` package's ``np``
 profile either per plane (``joint=False``) or on the four planes at once after an orthonormal colour
 transform [(R+G1+G2+B)/2, (R−B)/√2, (G1−G2)/√2, (R+B−G1−G2)/2] (unit noise stays unit and white;
 block matching on the first, luminance-like channel; ``joint=True``).
@@ -57,7 +57,7 @@ _JOINT = np.array(
 )
 
 #: default joint/separate BM3D and NLM strength, chosen by ``benchmarks/raw_baselines.py --tune`` on
-#: training-split photos (docs/raw_baselines.md)
+#: training-split photos (docs/real_noise.md)
 DEFAULT_JOINT = True
 DEFAULT_NLM_H = 0.6
 

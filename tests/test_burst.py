@@ -225,3 +225,18 @@ def test_shared_hdrplus_burst_crop():
     s, o = br.nlf.per_plane["G1"]
     assert 1e-4 < math.sqrt(s * 0.05 + o) / 1 < 0.05
     assert 38 < br.ceiling()["psnr"] < 50
+
+
+def test_side_by_side_figure(synthetic, tmp_path):
+    from rawrcl.burst_figure import pick_crops, render_comparison
+
+    gs, clean, noisy, br = synthetic
+    crops = pick_crops(br, n=2, size=64)
+    assert len(crops) == 2 and all(y % 2 == 0 and x % 2 == 0 for y, x in crops)
+    rgb = np.stack([clean[0]] * 3)
+    out = render_comparison(
+        tmp_path / "fig.png", br, {"clean": ("raw", clean[0]), "grey jdd": ("jdd", rgb)}, crops=crops, size=64
+    )
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(RawrclError, match="exists"):
+        render_comparison(out, br, {}, crops=crops, size=64)
