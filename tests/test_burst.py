@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from rawrcl import burst as B
+from rawrcl.burst_align import PLANE_OFFSETS
 from rawrcl.errors import RawrclError
 
 SIZE = 256  # mosaic pixels
@@ -171,11 +172,17 @@ def test_unrelated_frame_is_refused():
         B.build_reference(B.burst_from_arrays([*noisy, other], "RGGB"))
 
 
+def test_poor_correlation_is_refused(synthetic):
+    *_, noisy, _ = synthetic
+    with pytest.raises(RawrclError, match="poor correlation.*cc = 0.9"):
+        B.build_reference(B.burst_from_arrays(noisy[:3], "RGGB"), min_cc=0.999)
+
+
 def test_plane_warps_share_one_motion():
     """A rotation moves each plane by the same full-resolution motion, not by the packed-green warp."""
     reg = B.Registration("f", np.array([[1.0, -0.01, 0.3], [0.01, 1.0, -0.2]]), np.eye(2, 3), 1.0, 0.0)
     full = B.full_res_affine(reg.warp)
-    for plane, (ox, oy) in B.PLANE_OFFSETS.items():
+    for plane, (ox, oy) in PLANE_OFFSETS.items():
         w = reg.plane_warp(plane)
         for q in ([0.0, 0.0], [10.0, 7.0], [40.0, 3.0]):
             src_plane = w[:, :2] @ q + w[:, 2]
