@@ -15,7 +15,8 @@ GAT+BM3D without the declipping step (``black_clipped=False``).
 strength h; the ``refilter`` profile fails on multichannel input in bm3d 4.0.3) on 4 *training-split* CBSD68
 photos (indices 0, 15, 30, 45), never on the test photos.
 
-BM3D costs ≈ 1 min per megapixel; the default run (20 photos × 2 domains × 2 presets) is ≈ 15 CPU minutes.
+BM3D costs ≈ 1 min per megapixel; each row (10 photos) took 2.5–5 min on a loaded 2-core VM, the default
+run (2 sets × 2 domains × 2 presets) ≈ 30 min.
 Run it with ``OMP_NUM_THREADS=1 nice -n 10``.
 
 Usage: ``python benchmarks/raw_baselines.py [--data DIR] [--pairs 0.001,1e-5 0.02,1e-3] [--no-shipped]
