@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from rawrcl.data.pairs import (
-    RAW_EXTENSIONS,
     Key,
     PairBatchSampler,
     PairDataset,
@@ -36,7 +35,6 @@ __all__ = [
     "PairBatchSampler",
     "PairDataset",
     "PhotoFolderDataset",
-    "RAW_EXTENSIONS",
     "RawFolderDataset",
     "resolve_cache_dir",
     "sampler_from_profile",

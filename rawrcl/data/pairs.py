@@ -47,17 +47,11 @@ import torch
 from rawrcl import isp
 from rawrcl.cfa import CHANNELS, align_rggb, mosaic_packed, pack, rggb_offset, shift_pattern, unpack
 from rawrcl.errors import RawrclError
-from rawrcl.io import PHOTO_EXTENSIONS, atomic_path, cache_root, read_photo
+from rawrcl.io import PHOTO_EXTENSIONS, RAW_EXTENSIONS, atomic_path, cache_root, read_photo
 from rawrcl.noise import NoiseModel, PaperSampler, make_sampler
 
 log = logging.getLogger("rawrcl.data")
 
-RAW_EXTENSIONS = frozenset(
-    (
-        ".dng .cr2 .cr3 .crw .nef .nrw .arw .srf .sr2 .raf .orf .rw2 .pef .srw"
-        " .3fr .iiq .rwl .raw .dcr .kdc .mrw .erf .mos"
-    ).split()
-)
 
 Key = tuple[int, int]  # (image index, sample seed)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from rawrcl.infer.files import (
-    RAW_EXTENSIONS,
     BatchResult,
     TileOptions,
     atomic_output,
@@ -54,7 +53,6 @@ __all__ = [
     "output_is_file",
     "plan_outputs",
     "PRECISIONS",
-    "RAW_EXTENSIONS",
     "requantize_cfa",
     "resolve_device",
     "resolve_precision",

@@ -40,14 +40,9 @@ import torch.nn as nn
 from rawrcl.cfa import align_rggb, pack, unpack
 from rawrcl.errors import RawrclError
 from rawrcl.infer.tiling import count_tiles, resolve_device, tiled_apply
-from rawrcl.io import PHOTO_EXTENSIONS, atomic_path, read_photo_depth
+from rawrcl.io import PHOTO_EXTENSIONS, RAW_EXTENSIONS, atomic_path, read_photo_depth
 from rawrcl.models.geometry import size_multiple
 from rawrcl.models.loading import load_for_task
-
-RAW_EXTENSIONS = frozenset(
-    ".dng .cr2 .cr3 .crw .nef .nrw .arw .srf .sr2 .raf .orf .rw2 .rwl .pef .ptx .srw .kdc .dcr .k25 .mrw "
-    ".3fr .fff .iiq .mef .mos .erf .raw .x3f .gpr".split()
-)
 
 
 def task_model(path: str | os.PathLike | None, task: str, opts: TileOptions) -> nn.Module:

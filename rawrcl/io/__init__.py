@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rawrcl.io.files import (
     PHOTO_EXTENSIONS,
+    RAW_EXTENSIONS,
     atomic_path,
     atomic_write_bytes,
     atomic_write_text,
@@ -27,6 +28,7 @@ __all__ = [
     "file_mode",
     "list_photos",
     "PHOTO_EXTENSIONS",
+    "RAW_EXTENSIONS",
     "read_photo",
     "read_photo_depth",
     "remove_stale_temporaries",

@@ -32,8 +32,18 @@ from rawrcl.errors import RawrclError
 
 PHOTO_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp", ".ppm", ".pgm")
 
+#: camera RAW file extensions LibRaw reads (lower case); everything that is not a photo extension is tried
+#: as RAW when named explicitly, these are what folders are searched for
+RAW_EXTENSIONS = frozenset(
+    (
+        ".dng .cr2 .cr3 .crw .nef .nrw .arw .srf .sr2 .raf .orf .rw2 .rwl .pef .ptx .srw .kdc .dcr .k25 .mrw"
+        " .3fr .fff .iiq .mef .mos .erf .raw .x3f .gpr"
+    ).split()
+)
+
 __all__ = [
     "PHOTO_EXTENSIONS",
+    "RAW_EXTENSIONS",
     "read_photo_depth",
     "atomic_path",
     "atomic_write_bytes",

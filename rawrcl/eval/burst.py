@@ -1,0 +1,615 @@
+"""Real-noise evaluation against a burst of one static scene: registration, reference, measured NLF, metrics.
+
+Pipeline (:func:`build_reference`)
+----------------------------------
+1. :func:`load_burst` — the RAW files of a folder, sorted by name; the first (or ``target``) is the frame to
+   denoise, the others build the reference. Read with ``read_raw(clip=False)``; every frame must have the
+   same size and Bayer phase. Each mosaic is RGGB-aligned (``align_rggb``) and packed (4, h, w).
+2. Registration (:func:`register_frame`) of every other frame to the target with OpenCV ``findTransformECC``
+   (``MOTION_AFFINE``) on the packed green image g = (G1 + G2)/2, initialised by phase correlation
+   (translation, handles shifts of many pixels) and refined coarse to fine on a Gaussian pyramid (≤ 3
+   levels, coarsest ≥ 64 px). Refused (:class:`RawrclError`) when ECC does not converge, when its
+   correlation coefficient is below ``min_cc``, or when the affine is implausible (|A − I| > 0.05 or a
+   shift beyond ``max_shift``).
+3. Warping in a common frame. g samples the scene at full-resolution position u = 2p + (½, ½) (p the packed
+   index, x and y alike); ECC's packed-green affine W(p) = A·p + t is therefore the full-resolution affine
+   M(u) = A·u + 2t + (I − A)·(½, ½). Plane c (R, G1, G2, B at offsets o_c = (0,0), (1,0), (0,1), (1,1) in
+   (x, y)) is warped with its own packed affine q ↦ A·q + t + (A − I)(o_c − (½, ½))/2 — the same motion
+   M for every plane, expressed in each plane's grid. (For a pure translation all planes get t; with
+   rotation or scale, warping every plane by W would shift the planes against each other by up to
+   |A − I|/2 px.) Interpolation: Keys cubic convolution (a = −0.5) written out here, so that three
+   per-pixel by-products are exact: the validity (all 16 taps inside the image and on real, not
+   reflection-padded, samples), clipping (any tap with non-zero weight on a clipped sample) and the noise
+   gain Σw² (the interpolated noise variance is σ²·Σw², between ≈ 0.52 and 1).
+4. Reference = mean of the N − 1 registered non-target frames (never the target: its noise would correlate
+   with the denoiser's input). Its noise variance at pixel p is σ²(x_p)·c_p with
+   c_p = Σ_k Σw²_k(p) / (N − 1)² (≈ 0.6–1 × 1/(N − 1)).
+5. Mask (``BurstReference.mask``): a pixel counts when every frame covers it with valid taps, no frame is
+   clipped there (see "Clipping"), it lies outside flagged motion blocks (step 7), and — for the metrics —
+   it is more than ``border`` pixels from the image edge.
+6. Noise-level function (:func:`measure_nlf`): target − reference on masked pixels, divided by
+   sqrt(1 + c_p) (removes the reference's own noise exactly for an unbiased reference), binned by the
+   reference level (24 equal-count bins per plane); per bin a robust variance (outliers beyond 6 MAD-stds
+   dropped, then the plain variance — a MAD variance locks onto the quantisation grid of coarse data);
+   bins of a black-clipped burst are truncated samples (only pixels whose every frame stayed above black
+   are kept) and get their level and variance corrected for the truncation (:func:`untruncate`); bins
+   ≥ 2 noise stds above 0 are fitted by weighted non-negative least squares var = λshot·x + λread, per
+   plane and pooled, and the signal range of the fitted bins is reported. The binned variances
+   themselves (``BurstNLF.variance(kind="binned")``) are what the ceiling and the motion check use: they
+   follow the data where it is not linear in x.
+7. Motion check (per frame, after the NLF): z = (target − registered frame)/sqrt(σ²(ref)(1 + Σw²)); in
+   16×16 packed blocks, the fraction of |z| > 4 (Gaussian: 6·10⁻⁵). A block with ≥ 10 % such pixels is
+   "moved" (an isolated hot pixel is not: it is one pixel); moved blocks are masked, and when more than
+   ``max_moved`` of the valid blocks of any frame are moved, the burst is refused.
+
+Clipping
+--------
+A sample is clipped when it is at the file's floor (the minimum value, when ≥ 0.1 % of the samples sit
+exactly there — a black-clipped file such as the HDR+ burst, ≈ 16 % zeros) or at/above white (≥ 1); a
+warped sample is clipped when a clipped source sample enters its interpolation with |weight| > 0.05
+(``CLIP_TAP_WEIGHT``: the bias this ignores is ≤ 0.02σ per tap). A
+clipped sample is not a noisy measurement of the signal but a censored one: its mean over frames is
+E[max(y, 0)] > x, so the reference there is biased upwards, and a good denoiser's output (an estimate of x)
+would be scored against a wrong value. Such pixels are excluded from the metrics and the NLF fit, not
+repaired. The exclusion selects pixels whose N noisy draws all stayed above the floor; for signal levels
+x ≳ 3σ(x) this selection is negligible (< 1.2 % of the pixels at 3σ with N = 9), below it the kept target
+samples are biased upwards — so the metrics describe the part of the scene above the noise floor (report
+``mask_fraction``: 24 % of the HDR+ burst's pixels), and the NLF corrects its low bins for the truncation
+(step 6). A looser mask (e.g. only the target's own clipped pixels) keeps far more dark pixels but scores
+them against a reference biased upwards; :func:`score_mosaic` accepts one for comparisons.
+
+Metrics (:func:`score_raw`, :func:`score_jdd`)
+---------------------------------------------
+PSNR in the CFA domain, linear [0, 1] (outputs clipped to [0, 1], data range 1) over the mask with a
+``border`` (default 32 mosaic px); SSIM per packed plane (scikit-image, 7×7, data range 1) averaged over
+the masked pixels of the four planes. JDD outputs (3, H, W) are sampled back at each pixel's own CFA colour.
+The reference is noisy: even the true signal x measures MSE_ref = mean(σ²(x)·c_p) against it, the
+*ceiling* (:meth:`BurstReference.ceiling`): PSNR_ceiling = −10·log10(MSE_ref). Since the reference noise is
+independent of the target frame, a method's true error is MSE_true ≈ MSE_measured − MSE_ref
+(``psnr_true``) — e.g. near a 45.9 dB ceiling, +0.5 dB measured is ≈ +1.2 dB of true error. Remaining
+reference errors (interpolation blur, residual misregistration) are not in MSE_ref: they make every
+method's true error look slightly larger; ``excess_mse`` of the noisy frame (measured − NLF-predicted −
+MSE_ref) is an upper bound of their size.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rawrcl.cfa import CHANNELS, check_pattern, mosaic, pack
+from rawrcl.errors import RawrclError
+from rawrcl.eval.burst_align import (
+    CLIP_TAP_WEIGHT,
+    PackedGrid,
+    Registration,
+    full_res_affine,
+    green_image,
+    register_frame,
+    warp_plane,
+)
+
+__all__ = [
+    "BORDER",
+    "Burst",
+    "BurstNLF",
+    "BurstReference",
+    "PackedGrid",
+    "Registration",
+    "build_reference",
+    "burst_from_arrays",
+    "clipped_samples",
+    "full_res_affine",
+    "green_image",
+    "jdd_to_mosaic",
+    "load_burst",
+    "measure_nlf",
+    "noisy_excess",
+    "register_frame",
+    "score_jdd",
+    "score_mosaic",
+    "score_raw",
+    "untruncate",
+    "warp_plane",
+]
+
+#: metric border in mosaic pixels (the issue's numbers)
+BORDER = 32
+#: NLF bins are fitted only where the (truncation-corrected) level is ≥ this many noise stds above 0: below,
+#: the kept samples of a black-clipped burst are too few and too truncated to correct (at 2σ the kept
+#: variance is 11 % low before correction)
+MIN_BIN_SNR = 2.0
+
+
+# ------------------------------------------------------------------------------------------------ loading
+@dataclass
+class Burst:
+    """Frames of one static scene, target first.
+
+    ``cfa[k]`` (H, W) float32 [0, 1] (unclipped read: values below black may be negative), ``clipped[k]``
+    (H, W) bool (module docstring, "Clipping"), ``pattern`` the common Bayer phase, ``paths`` the files.
+    """
+
+    paths: list[Path]
+    cfa: list[np.ndarray]
+    clipped: list[np.ndarray]
+    pattern: str
+
+    @property
+    def n(self) -> int:
+        return len(self.cfa)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.cfa[0].shape)  # type: ignore[return-value]
+
+
+def clipped_samples(cfa: np.ndarray, floor_fraction: float = 1e-3) -> np.ndarray:
+    """Clipped samples of a mosaic: at the floor (its minimum, if ≥ ``floor_fraction`` of the samples sit
+    exactly there) or ≥ 1 (white)."""
+    a = np.asarray(cfa)
+    out = a >= 1.0
+    lo = a.min()
+    at_floor = a <= lo
+    if at_floor.mean() >= floor_fraction:
+        out |= at_floor
+    return out
+
+
+def burst_from_arrays(cfas: Sequence[np.ndarray], pattern: str, names: Sequence[str] | None = None) -> Burst:
+    """A :class:`Burst` from in-memory mosaics (H, W) [0, 1], target first (tests, simulations)."""
+    pattern = check_pattern(pattern)
+    arrs = [np.asarray(c, dtype=np.float32) for c in cfas]
+    if len(arrs) < 3:
+        raise RawrclError(f"a burst needs at least 3 frames (target + 2 for the reference), got {len(arrs)}")
+    if any(a.ndim != 2 or a.shape != arrs[0].shape for a in arrs):
+        raise RawrclError(f"burst frames must be (H, W) mosaics of one size, got {[a.shape for a in arrs]}")
+    names = list(names) if names is not None else [f"frame{k:02d}" for k in range(len(arrs))]
+    return Burst([Path(n) for n in names], arrs, [clipped_samples(a) for a in arrs], pattern)
+
+
+def load_burst(folder: str | os.PathLike, target: str | None = None) -> Burst:
+    """Read a burst: the RAW files of ``folder`` sorted by name, the first (or the one named ``target``,
+    file name or stem) as the target. Every frame must share size and Bayer phase.
+
+    Raises :class:`RawrclError` for a missing folder, fewer than 3 RAW files, an unknown target, an
+    unreadable file (``read_raw``'s message) or frames that differ.
+    """
+    from rawrcl.io import RAW_EXTENSIONS
+    from rawrcl.io.raw import read_raw
+
+    d = Path(folder)
+    if not d.is_dir():
+        raise RawrclError(f"{d}: no such folder (--burst expects a folder of RAW frames of one scene)")
+    files = sorted(p for p in d.iterdir() if p.is_file() and p.suffix.lower() in RAW_EXTENSIONS)
+    if len(files) < 3:
+        raise RawrclError(f"{d}: a burst needs at least 3 RAW files (target + 2), found {len(files)}")
+    if target is not None:
+        hit = [p for p in files if target in (p.name, p.stem)]
+        if not hit:
+            raise RawrclError(f"--target {target!r}: no such RAW file in {d}")
+        files.remove(hit[0])
+        files.insert(0, hit[0])
+    raws = [read_raw(p, clip=False) for p in files]
+    first = raws[0]
+    for p, r in zip(files[1:], raws[1:], strict=True):
+        if r.cfa.shape != first.cfa.shape or r.pattern != first.pattern:
+            raise RawrclError(
+                f"{p}: {r.cfa.shape[0]}×{r.cfa.shape[1]} {r.pattern}, but the target {files[0].name} is "
+                f"{first.cfa.shape[0]}×{first.cfa.shape[1]} {first.pattern}; "
+                "a burst must share size and phase"
+            )
+    return Burst(files, [r.cfa for r in raws], [clipped_samples(r.cfa) for r in raws], first.pattern)
+
+
+# -------------------------------------------------------------------------------------------------- NLF
+@dataclass
+class BurstNLF:
+    """Noise-level function measured from the burst, [0, 1] units: var = λshot·x + λread.
+
+    ``per_plane``: plane → (λshot, λread); ``pooled``: one fit over the four planes; ``x_range``: signal range
+    (reference level) of the fitted bins; ``bins``: plane → dict(mean, var, count, used) lists (pooled under
+    "all").
+    """
+
+    per_plane: dict[str, tuple[float, float]]
+    pooled: tuple[float, float]
+    x_range: tuple[float, float]
+    bins: dict[str, dict] = field(default_factory=dict)
+
+    def variance(self, planes: np.ndarray, kind: str = "fit") -> np.ndarray:
+        """Per-plane noise variance at signal ``planes`` (4, h, w): ``"fit"`` λshot·max(x, 0) + λread, or
+        ``"binned"`` the measured variances of the kept (unclipped) pixels' bins interpolated linearly in x
+        (constant beyond the end bins; follows the data where it is not linear in x, e.g. a tone-compressed
+        range, and includes the truncation of the masked pixels — what the metrics see)."""
+        if kind == "binned":
+            out = np.empty(np.shape(planes))
+            for c, name in enumerate(CHANNELS):
+                b = self.bins[name]
+                out[c] = np.interp(planes[c], b["mean"], b["var"])
+            return out
+        ls = np.array([self.per_plane[c][0] for c in CHANNELS]).reshape(4, 1, 1)
+        lr = np.array([self.per_plane[c][1] for c in CHANNELS]).reshape(4, 1, 1)
+        return ls * np.maximum(planes, 0) + lr
+
+    def to_dict(self) -> dict:
+        return {
+            "lambda_shot": float(self.pooled[0]),
+            "lambda_read": float(self.pooled[1]),
+            "per_plane": {k: [float(v[0]), float(v[1])] for k, v in self.per_plane.items()},
+            "x_range": [float(v) for v in self.x_range],
+            "units": "[0,1] after black/white level; variance = lambda_shot*x + lambda_read",
+        }
+
+
+def _robust_var(r: np.ndarray, trim: float = 6.0) -> float:
+    """Variance of ``r`` after discarding |r − median| > ``trim`` robust stds (1.4826·MAD): gross outliers
+    (edges, hot pixels) go, the Gaussian bulk stays whole. A plain MAD variance is not used: on coarsely
+    quantised data (the HDR+ burst has 76–169 levels per plane) it locks onto the quantisation grid."""
+    med = np.median(r)
+    s0 = 1.4826 * np.median(np.abs(r - med))
+    keep = r if s0 <= 0 else r[np.abs(r - med) <= trim * s0]
+    return float(np.var(keep))
+
+
+def untruncate(m: float, v: float, iters: int = 50) -> tuple[float, float]:
+    """Signal level and variance (x, σ²) of a normal whose samples were kept only when > 0 (a black-clipped
+    burst: pixels with any clipped frame are masked), from the kept samples' mean ``m`` and variance ``v``:
+    m = x + σλ, v = σ²(1 − αλ − λ²) with α = x/σ, λ = φ(α)/Φ(α) (fixed-point iteration)."""
+    from scipy.special import ndtr
+
+    x, var = m, v
+    for _ in range(iters):
+        sd = math.sqrt(max(var, 1e-30))
+        a = x / sd
+        lam = math.exp(-0.5 * a * a) / math.sqrt(2 * math.pi) / max(float(ndtr(a)), 1e-12)
+        f = max(1 - a * lam - lam * lam, 1e-3)
+        var = v / f
+        x = m - math.sqrt(var) * lam
+    return x, var
+
+
+def _fit_line(x: np.ndarray, v: np.ndarray, n: np.ndarray) -> tuple[float, float]:
+    """Weighted non-negative least squares v ≈ λshot·x + λread, weights n / v̂² (two passes)."""
+    from scipy.optimize import nnls
+
+    if x.size < 2:
+        raise RawrclError("burst NLF: fewer than 2 usable signal-level bins (scene too dark or too clipped)")
+    vhat = np.maximum(v, 1e-12)
+    coef = np.zeros(2)
+    for _ in range(2):
+        sw = np.sqrt(n) / vhat
+        coef, _ = nnls(np.stack([x, np.ones_like(x)], axis=1) * sw[:, None], v * sw)
+        vhat = np.maximum(coef[0] * x + coef[1], 1e-12)
+    return float(coef[0]), float(coef[1])
+
+
+def measure_nlf(
+    target: np.ndarray,
+    reference: np.ndarray,
+    usable: np.ndarray,
+    clipped: np.ndarray,
+    ref_gain: np.ndarray,
+    *,
+    bins: int = 24,
+    min_count: int = 200,
+    min_snr: float = MIN_BIN_SNR,
+) -> BurstNLF:
+    """Fit the NLF from target − reference (module docstring, step 6).
+
+    Parameters
+    ----------
+    target, reference : (4, h, w) packed planes. usable : (4, h, w) bool pixels to use (valid, unclipped).
+    clipped : (4, h, w) bool pixels excluded for clipping (valid geometry). A bin in which ≥ 1 % of the
+        pixels were excluded for clipping is a truncated sample: its level and variance are corrected with
+        :func:`untruncate`. Bins are fitted when their (corrected) level is ≥ ``min_snr`` noise stds.
+    ref_gain : (4, h, w) c_p, the reference's noise variance in units of σ²(x_p).
+    bins, min_count : equal-count bins per plane (over the usable pixels), each with ≥ ``min_count`` pixels.
+    """
+    resid = (target - reference) / np.sqrt(1.0 + ref_gain)
+    out_bins: dict[str, dict] = {}
+    per_plane: dict[str, tuple[float, float]] = {}
+    pooled_x, pooled_v, pooled_n = [], [], []
+    lo_hi = [np.inf, -np.inf]
+    for c, name in enumerate(CHANNELS):
+        u = usable[c]
+        cand = u | clipped[c]
+        xs = reference[c][u]
+        if xs.size < bins * min_count:
+            raise RawrclError(f"burst NLF: only {xs.size} usable pixels in plane {name}")
+        edges = np.unique(np.quantile(xs, np.linspace(0, 1, bins + 1)))
+        idx_u = np.clip(np.searchsorted(edges, xs, side="right") - 1, 0, len(edges) - 2)
+        idx_c = np.clip(np.searchsorted(edges, reference[c][cand], side="right") - 1, 0, len(edges) - 2)
+        clip_c = clipped[c][cand]
+        rs = resid[c][u]
+        means, vars_, counts, used = [], [], [], []
+        for b in range(len(edges) - 1):
+            sel = idx_u == b
+            n_b = int(sel.sum())
+            if n_b < min_count:
+                continue
+            in_bin = idx_c == b
+            truncated = bool(in_bin.any() and clip_c[in_bin].mean() >= 0.01)
+            mean_b, var_b = float(xs[sel].mean()), _robust_var(rs[sel])
+            x_b, v_b = untruncate(mean_b, var_b) if truncated else (mean_b, var_b)
+            means.append((mean_b, x_b))
+            vars_.append((var_b, v_b))
+            counts.append(n_b)
+            used.append(x_b >= min_snr * math.sqrt(v_b))
+        m, v = np.asarray(means), np.asarray(vars_)
+        n, k = np.asarray(counts), np.asarray(used)
+        per_plane[name] = _fit_line(m[k, 1], v[k, 1], n[k])
+        out_bins[name] = {
+            "mean": m[:, 0].tolist(),
+            "var": v[:, 0].tolist(),
+            "x_true": m[:, 1].tolist(),
+            "var_true": v[:, 1].tolist(),
+            "count": n.tolist(),
+            "used": k.tolist(),
+        }
+        pooled_x.append(m[k, 1])
+        pooled_v.append(v[k, 1])
+        pooled_n.append(n[k])
+        if k.any():
+            lo_hi = [min(lo_hi[0], float(m[k, 1].min())), max(lo_hi[1], float(m[k, 1].max()))]
+    pooled = _fit_line(np.concatenate(pooled_x), np.concatenate(pooled_v), np.concatenate(pooled_n))
+    return BurstNLF(per_plane, pooled, (lo_hi[0], lo_hi[1]), out_bins)
+
+
+# ----------------------------------------------------------------------------------------------- reference
+@dataclass
+class BurstReference:
+    """A registered burst reference for its target frame (module docstring).
+
+    Mosaic-domain arrays are (H, W) on the target's pixel grid: ``target``, ``reference``, ``mask``
+    (usable: valid, unclipped, not moved; no border applied), ``valid`` (covered by every frame, whatever the
+    clipping), ``ref_gain`` (c_p). ``nlf``: the measured NLF;
+    ``registrations``: one per non-target frame; ``moved_blocks``: per frame, the fraction of valid blocks
+    flagged as moved.
+    """
+
+    target: np.ndarray
+    reference: np.ndarray
+    mask: np.ndarray
+    valid: np.ndarray
+    ref_gain: np.ndarray
+    pattern: str
+    n_frames: int
+    nlf: BurstNLF
+    registrations: list[Registration]
+    moved_blocks: list[float]
+    paths: list[str]
+    clipped_fraction: float
+
+    def metric_mask(self, border: int = BORDER, base: np.ndarray | None = None) -> np.ndarray:
+        """(H, W) bool: :attr:`mask` (or ``base``) minus a ``border``-pixel frame."""
+        m = (self.mask if base is None else base).copy()
+        if border > 0:
+            m[:border] = m[-border:] = False
+            m[:, :border] = m[:, -border:] = False
+        return m
+
+    def ref_noise_var(self, kind: str = "binned") -> np.ndarray:
+        """(H, W) variance of the reference's own noise, σ²(reference)·c_p, with the measured NLF
+        (``kind``: ``"binned"`` measured bin variances — the default, exact where the NLF is not linear —
+        or ``"fit"``)."""
+        grid = PackedGrid.of(self.target.shape, self.pattern)
+        var = self.nlf.variance(grid.pack(self.reference), kind) * grid.pack(self.ref_gain)
+        return grid.unpack(var)
+
+    def ceiling(self, border: int = BORDER, kind: str = "binned") -> dict:
+        """What the noise-free target would measure: ``mse`` = mean reference noise variance over the metric
+        mask, ``psnr`` = −10·log10(mse); ``kind`` as :meth:`ref_noise_var`."""
+        mse = float(self.ref_noise_var(kind)[self.metric_mask(border)].mean())
+        return {"mse": mse, "psnr": 10 * math.log10(1 / mse)}
+
+    def summary(self, border: int = BORDER) -> dict:
+        """JSON-ready description (no pixels)."""
+        return {
+            "paths": self.paths,
+            "target": self.paths[0],
+            "n_frames": self.n_frames,
+            "pattern": self.pattern,
+            "shape": list(self.target.shape),
+            "border": border,
+            "mask_fraction": float(self.metric_mask(border).mean()),
+            "clipped_fraction": self.clipped_fraction,
+            "mean_ref_gain": float(self.ref_gain[self.mask].mean()),
+            "nlf": self.nlf.to_dict(),
+            "ceiling": self.ceiling(border),
+            "ceiling_linear_nlf": self.ceiling(border, "fit"),
+            "registrations": [r.to_dict() for r in self.registrations],
+            "moved_block_fraction": [float(v) for v in self.moved_blocks],
+        }
+
+
+def _block_reduce(a: np.ndarray, b: int) -> np.ndarray:
+    """Sum over non-overlapping b×b blocks of a 2-D array (edge remainder dropped)."""
+    h, w = (a.shape[0] // b) * b, (a.shape[1] // b) * b
+    return a[:h, :w].reshape(h // b, b, w // b, b).sum(axis=(1, 3))
+
+
+def build_reference(
+    burst: Burst,
+    *,
+    min_cc: float = 0.5,
+    block: int = 16,
+    z_outlier: float = 4.0,
+    moved_block_fraction: float = 0.10,
+    max_moved: float = 0.02,
+    clip_tap_weight: float = CLIP_TAP_WEIGHT,
+    nlf_min_snr: float = MIN_BIN_SNR,
+    progress: Callable[[str], None] | None = None,
+) -> BurstReference:
+    """Register the burst, build the reference, measure the NLF and check for motion (module docstring).
+
+    Parameters
+    ----------
+    min_cc : minimum ECC correlation coefficient per frame.
+    block, z_outlier, moved_block_fraction : motion blocks (packed px), outlier level |z|, and the share of
+        outliers that makes a block "moved".
+    max_moved : refuse when a frame has more than this fraction of its valid blocks moved.
+    clip_tap_weight : interpolation weight above which a clipped source sample marks a warped pixel clipped.
+    nlf_min_snr : truncated (clipped) NLF bins are fitted only ≥ this many noise stds above 0.
+
+    Raises :class:`RawrclError` (naming the frame) for failed registration, poor correlation or motion.
+    """
+    grid = PackedGrid.of(burst.shape, burst.pattern)
+    real = grid.real()
+    planes = [grid.pack(c).astype(np.float64) for c in burst.cfa]
+    bad = [grid.pack(c) for c in burst.clipped]
+    tgt = planes[0]
+    g_t = green_image(tgt)
+    regs: list[Registration] = []
+    warped, valid_all, clip_any = [], real.copy(), bad[0].copy()
+    gains = []
+    hmax, wmax = burst.shape
+    corners = np.array([[0, 0, 1], [wmax, 0, 1], [0, hmax, 1], [wmax, hmax, 1]], dtype=np.float64).T
+    for k in range(1, burst.n):
+        name = str(burst.paths[k])
+        warp, cc = register_frame(g_t, green_image(planes[k]), name=name, min_cc=min_cc)
+        full = full_res_affine(warp)
+        shift = float(np.abs(full @ corners - corners[:2]).max())
+        reg = Registration(name, warp, full, cc, shift)
+        regs.append(reg)
+        out = np.empty_like(tgt)
+        gain = np.empty_like(tgt)
+        for c, pname in enumerate(CHANNELS):
+            v, ok, cl, g = warp_plane(
+                planes[k][c], bad[k][c], real[c], reg.plane_warp(pname), clip_tap_weight
+            )
+            out[c], gain[c] = v, g
+            valid_all[c] &= ok
+            clip_any[c] |= cl
+        warped.append(out)
+        gains.append(gain)
+        if progress:
+            progress(f"registered {Path(name).name}: cc {cc:.3f}, max shift {shift:.2f} px")
+    n_ref = burst.n - 1
+    ref = np.mean(warped, axis=0)
+    ref_gain = np.sum(gains, axis=0) / n_ref**2
+    usable = valid_all & ~clip_any
+    nlf = measure_nlf(tgt, ref, usable, valid_all & clip_any, ref_gain, min_snr=nlf_min_snr)
+
+    # motion check, per frame (module docstring, step 7)
+    var_t = nlf.variance(ref, "binned")
+    moved_any = np.zeros(usable.shape[1:], dtype=bool)
+    fractions = []
+    for k, (out, gain) in enumerate(zip(warped, gains, strict=True), start=1):
+        z = (tgt - out) / np.sqrt(var_t * (1 + gain))
+        outlier = (np.abs(z) > z_outlier) & usable
+        n_ok = _block_reduce(usable.sum(axis=0).astype(np.float64), block)
+        n_out = _block_reduce(outlier.sum(axis=0).astype(np.float64), block)
+        live = n_ok >= 0.5 * 4 * block * block
+        moved = live & (n_out >= moved_block_fraction * np.maximum(n_ok, 1))
+        frac = float(moved.sum() / max(live.sum(), 1))
+        fractions.append(frac)
+        if frac > max_moved:
+            raise RawrclError(
+                f"{burst.paths[k]}: the scene moved against the target after registration "
+                f"({100 * frac:.1f} % of {block}×{block} blocks differ beyond the noise, limit "
+                f"{100 * max_moved:.1f} %); "
+                "a burst of one static scene is needed"
+            )
+        up = np.kron(moved, np.ones((block, block), dtype=bool))
+        moved_any[: up.shape[0], : up.shape[1]] |= up
+    usable &= ~moved_any[None]
+    return BurstReference(
+        target=grid.unpack(tgt).astype(np.float32),
+        reference=grid.unpack(ref).astype(np.float32),
+        mask=grid.unpack(usable).astype(bool),
+        valid=grid.unpack(valid_all).astype(bool),
+        ref_gain=grid.unpack(ref_gain),
+        pattern=burst.pattern,
+        n_frames=burst.n,
+        nlf=nlf,
+        registrations=regs,
+        moved_blocks=fractions,
+        paths=[str(p) for p in burst.paths],
+        clipped_fraction=float(grid.unpack(clip_any & valid_all).mean()),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+def _ssim_masked(out: np.ndarray, ref: np.ndarray, mask: np.ndarray, pattern: str) -> float:
+    from skimage.metrics import structural_similarity
+
+    po, pr, pm = pack(out, pattern), pack(ref, pattern), pack(mask, pattern)
+    vals, weights = [], []
+    for c in range(4):
+        _, smap = structural_similarity(pr[c], po[c], data_range=1.0, win_size=7, full=True)
+        if pm[c].any():
+            vals.append(float(smap[pm[c]].mean()))
+            weights.append(int(pm[c].sum()))
+    return float(np.average(vals, weights=weights))
+
+
+def score_mosaic(
+    br: BurstReference, out_cfa: np.ndarray, border: int = BORDER, mask: np.ndarray | None = None
+) -> dict:
+    """Metrics of a mosaic-domain estimate (H, W) of the target against the reference (module docstring).
+
+    ``mask`` replaces :attr:`BurstReference.mask` (e.g. a looser one, for comparisons; the ceiling is then
+    that of the given pixels, with the reference's bias at clipped pixels not accounted for).
+
+    Returns dict with ``psnr`` (measured), ``ssim``, ``mse``, ``psnr_true`` (true-error equivalent, None when
+    the measured MSE is not above the reference noise), ``ceiling``.
+    """
+    o = np.clip(np.asarray(out_cfa, dtype=np.float64), 0, 1)
+    if o.shape != br.target.shape:
+        raise RawrclError(f"output mosaic {o.shape} does not match the burst's {br.target.shape}")
+    m = br.metric_mask(border, mask)
+    mse = float(np.mean((o[m] - br.reference[m].astype(np.float64)) ** 2))
+    ceil = {"mse": float(br.ref_noise_var()[m].mean())}
+    ceil["psnr"] = 10 * math.log10(1 / ceil["mse"])
+    true_mse = mse - ceil["mse"]
+    return {
+        "psnr": 10 * math.log10(1 / mse),
+        "ssim": _ssim_masked(o.astype(np.float32), br.reference, m, br.pattern),
+        "mse": mse,
+        "psnr_true": 10 * math.log10(1 / true_mse) if true_mse > 0 else None,
+        "ceiling": ceil["psnr"],
+    }
+
+
+def score_raw(
+    br: BurstReference, out_cfa: np.ndarray, border: int = BORDER, mask: np.ndarray | None = None
+) -> dict:
+    """Metrics of a RAW denoiser's output mosaic (H, W); see :func:`score_mosaic`."""
+    return score_mosaic(br, out_cfa, border, mask)
+
+
+def jdd_to_mosaic(out_rgb: np.ndarray, pattern: str) -> np.ndarray:
+    """A JDD output (3, H, W) sampled at each pixel's own CFA colour → (H, W) mosaic."""
+    rgb = np.asarray(out_rgb, dtype=np.float32)
+    if rgb.ndim != 3 or rgb.shape[0] != 3:
+        raise RawrclError(f"JDD output must be (3, H, W), got {rgb.shape}")
+    return mosaic(rgb, pattern)[0]
+
+
+def score_jdd(
+    br: BurstReference, out_rgb: np.ndarray, border: int = BORDER, mask: np.ndarray | None = None
+) -> dict:
+    """Metrics of a JDD output (3, H, W) sampled at each pixel's own CFA colour; see :func:`score_mosaic`."""
+    return score_mosaic(br, jdd_to_mosaic(out_rgb, br.pattern), border, mask)
+
+
+def noisy_excess(br: BurstReference, border: int = BORDER) -> dict:
+    """Consistency of the noisy target: its measured MSE, the NLF-predicted noise + reference noise, and the
+    excess (an upper bound of the reference's non-noise error: interpolation blur, misregistration)."""
+    m = br.metric_mask(border)
+    grid = PackedGrid.of(br.target.shape, br.pattern)
+    pred_t = grid.unpack(br.nlf.variance(grid.pack(br.reference), "binned"))[m].mean()
+    mse = float(np.mean((np.clip(br.target[m], 0, 1) - br.reference[m]) ** 2))
+    ceil = br.ceiling(border)["mse"]
+    return {
+        "mse": mse,
+        "predicted_noise": float(pred_t),
+        "ref_noise": ceil,
+        "excess_mse": mse - pred_t - ceil,
+    }

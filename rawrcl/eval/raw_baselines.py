@@ -1,0 +1,257 @@
+"""Classical RAW-domain denoisers on packed mosaics: GAT + BM3D (the Poisson–Gaussian gold standard) and NLM.
+
+Both work on a packed mosaic (4, h, w) or (B, 4, h, w) [R, G1, G2, B] in [0, 1] units with noise variance
+``λshot·x + λread`` (scalars or one value per plane), and return the same shape, float32.
+
+Generalised Anscombe transform (GAT; Mäkitalo & Foi 2013, "Optimal inversion of the generalized Anscombe
+transformation for Poisson–Gaussian noise")::
+
+    z = x/α + Gaussian, α = λshot (gain), σ² = λread/λshot²  (in "counts")
+    f(y) = 2·sqrt(y/α + 3/8 + σ²)            (argument clamped at 0 for very negative y)
+
+makes the noise ≈ N(0, 1); the denoised D is mapped back with the closed-form approximation of the *exact
+unbiased* inverse (their Eq. 13 / ``GenAnscombe_inverse_closed_form``)::
+
+    I(D) = D²/4 + ¼·√(3/2)·D⁻¹ − 11/8·D⁻² + 5/8·√(3/2)·D⁻³ − 1/8 − σ²,   x̂ = α·max(I(D), 0)
+
+With λshot → 0 the model is pure Gaussian and the transform is y/√λread (exact inverse, no bias).
+
+Negative values (an unclipped read of a dark pixel) are fine: the forward transform clamps the square-root
+argument at 0 (they all map to the same, lowest value), which is the standard GAT. Black-clipped data
+(a file whose values below black were set to 0, e.g. the HDR+ burst with ≈ 16 % zeros) violates the
+Poisson–Gaussian model near 0: the mean of a clipped observation is E[max(y, 0)] > x. ``black_clipped``
+(default: detected — no negative value and ≥ 0.5 % exact zeros) then maps the denoised estimate of that
+clipped mean back to the underlying signal by inverting m(x) = E[max(x + s(x)·ε, 0)] with s² = λshot·x +
+λread (Foi 2009, "Clipped noisy images"), :func:`declip_black`.
+
+BM3D configuration (``joint``; measured in ``docs/real_noise.md``): the ``bm3d`` package's ``np``
+profile either per plane (``joint=False``) or on the four planes at once after an orthonormal colour
+transform [(R+G1+G2+B)/2, (R−B)/√2, (G1−G2)/√2, (R+B−G1−G2)/2] (unit noise stays unit and white;
+block matching on the first, luminance-like channel; ``joint=True``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from rawrcl.errors import RawrclError
+
+PerPlane = float | Sequence[float] | np.ndarray
+
+#: λshot below this (relative to √λread, i.e. fewer than ~1e-6 "counts" of read noise) is treated as 0:
+#: the GAT degenerates and the pure-Gaussian transform y/√λread is used.
+_MIN_SHOT = 1e-9
+
+#: orthonormal 4-plane transform used by joint BM3D (rows: output channels; columns R, G1, G2, B)
+_JOINT = np.array(
+    [
+        [0.5, 0.5, 0.5, 0.5],
+        [1 / math.sqrt(2), 0.0, 0.0, -1 / math.sqrt(2)],
+        [0.0, 1 / math.sqrt(2), -1 / math.sqrt(2), 0.0],
+        [0.5, -0.5, -0.5, 0.5],
+    ]
+)
+
+#: default joint/separate BM3D and NLM strength, chosen by ``benchmarks/raw_baselines.py --tune`` on
+#: training-split photos (docs/real_noise.md)
+DEFAULT_JOINT = True
+DEFAULT_NLM_H = 0.6
+
+
+# --------------------------------------------------------------------------------------------- helpers
+def _as_packed(packed) -> tuple[np.ndarray, bool, bool]:
+    """(…, 4, h, w) numpy/torch → float64 (B, 4, h, w), was_torch, had_batch."""
+    is_torch = isinstance(packed, torch.Tensor)
+    a = packed.detach().cpu().numpy() if is_torch else np.asarray(packed)
+    if a.ndim not in (3, 4) or a.shape[-3] != 4:
+        raise RawrclError(f"expected a packed mosaic (4, h, w) or (B, 4, h, w), got shape {tuple(a.shape)}")
+    if not np.all(np.isfinite(a)):
+        raise RawrclError("packed mosaic contains NaN or infinite values")
+    batch = a.ndim == 4
+    return (a if batch else a[None]).astype(np.float64), is_torch, batch
+
+
+def _back(a: np.ndarray, is_torch: bool, batch: bool):
+    a = a.astype(np.float32)
+    a = a if batch else a[0]
+    return torch.from_numpy(np.ascontiguousarray(a)) if is_torch else a
+
+
+def _per_plane(v: PerPlane, name: str) -> np.ndarray:
+    """λ as a (4, 1, 1) float64 array (scalar broadcast to the 4 planes)."""
+    a = np.asarray(v, dtype=np.float64).ravel()
+    if a.size == 1:
+        a = np.repeat(a, 4)
+    if a.size != 4:
+        raise RawrclError(f"{name}: expected a scalar or 4 per-plane values [R, G1, G2, B], got {a.size}")
+    if not np.all(np.isfinite(a)) or np.any(a < 0):
+        raise RawrclError(f"{name} must be finite and ≥ 0, got {a.tolist()}")
+    return a.reshape(4, 1, 1)
+
+
+def _check_lambdas(ls: np.ndarray, lr: np.ndarray) -> None:
+    if np.any((ls < _MIN_SHOT) & (lr <= 0)):
+        raise RawrclError("noise model with λshot = λread = 0 on some plane: nothing to denoise")
+
+
+# ------------------------------------------------------------------------------------------------- GAT
+def gat_forward(y: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane) -> np.ndarray:
+    """Generalised Anscombe transform of packed values y (…, 4, h, w), [0, 1] units → unit-variance domain."""
+    ls, lr = _per_plane(lambda_shot, "lambda_shot"), _per_plane(lambda_read, "lambda_read")
+    _check_lambdas(ls, lr)
+    y = np.asarray(y, dtype=np.float64)
+    gauss = ls < _MIN_SHOT
+    a = np.where(gauss, 1.0, ls)
+    s2 = lr / a**2
+    arg = np.maximum(y / a + 0.375 + s2, 0.0)
+    return np.where(gauss, y / np.sqrt(np.where(gauss, lr, 1.0)), 2.0 * np.sqrt(arg))
+
+
+def gat_inverse(d: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane) -> np.ndarray:
+    """Closed-form approximation of the exact unbiased inverse of :func:`gat_forward` (Mäkitalo & Foi 2013).
+
+    ``d`` is the *denoised* transformed image (an estimate of E[f(y)]); returns x̂ ≥ 0 in [0, 1] units (the
+    Gaussian limit λshot → 0 is the plain, unclamped inverse)."""
+    ls, lr = _per_plane(lambda_shot, "lambda_shot"), _per_plane(lambda_read, "lambda_read")
+    _check_lambdas(ls, lr)
+    d = np.asarray(d, dtype=np.float64)
+    gauss = ls < _MIN_SHOT
+    a = np.where(gauss, 1.0, ls)
+    s2 = lr / a**2
+    dd = np.maximum(d, 1e-3)  # the closed form is used for D > 0 only; tiny D clamps to 0 below anyway
+    c = math.sqrt(1.5)
+    inv = 0.25 * dd**2 + 0.25 * c / dd - 1.375 / dd**2 + 0.625 * c / dd**3 - 0.125 - s2
+    return np.where(gauss, d * np.sqrt(np.where(gauss, lr, 1.0)), a * np.maximum(inv, 0.0))
+
+
+def gat_algebraic_inverse(d: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane) -> np.ndarray:
+    """The plain algebraic inverse of :func:`gat_forward` (f⁻¹(f(y)) = y for y above the clamp)."""
+    ls, lr = _per_plane(lambda_shot, "lambda_shot"), _per_plane(lambda_read, "lambda_read")
+    _check_lambdas(ls, lr)
+    d = np.asarray(d, dtype=np.float64)
+    gauss = ls < _MIN_SHOT
+    a = np.where(gauss, 1.0, ls)
+    s2 = lr / a**2
+    return np.where(gauss, d * np.sqrt(np.where(gauss, lr, 1.0)), a * ((d / 2) ** 2 - 0.375 - s2))
+
+
+# -------------------------------------------------------------------------------------- black clipping
+def is_black_clipped(packed: np.ndarray, min_zero_fraction: float = 0.005) -> bool:
+    """True when a mosaic looks black-clipped: no negative value, ≥ ``min_zero_fraction`` exact zeros."""
+    a = np.asarray(packed)
+    return bool(a.min() >= 0 and np.mean(a == 0) >= min_zero_fraction)
+
+
+def clipped_mean(x: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane) -> np.ndarray:
+    """E[max(x + s·ε, 0)], s² = λshot·max(x, 0) + λread, ε ~ N(0, 1): the mean of a black-clipped reading."""
+    from scipy.special import ndtr
+
+    ls, lr = _per_plane(lambda_shot, "lambda_shot"), _per_plane(lambda_read, "lambda_read")
+    x = np.asarray(x, dtype=np.float64)
+    s = np.sqrt(np.maximum(ls * np.maximum(x, 0) + lr, 1e-30))
+    t = x / s
+    return x * ndtr(t) + s * np.exp(-0.5 * t**2) / math.sqrt(2 * math.pi)
+
+
+def declip_black(m: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane, iters: int = 40) -> np.ndarray:
+    """Invert :func:`clipped_mean`: the signal x ≥ 0 whose black-clipped reading has mean ``m`` (…, 4, h, w).
+
+    m(x) is increasing in x; bisection on [0, max(m, 0)] (m(x) ≥ x). Values of m below m(0) = √λread/√(2π)
+    (impossible for a clipped mean, they come from estimation error) map to 0.
+    """
+    m = np.asarray(m, dtype=np.float64)
+    lo = np.zeros_like(m)
+    hi = np.maximum(m, 0.0)
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        above = clipped_mean(mid, lambda_shot, lambda_read) > m
+        hi = np.where(above, mid, hi)
+        lo = np.where(above, lo, mid)
+    return 0.5 * (lo + hi)
+
+
+# ----------------------------------------------------------------------------------------------- BM3D
+def _bm3d_unit(t: np.ndarray, joint: bool, profile: str) -> np.ndarray:
+    """BM3D of one (4, h, w) image with unit noise std."""
+    import bm3d
+
+    if joint:
+        c = np.einsum("ij,jhw->ihw", _JOINT, t)
+        out = bm3d.bm3d(np.ascontiguousarray(c.transpose(1, 2, 0)), [1.0] * 4, profile=profile)
+        return np.einsum("ji,jhw->ihw", _JOINT, np.asarray(out).transpose(2, 0, 1))
+    return np.stack([np.asarray(bm3d.bm3d(p, 1.0, profile=profile)) for p in t])
+
+
+def gat_bm3d(
+    packed,
+    lambda_shot: PerPlane,
+    lambda_read: PerPlane,
+    *,
+    joint: bool = DEFAULT_JOINT,
+    profile: str = "np",
+    black_clipped: bool | None = None,
+):
+    """GAT + BM3D + exact unbiased inverse on a packed mosaic.
+
+    Parameters
+    ----------
+    packed : (4, h, w) or (B, 4, h, w) [R, G1, G2, B], [0, 1] units, numpy or torch (negative values kept).
+    lambda_shot, lambda_read : noise variance λshot·x + λread, scalars or 4 per-plane values.
+    joint : BM3D on the 4 planes jointly (orthonormal colour transform) or per plane (module docstring).
+    profile : ``bm3d`` profile name (``np`` default; ``refilter``, ``vn``, ``high`` …).
+    black_clipped : undo the bias of a black-clipped input (:func:`declip_black`); None = detect.
+
+    Returns
+    -------
+    Same shape and type as ``packed``, float32, [0, 1] units (≥ 0). BM3D costs ≈ 1 min per megapixel.
+    """
+    a, is_torch, batch = _as_packed(packed)
+    out = np.empty_like(a)
+    for i, img in enumerate(a):
+        clipped = is_black_clipped(img) if black_clipped is None else black_clipped
+        d = _bm3d_unit(gat_forward(img, lambda_shot, lambda_read), joint, profile)
+        x = gat_inverse(d, lambda_shot, lambda_read)
+        out[i] = declip_black(x, lambda_shot, lambda_read) if clipped else x
+    return _back(out, is_torch, batch)
+
+
+# ------------------------------------------------------------------------------------------------ NLM
+def nlm_raw(
+    packed,
+    lambda_shot: PerPlane,
+    lambda_read: PerPlane,
+    *,
+    h: float = DEFAULT_NLM_H,
+    patch_size: int = 5,
+    patch_distance: int = 6,
+    black_clipped: bool | None = None,
+):
+    """Non-local means (scikit-image, fast mode) of the 4 planes jointly in the GAT domain (unit noise).
+
+    ``h`` is the filtering strength in units of the (unit) noise std; patches of ``patch_size`` packed
+    pixels, search radius ``patch_distance``. Same shapes, units and clipping treatment as :func:`gat_bm3d`;
+    a cheap baseline (≈ 1 s per megapixel of mosaic).
+    """
+    from skimage.restoration import denoise_nl_means
+
+    a, is_torch, batch = _as_packed(packed)
+    out = np.empty_like(a)
+    for i, img in enumerate(a):
+        clipped = is_black_clipped(img) if black_clipped is None else black_clipped
+        t = gat_forward(img, lambda_shot, lambda_read)
+        d = denoise_nl_means(
+            np.ascontiguousarray(t.transpose(1, 2, 0)),
+            h=h,
+            sigma=1.0,
+            patch_size=patch_size,
+            patch_distance=patch_distance,
+            fast_mode=True,
+            channel_axis=-1,
+        ).transpose(2, 0, 1)
+        x = gat_inverse(d, lambda_shot, lambda_read)
+        out[i] = declip_black(x, lambda_shot, lambda_read) if clipped else x
+    return _back(out, is_torch, batch)
