@@ -388,7 +388,7 @@ def run_photo(path: Path, models: Models, work: Path) -> dict:
         if out is not None:
             _finite("the denoised photo", out)
     rep = _stage(
-        stages, "simulate", lambda: simulate_folder(path, work / "sim", sampler="low", progress=False)
+        stages, "simulate", lambda: simulate_folder(path, work / "sim", noise="low", progress=False)
     )
     if rep is not None and rep.written:
         from rawrcl.io.raw import read_raw

@@ -1,5 +1,6 @@
 """Noise calibration: (λshot, λread) from DNG metadata, from one noisy RAW image, and from
-flat/dark frames (photon transfer); camera noise profiles; noise-level-function plots.
+flat/dark frames (photon transfer); saving camera noise profiles (read by :mod:`rawrcl.noise.profiles`);
+noise-level-function plots.
 
 Units everywhere: RAW values in [0, 1] after black-level subtraction and division by
 (white − black); variance = λshot·x + λread. Planes are the canonical packed planes R, G1, G2, B.
@@ -10,15 +11,7 @@ from .metadata import calibrate_metadata, convert_noise_profile, map_noise_profi
 from .nlf_fit import fit_nlf
 from .photon_transfer import calibrate_flats, photon_transfer
 from .plot import plot_nlf
-from .profiles import (
-    camera_key,
-    load_profile,
-    lookup_profile,
-    profile_conflicts,
-    profile_result,
-    read_profile,
-    save_profile,
-)
+from .profiles import profile_conflicts, profile_result, save_profile
 from .result import UNITS, CalibrationResult, PlaneBins
 from .single_image import EstimatorSettings, estimate_mosaic, estimate_packed
 from .synthetic import dark_mosaic, flat_series, noisy_mosaic, readout, write_series_dngs
@@ -32,15 +25,12 @@ __all__ = [
     "calibrate_file",
     "calibrate_flats",
     "calibrate_metadata",
-    "camera_key",
     "convert_noise_profile",
     "dark_mosaic",
     "estimate_mosaic",
     "estimate_packed",
     "fit_nlf",
     "flat_series",
-    "load_profile",
-    "lookup_profile",
     "map_noise_profile",
     "metadata_from_tags",
     "noisy_mosaic",
@@ -48,7 +38,6 @@ __all__ = [
     "plot_nlf",
     "profile_conflicts",
     "profile_result",
-    "read_profile",
     "readout",
     "save_profile",
     "write_series_dngs",

@@ -1,4 +1,4 @@
-"""Camera noise profiles: JSON files of calibrations per camera model and ISO, with lookup.
+"""Saving calibrations into camera noise profiles (file format and lookup: :mod:`rawrcl.noise.profiles`).
 
 File format (``rawrcl-noise-profile/1``)::
 
@@ -26,46 +26,14 @@ the two end points and flags it. With a single measured ISO it scales physically
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable
 from pathlib import Path
 
-from rawrcl.cfa import CHANNELS
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_write_text
-from rawrcl.noise import NoiseModel
+from rawrcl.noise.profiles import FORMAT, camera_key, lookup_profile, read_profile
 
 from .result import UNITS, CalibrationResult
-
-FORMAT = "rawrcl-noise-profile/1"
-_FLOOR = 1e-14
-
-
-def camera_key(make: str, model: str) -> str:
-    """Normalised key "make model" (case-insensitive, collapsed whitespace; model may repeat make)."""
-    make = " ".join(str(make or "").split())
-    model = " ".join(str(model or "").split())
-    if make and model.lower().startswith(make.lower()):
-        model = model[len(make) :].strip()
-    return f"{make} {model}".strip().lower() or "unknown"
-
-
-def read_profile(path: str | Path) -> dict:
-    """Read and validate a profile file; raises :class:`RawrclError` on a bad file."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise RawrclError(f"{p}: no such noise-profile file") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise RawrclError(f"{p}: not a readable JSON noise profile ({exc})") from None
-    if (
-        not isinstance(data, dict)
-        or data.get("format") != FORMAT
-        or not isinstance(data.get("cameras"), dict)
-    ):
-        raise RawrclError(f"{p}: not a rawrcl noise profile (expected format {FORMAT!r})")
-    return data
 
 
 def profile_conflicts(profile: dict, results: Iterable[CalibrationResult]) -> list[tuple[str, float]]:
@@ -114,87 +82,6 @@ def save_profile(path: str | Path, results: Iterable[CalibrationResult], *, repl
         cam["entries"].sort(key=lambda e: e["iso"])
     atomic_write_text(p, json.dumps(data, indent=2) + "\n")
     return data
-
-
-def _interp(isos: list[float], vals: list[float], iso: float, power: float) -> float:
-    if len(isos) == 1:
-        return vals[0] * (iso / isos[0]) ** power
-    lx = [math.log(i) for i in isos]
-    ly = [math.log(max(v, _FLOOR)) for v in vals]
-    t = math.log(iso)
-    k = 0
-    while k < len(lx) - 2 and t > lx[k + 1]:
-        k += 1
-    slope = (ly[k + 1] - ly[k]) / (lx[k + 1] - lx[k])
-    out = math.exp(ly[k] + slope * (t - lx[k]))
-    return 0.0 if out <= _FLOOR * 1.0001 else out
-
-
-def lookup_profile(
-    profile: dict | str | Path, make: str, model: str, iso: float | None
-) -> tuple[dict[str, tuple[float, float]], dict]:
-    """Noise parameters of a camera at an ISO.
-
-    Parameters
-    ----------
-    profile : a profile dict or file path.
-    make, model : camera identification (as in the RAW file). A profile holding a single camera is
-        used whatever the names when ``make`` and ``model`` are both empty.
-    iso : ISO; None is only accepted when the camera has a single entry.
-
-    Returns
-    -------
-    (per_plane, info): plane → (λshot, λread) in [0, 1] units; info has ``camera``, ``iso``,
-    ``measured_isos``, ``exact``, ``interpolated``, ``extrapolated`` (bools).
-    """
-    data = read_profile(profile) if not isinstance(profile, dict) else profile
-    cams = data["cameras"]
-    key = camera_key(make, model)
-    if key not in cams:
-        if not (make or model) and len(cams) == 1:
-            key = next(iter(cams))
-        else:
-            known = ", ".join(sorted(cams)) or "none"
-            raise RawrclError(f"noise profile has no camera {key!r} (cameras: {known})")
-    entries = sorted(cams[key]["entries"], key=lambda e: e["iso"])
-    if not entries:
-        raise RawrclError(f"noise profile camera {key!r} has no entries")
-    isos = [float(e["iso"]) for e in entries]
-    if iso is None:
-        if len(entries) > 1:
-            raise RawrclError(f"ISO unknown and the profile of {key!r} has several ISOs ({isos})")
-        iso = isos[0]
-    iso = float(iso)
-    if iso <= 0:
-        raise RawrclError(f"ISO must be positive, got {iso}")
-    exact = any(abs(i - iso) < 1e-9 for i in isos)
-    extrap = not exact and (iso < isos[0] or iso > isos[-1] or len(isos) == 1)
-    per_plane = {}
-    for c in CHANNELS:
-        if exact:
-            e = entries[[abs(i - iso) < 1e-9 for i in isos].index(True)]
-            per_plane[c] = tuple(float(v) for v in e["per_plane"][c])
-            continue
-        shot = _interp(isos, [e["per_plane"][c][0] for e in entries], iso, 1.0)
-        read = _interp(isos, [e["per_plane"][c][1] for e in entries], iso, 2.0)
-        per_plane[c] = (shot, read)
-    info = {
-        "camera": key,
-        "iso": iso,
-        "measured_isos": isos,
-        "exact": exact,
-        "interpolated": not exact and not extrap,
-        "extrapolated": extrap,
-    }
-    return per_plane, info
-
-
-def load_profile(path: str | Path, make: str, model: str, iso: float | None) -> NoiseModel:
-    """:class:`rawrcl.noise.NoiseModel` (per plane [R, G1, G2, B], [0, 1] units) of a camera at an
-    ISO from a profile file — what ``--noise-profile FILE`` options use. Extrapolated lookups are
-    allowed (see :func:`lookup_profile` to know whether it was)."""
-    per_plane, _ = lookup_profile(path, make, model, iso)
-    return NoiseModel([per_plane[c][0] for c in CHANNELS], [per_plane[c][1] for c in CHANNELS])
 
 
 def profile_result(path: str | Path, make: str, model: str, iso: float | None) -> CalibrationResult:

@@ -66,3 +66,15 @@ ema_option = click.option(
     help="Keep an exponential moving average of the weights with this decay (e.g. 0.999); checkpoints "
     "hold the average.",
 )
+
+
+def deprecated(old: str, new: str) -> None:
+    """One-line warning for an old option spelling that still works (issue: one name per concept)."""
+    click.echo(f"rawrcl: warning: {old} is deprecated; use {new}", err=True)
+
+
+#: help text of ``--noise`` for data rawrcl synthesises (the SYNTHETIC kinds of rawrcl.noise.spec)
+NOISE_SYNTHETIC_HELP = (
+    "Synthetic noise (one grammar, [0,1] units): none | low | high | L1…L7 (camera ladder) | λshot,λread | "
+    "paper[:LO-HI] (σ range, 8-bit) | brooks | camera | PROFILE.json[:ISO]."
+)

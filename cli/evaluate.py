@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import click
-from rawrcl.cli.common import user_errors
+from rawrcl.cli.common import NOISE_SYNTHETIC_HELP, user_errors
 
 
 @click.command("eval")
@@ -14,9 +14,7 @@ from rawrcl.cli.common import user_errors
     "--task", "task", required=True, help="denoise | sr | jdensr | raw-denoise | jdd | jdemsr | jddsr"
 )
 @click.option("--clean-dir", required=True, type=click.Path(), help="folder of clean photos (ground truth)")
-@click.option(
-    "--noise", default=None, help="low | high | paper | none | 'λshot,λread' ([0,1] units); default paper"
-)
+@click.option("--noise", default=None, help=NOISE_SYNTHETIC_HELP + "  [default: paper]")
 @click.option(
     "--seed", default=0, show_default=True, type=int, help="test-set seed (same inputs for every model)"
 )

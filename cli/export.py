@@ -61,7 +61,7 @@ def export(model, fmt, out, tile, head, noise, iso, camera, model_id, name, desc
 
     from rawrcl.errors import RawrclError
     from rawrcl.export.build import export_prepared, prepare
-    from rawrcl.export.noise import parse_noise
+    from rawrcl.export.noise import baked_nlf
     from rawrcl.models import load_checkpoint
     from rawrcl.models.loading import default_weights_path
 
@@ -70,7 +70,7 @@ def export(model, fmt, out, tile, head, noise, iso, camera, model_id, name, desc
     ckpt = default_weights_path(DEFAULTS[model]) if model in DEFAULTS else Path(model)
     if (iso is not None or camera) and noise is None:
         raise RawrclError("--iso/--camera need --noise PROFILE.json")
-    spec = parse_noise(noise, iso, camera) if noise is not None else None
+    spec = baked_nlf(noise, iso, camera) if noise is not None else None
     net, cfg = load_checkpoint(ckpt)
     if fmt == "onnx":
         target = Path(out)

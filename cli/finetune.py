@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import click
-from rawrcl.cli.common import DEMOSAIC_CHOICE, ema_option, user_errors
+from rawrcl.cli.common import DEMOSAIC_CHOICE, NOISE_SYNTHETIC_HELP, ema_option, user_errors
 
 
 @click.command("finetune")
@@ -45,7 +45,7 @@ from rawrcl.cli.common import DEMOSAIC_CHOICE, ema_option, user_errors
 @click.option("--batch-size", default=8, show_default=True, type=int)
 @click.option("--crop", default=64, show_default=True, type=int, help="crop side in clean-photo pixels")
 @click.option("--lr", default=1e-3, show_default=True, type=float)
-@click.option("--noise", default=None, help="low | high | paper | 'λshot,λread' ([0,1] units); default paper")
+@click.option("--noise", default=None, help=NOISE_SYNTHETIC_HELP + "  [default: paper]")
 @click.option("--unprocess", is_flag=True, help="RAW tasks: unprocess photos to linear camera RGB first")
 @click.option(
     "--augment", is_flag=True, help="random flips/rotations of the clean crops (off: the paper's protocol)"

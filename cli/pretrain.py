@@ -8,7 +8,7 @@ import shlex
 import sys
 
 import click
-from rawrcl.cli.common import DEMOSAIC_CHOICE, ema_option, user_errors
+from rawrcl.cli.common import DEMOSAIC_CHOICE, NOISE_SYNTHETIC_HELP, deprecated, ema_option, user_errors
 
 
 @click.command("pretrain")
@@ -86,18 +86,8 @@ from rawrcl.cli.common import DEMOSAIC_CHOICE, ema_option, user_errors
     "--encoder", default=None, help="Perceptual encoder for RGB rcl: auto | imagenet | none | CKPT."
 )
 @click.option("--synthetic", is_flag=True, help="RAW tasks on photos: simulate mosaic + noise.")
-@click.option(
-    "--noise",
-    default="paper",
-    show_default=True,
-    help="Synthetic noise sampler: paper | brooks | low | high | none.",
-)
-@click.option(
-    "--noise-profile",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Calibrated profile for synthetic noise.",
-)
+@click.option("--noise", default="paper", show_default=True, help=NOISE_SYNTHETIC_HELP)
+@click.option("--noise-profile", type=click.Path(dir_okay=False), default=None, hidden=True)
 @click.option(
     "--cache-dir",
     default=None,
@@ -164,6 +154,9 @@ def pretrain(
     from rawrcl.errors import RawrclError
     from rawrcl.train import pretrain as run
 
+    if noise_profile:
+        deprecated("--noise-profile FILE", "--noise FILE")
+        noise = noise_profile
     if resume and force:
         raise RawrclError("--resume and --force exclude each other")
     method_options: dict = {}
@@ -182,7 +175,6 @@ def pretrain(
         "augment": augment,
         "synthetic": synthetic,
         "noise": noise,
-        "noise_profile": noise_profile,
         "cache_dir": cache_dir or "auto",
     }
     trainer_options = {

@@ -3,30 +3,17 @@
 from __future__ import annotations
 
 import click
-from rawrcl.cli.common import user_errors
+from rawrcl.cli.common import NOISE_SYNTHETIC_HELP, deprecated, user_errors
 
 
 @click.command("simulate")
 @click.argument("src", type=click.Path(path_type=str))
 @click.argument("out", type=click.Path(file_okay=False, path_type=str))
-@click.option(
-    "--sampler",
-    type=click.Choice(["paper", "brooks", "fixed", "low", "high"]),
-    default="paper",
-    show_default=True,
-    help="Noise-parameter sampler (λ drawn per image).",
-)
-@click.option(
-    "--sigma-range",
-    nargs=2,
-    type=float,
-    default=(0.0, 20.0),
-    show_default=True,
-    metavar="MIN MAX",
-    help="Paper sampler: noise σ range in 8-bit units (σ/255 in [0,1] units).",
-)
-@click.option("--lambda-shot", type=float, default=None, help="Fixed sampler: λshot, [0,1] units.")
-@click.option("--lambda-read", type=float, default=None, help="Fixed sampler: λread, [0,1] units.")
+@click.option("--noise", default=None, help=NOISE_SYNTHETIC_HELP + " Drawn per photo.  [default: paper]")
+@click.option("--sampler", default=None, hidden=True)
+@click.option("--sigma-range", nargs=2, type=float, default=None, hidden=True)
+@click.option("--lambda-shot", type=float, default=None, hidden=True)
+@click.option("--lambda-read", type=float, default=None, hidden=True)
 @click.option(
     "--pattern",
     type=click.Choice(["RGGB", "BGGR", "GRBG", "GBRG"], case_sensitive=False),
@@ -53,6 +40,7 @@ from rawrcl.cli.common import user_errors
 def simulate(
     src,
     out,
+    noise,
     sampler,
     sigma_range,
     lambda_shot,
@@ -65,7 +53,7 @@ def simulate(
     save_clean,
     force,
 ) -> None:
-    """Turn the RGB photos in SRC into noisy Bayer DNGs in OUT.
+    """Turn the RGB photos in SRC into noisy Bayer DNGs in OUT (noise drawn per photo by --noise).
 
     Each DNG's NoiseProfile holds the (λshot, λread) used, in [0,1] units after black/white level
     (variance = λshot·x + λread). OUT/manifest.json lists every file with its parameters.
@@ -73,15 +61,20 @@ def simulate(
     from rawrcl.errors import RawrclError
     from rawrcl.simulate import simulate_folder
 
-    if sampler != "fixed" and (lambda_shot is not None or lambda_read is not None):
-        raise RawrclError("--lambda-shot/--lambda-read need --sampler fixed")
+    old = legacy_noise(sampler, sigma_range, lambda_shot, lambda_read)
+    if old is not None:
+        if noise is not None:
+            raise RawrclError(
+                "--noise and the old --sampler/--sigma-range/--lambda-* options exclude each other"
+            )
+        from rawrcl.noise import parse_noise
+
+        parse_noise(old)  # a bad old spelling is one error line, not a warning and an error
+        deprecated("--sampler/--sigma-range/--lambda-shot/--lambda-read", f"--noise {old}")
     report = simulate_folder(
         src,
         out,
-        sampler=sampler,
-        sigma_range=sigma_range,
-        lambda_shot=lambda_shot,
-        lambda_read=lambda_read,
+        noise=noise or old or "paper",
         pattern=pattern.upper(),
         do_unprocess=unprocess,
         white_level=white_level,
@@ -117,3 +110,23 @@ def simulate(
     if report.failed:
         total = len(report.failed) + len(report.written) + len(report.kept)
         raise RawrclError(f"{len(report.failed)} of {total} photo(s) failed")
+
+
+def legacy_noise(sampler, sigma_range, lambda_shot, lambda_read) -> str | None:
+    """The ``--noise`` spelling of the old ``--sampler/--sigma-range/--lambda-*`` options (None if unused)."""
+    from rawrcl.errors import RawrclError
+
+    if sampler is None and sigma_range is None and lambda_shot is None and lambda_read is None:
+        return None
+    sampler = sampler or "paper"
+    if sampler == "fixed":
+        if lambda_shot is None or lambda_read is None:
+            raise RawrclError("--sampler fixed needs --lambda-shot and --lambda-read ([0,1] units)")
+        return f"{lambda_shot:g},{lambda_read:g}"
+    if lambda_shot is not None or lambda_read is not None:
+        raise RawrclError("--lambda-shot/--lambda-read need --sampler fixed")
+    if sampler == "paper" and sigma_range is not None:
+        return f"paper:{sigma_range[0]:g}-{sigma_range[1]:g}"
+    if sigma_range is not None:
+        raise RawrclError("--sigma-range applies to --sampler paper")
+    return sampler

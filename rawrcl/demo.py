@@ -117,7 +117,7 @@ def run_demo(
     echo(f"[1/4] {len(photos)} bundled photos → {out / 'photos'}")
     dng_dir = out / "dngs"
     rep = simulate_folder(
-        out / "photos", dng_dir, sampler="high", pattern="GRBG", do_unprocess=True, seed=0, save_clean=True,
+        out / "photos", dng_dir, noise="high", pattern="GRBG", do_unprocess=True, seed=0, save_clean=True,
         force=True, progress=False,
     )  # fmt: skip
     if rep.failed:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +33,7 @@ from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_path, atomic_write_bytes, list_photos, read_photo
 from rawrcl.io.dng import MAX_SIZE, MIN_SIZE, write_dng
 from rawrcl.isp import XYZ_TO_SRGB, unprocess
-from rawrcl.noise import NoiseModel, Sampler, make_sampler
+from rawrcl.noise import SYNTHETIC, NoiseModel, NoiseSpec, Sampler, parse_noise
 
 MANIFEST = "manifest.json"
 
@@ -61,13 +61,16 @@ def simulate_image(
     rng : seeded generator; draws, in order, the camera (if unprocessing), λ, and the noise.
     sampler : noise-parameter sampler (``rawrcl.noise``), [0, 1] units.
     pattern : Bayer phase of the output mosaic.
-    white_level, black_level : DN of the simulated sensor (integers, black < white ≤ 65535).
+    white_level, black_level : DN of the simulated sensor (integers, black < white ≤ 65535); a noise model
+        with a :class:`~rawrcl.noise.Readout` (the ``camera`` sampler) sets them from its bit depth and
+        black level instead (black 0: a black-subtracted file, clipped at 0).
 
     Returns
     -------
     dict with ``noisy`` and ``clean`` (H, W) uint16 DN mosaics, ``linear`` (3, H, W) float32 linear
     camera RGB in [0, 1], ``noise`` (:class:`NoiseModel`, [0, 1] units), ``camera`` (xyz_to_cam,
-    ccm, wb, gain), ``clipped_low`` / ``clipped_high`` (fractions of pixels clipped at 0 / white).
+    ccm, wb, gain), ``clipped_low`` / ``clipped_high`` (fractions of pixels clipped at 0 / white),
+    ``black_level`` / ``white_level`` (the levels used, DN).
     """
     pattern = check_pattern(pattern)
     white, black = int(white_level), int(black_level)
@@ -78,11 +81,15 @@ def simulate_image(
     else:
         linear, camera = np.clip(srgb.astype(np.float64), 0, 1), identity_camera()
     linear = linear.astype(np.float32)
+    noise = sampler(rng)
+    if noise.readout is not None:  # the sampler drew the sensor's ADC: it sets the file's levels
+        white = 2 ** int(noise.readout.bits) - 1
+        black = int(round(noise.readout.black * white))
+        noise = replace(noise, readout=None)  # quantised and clipped below, in DN
     scale = float(white - black)
     cfa = mosaic(linear, pattern)[0].astype(np.float64)  # (H, W) in [0, 1]
     clean_dn = np.clip(np.rint(black + cfa * scale), 0, white)
     clean01 = (clean_dn - black) / scale  # the exact clean signal in the DNG
-    noise = sampler(rng)
     gen = torch.Generator().manual_seed(int(rng.integers(0, 2**63 - 1)))
     noisy01 = noise.sample(torch.from_numpy(clean01)[None], generator=gen)[0].numpy()
     noisy_dn = np.rint(black + noisy01 * scale)
@@ -96,6 +103,8 @@ def simulate_image(
         "camera": camera,
         "clipped_low": low,
         "clipped_high": high,
+        "black_level": black,
+        "white_level": white,
     }
 
 
@@ -151,10 +160,7 @@ def simulate_folder(
     src: str | os.PathLike,
     out: str | os.PathLike,
     *,
-    sampler: str = "paper",
-    sigma_range: tuple[float, float] = (0.0, 20.0),
-    lambda_shot: float | None = None,
-    lambda_read: float | None = None,
+    noise: str | NoiseSpec = "paper",
     pattern: str = "RGGB",
     do_unprocess: bool = True,
     white_level: int = 16383,
@@ -172,8 +178,9 @@ def simulate_folder(
     out : output folder (created). With ``save_clean`` the ground truth goes to ``OUT/clean/``:
         ``<stem>.dng`` (noise-free mosaic, same metadata) and ``<stem>.tiff`` (noise-free linear
         camera RGB, 16-bit, full size), so that OUT itself holds only noisy DNGs.
-    sampler : "paper" (σ range in 8-bit units), "brooks", "fixed" (needs λshot, λread in [0, 1]
-        units), or a preset name ("low", "high").
+    noise : the noise drawn per photo, the :data:`~rawrcl.noise.SYNTHETIC` kinds of the ``--noise``
+        grammar (:mod:`rawrcl.noise.spec`): ``paper[:LO-HI]`` (σ in 8-bit units), ``brooks``, ``camera``,
+        ``λshot,λread``, a preset, ``PROFILE.json[:ISO]``, or ``none``.
     pattern, do_unprocess, white_level, black_level : see :func:`simulate_image`.
     seed : base seed; photo ``i`` uses ``SeedSequence([seed, i])``.
     force : overwrite existing outputs; otherwise photos whose outputs exist are kept and reported.
@@ -192,9 +199,8 @@ def simulate_folder(
     pattern = check_pattern(pattern)
     if not 0 <= int(black_level) < int(white_level) <= 65535:
         raise RawrclError(f"need 0 ≤ --black-level < --white-level ≤ 65535, got {black_level}, {white_level}")
-    noise_sampler = make_sampler(
-        sampler, sigma_range=tuple(sigma_range), lambda_shot=lambda_shot, lambda_read=lambda_read
-    )
+    spec = parse_noise(noise, SYNTHETIC)
+    noise_sampler = spec.make_sampler() or (lambda rng: NoiseModel(0.0, 0.0))
     photos = list_photos(src)
     out_dir = Path(out)
     if out_dir.exists() and not out_dir.is_dir():
@@ -209,8 +215,7 @@ def simulate_folder(
     entries: dict[str, dict] = {}
     stems: dict[str, str] = {}
     settings = {
-        "sampler": sampler,
-        "sigma_range_8bit": list(map(float, sigma_range)) if sampler == "paper" else None,
+        "noise": spec.text,
         "pattern": pattern,
         "unprocess": bool(do_unprocess),
         "white_level": int(white_level),
@@ -218,8 +223,6 @@ def simulate_folder(
         "seed": int(seed),
         "save_clean": bool(save_clean),
     }
-    if sampler == "fixed":
-        settings.update(lambda_shot=lambda_shot, lambda_read=lambda_read)
     disable = None if progress is None else not progress
     for index, photo in enumerate(tqdm(photos, desc="simulate", unit="photo", disable=disable)):
         stem = photo.stem
@@ -262,10 +265,11 @@ def simulate_folder(
         noise: NoiseModel = res["noise"]
         cam = res["camera"]
         ls, lr = float(noise.lambda_shot), float(noise.lambda_read)
+        black, white = int(res["black_level"]), int(res["white_level"])
         common = dict(
             pattern=pattern,
-            black_level=int(black_level),
-            white_level=int(white_level),
+            black_level=black,
+            white_level=white,
             wb=cam["wb"],
             color_matrix=cam["xyz_to_cam"],
             noise_profile=(ls, lr),
@@ -284,11 +288,11 @@ def simulate_folder(
             "lambda_shot": ls,
             "lambda_read": lr,
             "noise_profile": [[ls, lr]],
-            "quantisation_variance": 1.0 / (12.0 * (int(white_level) - int(black_level)) ** 2),
+            "quantisation_variance": 1.0 / (12.0 * (white - black) ** 2),
             "clipped_low_fraction": res["clipped_low"],
             "clipped_high_fraction": res["clipped_high"],
-            "black_level": int(black_level),
-            "white_level": int(white_level),
+            "black_level": black,
+            "white_level": white,
             "unprocess": bool(do_unprocess),
             "wb": [float(v) for v in cam["wb"]],
             "gain": float(cam["gain"]),

@@ -32,8 +32,8 @@ Conventions
 - Noise: heteroscedastic Gaussian, variance = λshot·x + λread, [0, 1] units (``rawrcl.noise``). For RGB
   tasks it is added to the photo values (paper Sec. 4); for RAW tasks to the mosaic. The default noise
   of every noisy task is the paper's App. C.1 sampler (σ ∈ [0, 20] 8-bit), one draw per image; pass
-  ``noise=`` (preset name ``"low"``/``"high"``, ``(λshot, λread)``, a :class:`~rawrcl.noise.NoiseModel`
-  or a sampler ``rng -> NoiseModel``) to override.
+  ``noise=`` (the ``--noise`` grammar of :mod:`rawrcl.noise.spec`, ``(λshot, λread)``, a
+  :class:`~rawrcl.noise.NoiseModel` or a sampler ``rng -> NoiseModel``) to override.
 - RAW tasks without ``unprocess`` treat the photo values as linear camera RGB (the convention of
   Gharbi 2016 / the paper's App. C.2). With ``unprocess=True`` the photo is first inverted to linear
   camera RGB by ``rawrcl.isp.unprocess`` and the target is that linear image; ``meta`` then carries
@@ -44,7 +44,6 @@ Conventions
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -55,57 +54,7 @@ import torch.nn.functional as F
 from rawrcl import isp
 from rawrcl.cfa import mosaic_packed
 from rawrcl.errors import RawrclError
-from rawrcl.noise import PRESETS, NoiseModel, PaperSampler
-
-NoiseSpec = None | str | tuple[float, float] | NoiseModel | Callable[[np.random.Generator], NoiseModel]
-
-
-def resolve_noise(noise: NoiseSpec) -> Callable[[np.random.Generator], NoiseModel]:
-    """Turn a noise specification into a sampler ``rng -> NoiseModel`` ([0, 1] units).
-
-    Accepted: ``None``/``"paper"`` (paper App. C.1, σ ∈ [0, 20] 8-bit), ``"low"``/``"high"`` presets,
-    ``"0.01,0.0016"`` or ``(λshot, λread)``, a :class:`NoiseModel`, or a callable sampler.
-    """
-    if noise is None or (isinstance(noise, str) and noise == "paper"):
-        return PaperSampler(0.0, 20.0)
-    if isinstance(noise, NoiseModel):
-        return lambda rng: noise
-    if isinstance(noise, str):
-        if noise in PRESETS:
-            ls, lr = PRESETS[noise]
-            model = NoiseModel(ls, lr)
-            return lambda rng: model
-        if noise == "none":
-            model = NoiseModel(0.0, 0.0)
-            return lambda rng: model
-        parts = noise.replace(" ", "").split(",")
-        try:
-            ls, lr = (float(p) for p in parts)
-        except ValueError:
-            raise RawrclError(
-                f"--noise {noise!r}: expected low, high, paper, none or 'λshot,λread' in [0,1] units"
-            ) from None
-        model = NoiseModel(ls, lr)
-        return lambda rng: model
-    if isinstance(noise, tuple | list) and len(noise) == 2:
-        model = NoiseModel(float(noise[0]), float(noise[1]))
-        return lambda rng: model
-    if callable(noise):
-        return noise
-    raise RawrclError(f"unsupported noise specification {noise!r}")
-
-
-def noise_label(noise: NoiseSpec) -> str:
-    """Short human-readable name of a noise specification (for reports)."""
-    if noise is None:
-        return "paper"
-    if isinstance(noise, NoiseModel):
-        return f"{noise.lambda_shot},{noise.lambda_read}"
-    if isinstance(noise, tuple | list):
-        return f"{noise[0]},{noise[1]}"
-    if isinstance(noise, str):
-        return noise
-    return type(noise).__name__
+from rawrcl.noise import NoiseLike, NoiseModel, noise_sampler
 
 
 def _to_tensor(clean: Any) -> torch.Tensor:
@@ -143,7 +92,8 @@ class Task:
     noisy : whether noise is added to the input.
     down : bicubic down-scaling factor applied before mosaicking / as the SR degradation (1 = none).
     raw_input : input is a packed RGGB mosaic.
-    noise : default noise specification (see :func:`resolve_noise`).
+    noise : default noise (the grammar of :mod:`rawrcl.noise.spec`, a pair, a NoiseModel or a sampler;
+        None = the paper sampler).
     unprocess : invert the photo to linear camera RGB first (RAW tasks only; needs ``rawrcl.isp``).
     unprocess_mix : with ``unprocess``, the probability that a sample is unprocessed (the others keep the
         photo values as linear RGB). 1 = always (evaluation); < 1 trains a model for both domains.
@@ -162,7 +112,7 @@ class Task:
     noisy: bool
     down: int = 1
     raw_input: bool = False
-    noise: NoiseSpec = None
+    noise: NoiseLike = None
     unprocess: bool = False
     unprocess_mix: float = 1.0
     exposure: tuple[float, float] | None = None
@@ -186,7 +136,7 @@ class Task:
         """Output size / input size along each axis (1 denoise, 2 jdd/sr, 4 jdemsr/jddsr)."""
         return {"rgb": 1, "raw": 1, "jdd": 2, "sr2": 2, "sr4": 4}[self.head]
 
-    def with_options(self, *, noise: NoiseSpec = None, unprocess: bool | None = None) -> Task:
+    def with_options(self, *, noise: NoiseLike = None, unprocess: bool | None = None) -> Task:
         """A copy with another default noise and/or unprocess setting."""
         t = self
         if noise is not None:
@@ -206,7 +156,7 @@ class Task:
             raise RawrclError(f"image of size {x.shape[1]}×{x.shape[2]} too small for task {self.name!r}")
         return x[:, :h, :w]
 
-    def sample(self, clean: Any, rng: np.random.Generator, noise: NoiseSpec = None) -> dict:
+    def sample(self, clean: Any, rng: np.random.Generator, noise: NoiseLike = None) -> dict:
         """Synthesise one example.
 
         Returns
@@ -233,12 +183,13 @@ class Task:
         if self.head == "raw":
             target = inp.clone()
         if self.noisy:
-            model = resolve_noise(noise if noise is not None else self.noise)(rng)
+            draw = noise_sampler(noise if noise is not None else self.noise)
+            model = draw(rng) if draw is not None else NoiseModel(0.0, 0.0)
             meta["noise"] = model
             inp = model.sample(inp, generator=_torch_gen(rng))
         return {"input": inp.contiguous().float(), "target": target.contiguous().float(), "meta": meta}
 
-    def degrade(self, clean: Any, rng: np.random.Generator, noise: NoiseSpec = None) -> tuple:
+    def degrade(self, clean: Any, rng: np.random.Generator, noise: NoiseLike = None) -> tuple:
         """``(input, target)`` for a clean photo (3, H, W) in [0, 1]; see :meth:`sample`."""
         s = self.sample(clean, rng, noise)
         return s["input"], s["target"]
@@ -330,7 +281,7 @@ DOMAIN_PRETEXT: dict[str, str] = {"raw": "jdd", "rgb": "denoise"}
 PRETEXT_TASKS: tuple[str, ...] = tuple(n for n, t in TASKS.items() if t.pretext_head is not None)
 
 
-def get_task(name: str | Task, *, noise: NoiseSpec = None, unprocess: bool | None = None) -> Task:
+def get_task(name: str | Task, *, noise: NoiseLike = None, unprocess: bool | None = None) -> Task:
     """Look a task up by name (``RawrclError`` for an unknown one) and apply option overrides."""
     if isinstance(name, Task):
         task = name

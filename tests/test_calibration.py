@@ -17,8 +17,6 @@ from rawrcl.calibration import (
     estimate_mosaic,
     fit_nlf,
     flat_series,
-    load_profile,
-    lookup_profile,
     map_noise_profile,
     noisy_mosaic,
     photon_transfer,
@@ -29,6 +27,7 @@ from rawrcl.calibration import (
 
 from rawrcl.errors import RawrclError
 from rawrcl.noise import NoiseModel
+from rawrcl.noise.profiles import load_profile, lookup_profile
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 IPHONE = SHARED / "data" / "raw" / "iphone12pro_metadata_only.dng"
@@ -597,7 +596,9 @@ def test_cli_deprecated_estimator_options(tmp_path):
 
 def test_profile_iso_conflict_rule(tmp_path):
     """An existing camera/ISO entry is replaced only on request (library) / with --force (CLI)."""
-    from rawrcl.calibration import profile_conflicts, read_profile
+    from rawrcl.calibration import profile_conflicts
+
+    from rawrcl.noise.profiles import read_profile
 
     p = tmp_path / "prof.json"
     save_profile(p, [_result(100, 1e-4, 1e-6)])
@@ -642,7 +643,7 @@ def test_calibration_imports_only_lower_layers():
     """calibration/ depends only on I/O, the CFA, the noise model and the ISP (issue 18 layering)."""
     import ast
 
-    allowed = {"rawrcl.errors", "rawrcl.io", "rawrcl.io.raw", "rawrcl.io.dng", "rawrcl.cfa", "rawrcl.noise"}
+    allowed = {"rawrcl.errors", "rawrcl.io", "rawrcl.cfa", "rawrcl.noise"}
     allowed.add("rawrcl.isp")
     root = Path(__file__).resolve().parents[1] / "calibration"
     for f in sorted(root.glob("*.py")):
@@ -654,7 +655,7 @@ def test_calibration_imports_only_lower_layers():
                 names = [node.module]
             for n in names:
                 if n.startswith("rawrcl"):
-                    assert n in allowed, f"{f.name} imports {n}"
+                    assert any(n == a or n.startswith(a + ".") for a in allowed), f"{f.name} imports {n}"
         assert len(f.read_text().splitlines()) <= 400, f"{f.name} is over 400 lines"
 
 

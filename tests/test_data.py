@@ -46,7 +46,7 @@ def test_sampler_deterministic_and_sharded():
 
 def test_photo_raw_pairs_overlap_and_noise():
     ds = PhotoFolderDataset(
-        images=_photos(), crop=32, overlap=0.5, mode="raw", sampler=FixedSampler(1e-3, 1e-4)
+        images=_photos(), crop=32, overlap=0.5, mode="raw", noise=FixedSampler(1e-3, 1e-4)
     )
     s = ds[(1, 7)]
     assert s["x_a"].shape == (4, 16, 16) and s["x_b"].shape == (4, 16, 16)

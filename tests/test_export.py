@@ -34,7 +34,7 @@ from rawrcl.export.dt_emulate import (  # noqa: E402
     restore_raw_bayer,
 )
 from rawrcl.export.graph import check_external_data, graph_info  # noqa: E402
-from rawrcl.export.noise import parse_noise  # noqa: E402
+from rawrcl.export.noise import baked_nlf  # noqa: E402
 from rawrcl.export.ort import OrtModel  # noqa: E402
 from rawrcl.infer import TileOptions, denoise_cfa, jdd_cfa, requantize_cfa  # noqa: E402
 from rawrcl.models import ARCHS, load_checkpoint, save_checkpoint  # noqa: E402
@@ -375,14 +375,16 @@ def test_noise_aware_package_bakes_the_profile(tmp_path, fake_ckpt):
     assert res.exit_code == 0, res.output
     d = install_dtmodel(tmp_path / "pkg.dtmodel", tmp_path)
     assert d.name.endswith("-iso400")
-    spec = parse_noise(str(prof), 400)
+    spec = baked_nlf(str(prof), 400)
     model, _ = load_checkpoint(ckpt)
     cfa = mosaic(260, 300, "RGGB", seed=6) - 0.01  # darker than black in places: the clamp matters
     got, _, st = emulate(d, cfa, "RGGB")
-    from rawrcl.export.noise import BakedNoise
     from rawrcl.models import DenoiseThenDemosaic
+    from rawrcl.models.conditioning import WithNoise
 
-    ref = own_colour(jdd_cfa(DenoiseThenDemosaic(BakedNoise(model, spec)), cfa, "RGGB", WHOLE), "RGGB")
+    ref = own_colour(
+        jdd_cfa(DenoiseThenDemosaic(WithNoise(model, spec.tensor(), channels=4)), cfa, "RGGB", WHOLE), "RGGB"
+    )
     assert np.isfinite(got).all()
     inner = (slice(8, -8), slice(8, -8))  # receptive field 2 px: only the frame border differs
     assert np.abs(got - ref)[inner].max() <= 1e-4

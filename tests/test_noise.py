@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -15,7 +16,6 @@ from rawrcl.noise import (
     FixedSampler,
     NoiseModel,
     PaperSampler,
-    make_sampler,
     sigma8_to_unit,
 )
 
@@ -126,19 +126,41 @@ def test_brooks_sampler_log_linear():
     assert abs(residual.std() - 0.26) < 0.015
 
 
-def test_fixed_and_presets_and_make_sampler():
+def test_one_noise_grammar(tmp_path):
+    from rawrcl.noise import FIXED, PER_FILE, CameraSampler, ProfileSampler, noise_sampler, parse_noise
+
     rng = np.random.default_rng(0)
-    m = make_sampler("fixed", lambda_shot=0.003, lambda_read=2e-4)(rng)
+    m = parse_noise("0.003, 2e-4").make_sampler()(rng)
     assert (m.lambda_shot, m.lambda_read) == (0.003, 2e-4)
-    assert isinstance(make_sampler("paper", sigma_range=(1, 2)), PaperSampler)
-    assert isinstance(make_sampler("brooks"), BrooksSampler)
-    high = make_sampler("high")(rng)
+    paper = parse_noise("paper:1-2").make_sampler()
+    assert isinstance(paper, PaperSampler) and (paper.sigma_min, paper.sigma_max) == (1, 2)
+    assert parse_noise("paper").make_sampler() == PaperSampler(0, 20)
+    assert isinstance(parse_noise("brooks").make_sampler(), BrooksSampler)
+    assert isinstance(parse_noise("camera").make_sampler(), CameraSampler)
+    high = parse_noise("high").make_sampler()(rng)
     assert (high.lambda_shot, high.lambda_read) == PRESETS["high"]
+    assert parse_noise("L3").pair == PRESETS["L3"] and parse_noise("none").make_sampler() is None
     assert FixedSampler(1e-3, 1e-4)(rng).to_dict()["lambda_shot"] == 1e-3
-    with pytest.raises(RawrclError, match="lambda"):
-        make_sampler("fixed", lambda_shot=0.1)
-    with pytest.raises(RawrclError, match="unknown"):
-        make_sampler("gaussian")
+    # a profile: one entry per draw without ISO, the interpolated level with ISO
+    prof = tmp_path / "p.json"
+    entry = lambda iso, s: {"iso": iso, "per_plane": {c: [s, s / 100] for c in ("R", "G1", "G2", "B")}}  # noqa: E731
+    cams = {"acme x": {"make": "Acme", "model": "X", "entries": [entry(100, 1e-4), entry(400, 4e-4)]}}
+    prof.write_text(json.dumps({"format": "rawrcl-noise-profile/1", "cameras": cams}))
+    assert isinstance(parse_noise(str(prof)).make_sampler(), ProfileSampler)
+    at200 = parse_noise(f"{prof}:200")
+    assert at200.kind == "profile" and at200.iso == 200
+    assert at200.make_sampler()(rng).lambda_shot[0] == pytest.approx(2e-4, rel=1e-6)
+    # subsets per command, one-line errors
+    assert parse_noise("auto", PER_FILE).kind == "auto"
+    with pytest.raises(RawrclError, match="not accepted here"):
+        parse_noise("auto")  # synthetic data cannot read a file's noise
+    with pytest.raises(RawrclError, match="not accepted here"):
+        parse_noise("camera", FIXED)
+    for bad in ("gaussian", "0.1", "paper:5-1", "-1,0", f"{prof}:abc", ""):
+        with pytest.raises(RawrclError):
+            parse_noise(bad)
+    assert noise_sampler((1e-3, 1e-5))(rng).lambda_read == 1e-5
+    assert noise_sampler(None)(rng).lambda_shot <= (20 / 255) ** 2
 
 
 def test_samplers_are_reproducible():

@@ -46,9 +46,7 @@ def test_noise_variance_matches_noise_profile(ramp_photo_dir, tmp_path, seed):
     report = simulate_folder(
         ramp_photo_dir,
         out,
-        sampler="fixed",
-        lambda_shot=ls,
-        lambda_read=lr,
+        noise=f"{ls},{lr}",
         pattern="GBRG",
         do_unprocess=False,
         black_level=black,
@@ -85,7 +83,7 @@ def test_default_run_writes_noisy_dngs_clean_refs_and_manifest(photo_dir, tmp_pa
         "manifest.json",
     ]
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["settings"]["sampler"] == "paper" and len(manifest["files"]) == 3
+    assert manifest["settings"]["noise"] == "paper" and len(manifest["files"]) == 3
     a, b = PaperSampler(0, 20).bounds()
     lambdas = set()
     for entry in manifest["files"]:
@@ -111,9 +109,9 @@ def test_default_run_writes_noisy_dngs_clean_refs_and_manifest(photo_dir, tmp_pa
 
 
 def test_reproducible_with_seed_and_per_image_streams(photo_dir, tmp_path):
-    simulate_folder(photo_dir, tmp_path / "a", seed=11, sampler="brooks")
-    simulate_folder(photo_dir, tmp_path / "b", seed=11, sampler="brooks")
-    simulate_folder(photo_dir, tmp_path / "c", seed=12, sampler="brooks")
+    simulate_folder(photo_dir, tmp_path / "a", seed=11, noise="brooks")
+    simulate_folder(photo_dir, tmp_path / "b", seed=11, noise="brooks")
+    simulate_folder(photo_dir, tmp_path / "c", seed=12, noise="brooks")
     for name in ("astronaut.dng", "chelsea.dng"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
         assert (tmp_path / "a" / name).read_bytes() != (tmp_path / "c" / name).read_bytes()
@@ -125,7 +123,7 @@ def test_reproducible_with_seed_and_per_image_streams(photo_dir, tmp_path):
 
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_requested_pattern_is_what_rawpy_reads(photo_dir, tmp_path, pattern):
-    simulate_folder(photo_dir / "coffee.png", tmp_path, pattern=pattern, sampler="low")
+    simulate_folder(photo_dir / "coffee.png", tmp_path, pattern=pattern, noise="low")
     with rawpy.imread(str(tmp_path / "coffee.dng")) as raw:
         desc = raw.color_desc.decode()
         assert "".join(desc[c] for c in raw.raw_colors_visible[:2, :2].ravel()) == pattern
@@ -139,16 +137,16 @@ def test_existing_outputs_kept_unless_force_and_bad_inputs_skipped(photo_dir, tm
     (src / "broken.jpg").write_text("not an image")
     (src / "readme.txt").write_text("ignored: not a photo extension")
     out = tmp_path / "out"
-    first = simulate_folder(src, out, sampler="high")
+    first = simulate_folder(src, out, noise="high")
     assert len(first.written) == 3
     assert [f[0].endswith("broken.jpg") for f in first.failed] == [True]
     assert "cannot decode" in first.failed[0][1]
     before = (out / "chelsea.dng").read_bytes()
-    second = simulate_folder(src, out, sampler="high", seed=9)
+    second = simulate_folder(src, out, noise="high", seed=9)
     assert len(second.kept) == 3 and not second.written
     assert (out / "chelsea.dng").read_bytes() == before
     assert len(json.loads((out / "manifest.json").read_text())["files"]) == 3  # kept entries stay listed
-    third = simulate_folder(src, out, sampler="high", seed=9, force=True)
+    third = simulate_folder(src, out, noise="high", seed=9, force=True)
     assert len(third.written) == 3 and (out / "chelsea.dng").read_bytes() != before
     failed = json.loads((out / "manifest.json").read_text())["failed"]
     assert [f["source"].endswith("broken.jpg") for f in failed] == [True]
@@ -160,8 +158,8 @@ def test_errors(tmp_path, photo_dir):
         simulate_folder(tmp_path / "empty", tmp_path / "out")
     with pytest.raises(RawrclError, match="no such file"):
         list_photos(tmp_path / "missing")
-    with pytest.raises(RawrclError, match="lambda"):
-        simulate_folder(photo_dir, tmp_path / "out", sampler="fixed")
+    with pytest.raises(RawrclError, match="--noise"):
+        simulate_folder(photo_dir, tmp_path / "out", noise="fixed")
     with pytest.raises(RawrclError, match="black-level"):
         simulate_folder(photo_dir, tmp_path / "out", black_level=20000)
     with pytest.raises(RawrclError, match="pattern"):
@@ -170,5 +168,5 @@ def test_errors(tmp_path, photo_dir):
     dup.mkdir()
     (dup / "a.png").write_bytes((photo_dir / "coffee.png").read_bytes())
     tifffile.imwrite(dup / "a.tif", np.zeros((30, 30, 3), np.uint16))
-    rep = simulate_folder(dup, tmp_path / "dupout", sampler="low")
+    rep = simulate_folder(dup, tmp_path / "dupout", noise="low")
     assert len(rep.written) == 1 and "already used" in rep.failed[0][1]

@@ -8,7 +8,8 @@ from skimage import data
 from rawrcl.cfa import mosaic_packed
 from rawrcl.errors import RawrclError
 from rawrcl.noise import PRESETS
-from rawrcl.tasks import TASKS, downscale, get_task, resolve_noise
+from rawrcl.noise import noise_sampler as resolve_noise
+from rawrcl.tasks import TASKS, downscale, get_task
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from rawrcl.data.pairs import (
     RawFolderDataset,
     augment_packed,
     default_cache_dir,
-    default_sampler,
     dihedral,
     file_key,
     find_files,
@@ -18,13 +17,11 @@ from rawrcl.data.pairs import (
     load_packed_raw,
     make_loader,
     resolve_cache_dir,
-    sampler_from_profile,
 )
 
 __all__ = [
     "augment_packed",
     "default_cache_dir",
-    "default_sampler",
     "dihedral",
     "file_key",
     "find_files",
@@ -37,5 +34,4 @@ __all__ = [
     "PhotoFolderDataset",
     "RawFolderDataset",
     "resolve_cache_dir",
-    "sampler_from_profile",
 ]

@@ -38,17 +38,17 @@ import hashlib
 import logging
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from rawrcl import isp
-from rawrcl.cfa import CHANNELS, align_rggb, mosaic_packed, pack, rggb_offset, shift_pattern, unpack
+from rawrcl.cfa import align_rggb, mosaic_packed, pack, rggb_offset, shift_pattern, unpack
 from rawrcl.errors import RawrclError
 from rawrcl.io import PHOTO_EXTENSIONS, RAW_EXTENSIONS, atomic_path, cache_root, read_photo
-from rawrcl.noise import NoiseModel, PaperSampler, make_sampler
+from rawrcl.noise import NoiseLike, NoiseModel, noise_label, noise_sampler
 
 log = logging.getLogger("rawrcl.data")
 
@@ -450,10 +450,11 @@ class PhotoFolderDataset(PairDataset):
     """Positive pairs from clean photos with synthetic noise: RGB (``mode="rgb"``) or synthetic RAW
     (``mode="raw"``: RGB → RGGB mosaic, packed, then noise; optionally ``unprocess`` first).
 
-    Each image gets its own noise parameters (λshot, λread), drawn once from ``sampler`` (default the
-    paper's App. C.1 sampler, σ ∈ [0, 20] 8-bit) with ``numpy.random.default_rng([seed, index])``, as in
-    the paper; a calibrated camera profile can be given instead via ``noise_profile`` (a file for
-    ``rawrcl.calibration.load_profile``). ``sampler="none"`` adds no noise (photos already noisy).
+    Each image gets its own noise parameters (λshot, λread), drawn once from ``noise`` (the ``--noise``
+    grammar of :mod:`rawrcl.noise.spec` or a sampler; default the paper's App. C.1 sampler, σ ∈ [0, 20]
+    8-bit) with ``numpy.random.default_rng([seed, index])``, as in the paper; a calibrated camera profile
+    ``PROFILE.json`` draws one of its measured entries per image. ``noise="none"`` adds no noise (photos
+    already noisy).
     Every sample draws a fresh noise realisation on the union of its two crops, plus an independent second
     realisation (``x_a2``/``x_b2``, for N2N). Clean crops are returned too (``clean_a``/``clean_b``).
 
@@ -470,8 +471,7 @@ class PhotoFolderDataset(PairDataset):
         crop: int = 128,
         overlap: float = 0.5,
         mode: str = "rgb",
-        sampler: str | Callable[[np.random.Generator], NoiseModel] | None = "paper",
-        noise_profile: str | os.PathLike | None = None,
+        noise: NoiseLike = "paper",
         unprocess: bool = False,
         augment: bool = False,
         seed: int = 0,
@@ -503,11 +503,8 @@ class PhotoFolderDataset(PairDataset):
             self.paths = [self.paths[k] for k in keep]
             self.images = [self.images[k] for k in keep]
         self.unprocess = bool(unprocess)
-        self.sampler_name = str(noise_profile or sampler)
-        if noise_profile is not None:
-            sampler = sampler_from_profile(noise_profile)
-        elif isinstance(sampler, str):
-            sampler = None if sampler == "none" else make_sampler(sampler)
+        self.sampler_name = noise_label(noise)
+        sampler = noise_sampler(noise)
         self.noise_models: list[NoiseModel | None] = []
         for k in range(len(self.images)):
             rng = np.random.default_rng([self.seed, k])
@@ -591,28 +588,6 @@ def _adapt_channels(model: NoiseModel, channels: int) -> NoiseModel:
                 a = np.full(channels, a.mean())
         out.append(float(a) if a.ndim == 0 else [float(t) for t in a])
     return NoiseModel(out[0], out[1], poisson=model.poisson, clip=model.clip)
-
-
-def sampler_from_profile(path: str | os.PathLike) -> Callable[[np.random.Generator], NoiseModel]:
-    """A noise sampler from a calibrated camera noise profile file (``rawrcl calibrate --profile``, format
-    of :func:`rawrcl.calibration.read_profile`): each draw picks one measured (camera, ISO) entry of the
-    file uniformly with ``rng`` and returns its per-plane :class:`NoiseModel` ([R, G1, G2, B], [0, 1] units).
-    """
-    from rawrcl.calibration import read_profile
-
-    models = [
-        NoiseModel([e["per_plane"][c][0] for c in CHANNELS], [e["per_plane"][c][1] for c in CHANNELS])
-        for cam in read_profile(path)["cameras"].values()
-        for e in cam["entries"]
-    ]
-    if not models:
-        raise RawrclError(f"{path}: the noise profile holds no calibrated entries")
-    return lambda rng: models[int(rng.integers(len(models)))]
-
-
-def default_sampler() -> PaperSampler:
-    """The paper's App. C.1 sampler (σ ∈ [0, 20] 8-bit)."""
-    return PaperSampler()
 
 
 def make_loader(

@@ -56,7 +56,8 @@ from rawrcl.io import list_photos, read_photo
 from rawrcl.isp import render_srgb
 from rawrcl.models.geometry import pad_to_multiple
 from rawrcl.models.loading import load_for_task
-from rawrcl.tasks import NoiseSpec, Task, get_task, noise_label
+from rawrcl.noise import NoiseLike, noise_label
+from rawrcl.tasks import Task, get_task
 
 BORDER = 8
 #: NLM strength factors h = k · σ8 per baseline, tuned on CBSD68 images 0–5 (training split) at the
@@ -385,7 +386,7 @@ def evaluate(
     model_or_baseline: str | Path | torch.nn.Module,
     task: str | Task,
     clean: str | Path | Sequence,
-    noise: NoiseSpec = None,
+    noise: NoiseLike = None,
     seed: int = 0,
     *,
     limit: int | None = None,

@@ -4,7 +4,7 @@
 - a RAW denoiser (``head="raw"``) asked for as JDD — darktable's Bayer contract wants RGB at 2× — is
   wrapped in :class:`rawrcl.models.DenoiseThenDemosaic`: its packed output lands unchanged on the CFA sites
   of the 2× output (the only values darktable keeps), a bilinear demosaic fills the other two colours;
-- noise-aware models get their NLF baked in (:class:`rawrcl.export.noise.BakedNoise`), or — plain ONNX
+- noise-aware models get their NLF baked in (:class:`rawrcl.models.conditioning.WithNoise`), or — plain ONNX
   only — a second graph input ``noise`` (B, 2, 4).
 
 Every export is checked before it is written (finite output on an input with values below 0, as darktable
@@ -24,7 +24,8 @@ import torch.nn as nn
 
 from rawrcl.errors import RawrclError
 from rawrcl.export.graph import check_graph, export_onnx, graph_info, source_metadata
-from rawrcl.export.noise import BakedNoise, NoiseSpec
+from rawrcl.export.noise import BakedNLF
+from rawrcl.models.conditioning import WithNoise
 from rawrcl.models.heads import HEADS
 
 #: max |ONNX Runtime − torch| accepted when verifying an export (fp32, [0, 1] units)
@@ -41,7 +42,7 @@ class Prepared:
     scale: int
     size_multiple: int
     noise_input: bool
-    noise: NoiseSpec | None
+    noise: BakedNLF | None
     config: dict
     pad_multiple: int = 1  # the bare model's own padding multiple (2**depth for a U-Net)
 
@@ -56,7 +57,7 @@ def prepare(
     model: nn.Module,
     config: dict,
     head: str | None = None,
-    noise: NoiseSpec | None = None,
+    noise: BakedNLF | None = None,
     allow_noise_input: bool = True,
     name: str = "model",
 ) -> Prepared:
@@ -81,7 +82,7 @@ def prepare(
     module: nn.Module = model.eval()
     noise_input = False
     if noise_aware and noise is not None:
-        module = BakedNoise(module, noise)
+        module = WithNoise(module, noise.tensor(), channels=4)
     elif noise_aware:
         if not allow_noise_input or want != own:
             raise RawrclError(

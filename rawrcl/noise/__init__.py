@@ -1,35 +1,53 @@
-"""The sensor noise model (variance = λshot·x + λread, [0, 1] units), its samplers and noise maps."""
+"""The sensor noise model (variance = λshot·x + λread, [0, 1] units) and everything that describes it:
+:mod:`.model` (:class:`NoiseModel`, :class:`Readout`), :mod:`.samplers` (per-image parameter draws, presets),
+:mod:`.profiles` (camera noise-profile files), :mod:`.spec` (the one ``--noise`` grammar), :mod:`.maps`
+(the noise-std map of noise-aware models)."""
 
-from __future__ import annotations
-
-from rawrcl.noise.model import (
+from rawrcl.noise.maps import local_mean, std_map
+from rawrcl.noise.model import NoiseModel, PerChannel, Readout, sigma8_to_unit
+from rawrcl.noise.profiles import ProfileSampler, load_profile, lookup_profile, read_profile
+from rawrcl.noise.samplers import (
     PRESETS,
     BrooksSampler,
     CameraSampler,
     FixedSampler,
-    NoiseModel,
     PaperSampler,
-    PerChannel,
-    Readout,
     Sampler,
-    local_mean,
-    make_sampler,
-    sigma8_to_unit,
-    std_map,
+)
+from rawrcl.noise.spec import (
+    FIXED,
+    PER_FILE,
+    SYNTHETIC,
+    NoiseLike,
+    NoiseSpec,
+    noise_label,
+    noise_sampler,
+    parse_noise,
 )
 
 __all__ = [
+    "FIXED",
+    "PER_FILE",
+    "PRESETS",
+    "SYNTHETIC",
     "BrooksSampler",
     "CameraSampler",
     "FixedSampler",
-    "local_mean",
-    "make_sampler",
+    "NoiseLike",
     "NoiseModel",
+    "NoiseSpec",
     "PaperSampler",
     "PerChannel",
-    "PRESETS",
+    "ProfileSampler",
     "Readout",
     "Sampler",
+    "load_profile",
+    "local_mean",
+    "lookup_profile",
+    "noise_label",
+    "noise_sampler",
+    "parse_noise",
+    "read_profile",
     "sigma8_to_unit",
     "std_map",
 ]

@@ -60,6 +60,7 @@ from rawrcl import __version__
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_write_text
 from rawrcl.models.registry import read_checkpoint, save_checkpoint, unwrap
+from rawrcl.noise import SYNTHETIC, parse_noise
 from rawrcl.tasks import PRETEXT_TASKS, Task, get_task
 from rawrcl.train.runlock import RunLock, check_unlocked
 
@@ -696,7 +697,10 @@ def build_dataset(
     clean_dir: str | os.PathLike | None = None,
 ):
     """The pair dataset for ``task`` from ``data_dir`` (RAW files for RAW tasks, photos for RGB tasks;
-    ``synthetic=True`` makes RAW tasks use photos with simulated mosaic + noise)."""
+    ``synthetic=True`` makes RAW tasks use photos with simulated mosaic + noise). ``noise``: the synthetic
+    noise, the :data:`~rawrcl.noise.SYNTHETIC` kinds of the ``--noise`` grammar. ``noise_profile`` is the
+    spelling of run folders written before the one grammar (a profile file, the same as ``noise=FILE``)."""
+    noise = parse_noise(noise_profile if noise_profile else noise, SYNTHETIC)
     from rawrcl.data import PhotoFolderDataset, RawFolderDataset, folder_kind
 
     domain = pretext_task(task).domain
@@ -720,8 +724,7 @@ def build_dataset(
                 crop=crop,
                 overlap=overlap,
                 mode="raw",
-                sampler=noise,
-                noise_profile=noise_profile,
+                noise=noise,
                 unprocess=unprocess,
                 augment=augment,
                 seed=seed,
@@ -742,8 +745,7 @@ def build_dataset(
         crop=crop,
         overlap=overlap,
         mode="rgb",
-        sampler=noise,
-        noise_profile=noise_profile,
+        noise=noise,
         augment=augment,
         seed=seed,
     )
@@ -770,7 +772,7 @@ def pretrain(
     ``skip`` (U-Net): the model adds its output to a fixed classical estimate (identity / a demosaic,
     see :func:`rawrcl.models.skip_map`); ``demosaic`` names that demosaic ("bilinear" | "malvar").
     ``method_options`` go to :func:`rawrcl.methods.make_method` (e.g. distance, tau, alpha, encoder);
-    ``data_options`` to :func:`build_dataset` (crop, overlap, augment, synthetic, noise, noise_profile, …);
+    ``data_options`` to :func:`build_dataset` (crop, overlap, augment, synthetic, noise, cache_dir, …);
     ``trainer_options`` to :class:`Trainer` (steps, batch_size, lr, device, seed, resume, force, …).
     """
     from rawrcl.methods import make_method

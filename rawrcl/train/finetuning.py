@@ -27,7 +27,8 @@ from rawrcl.errors import RawrclError
 from rawrcl.eval import load_images
 from rawrcl.io import atomic_write_text
 from rawrcl.methods.supervised import supervised
-from rawrcl.tasks import NoiseSpec, Task, get_task, noise_label
+from rawrcl.noise import NoiseLike, noise_label
+from rawrcl.tasks import Task, get_task
 from rawrcl.train.engine import Trainer
 from rawrcl.train.runlock import check_unlocked
 
@@ -67,7 +68,7 @@ class LabelledCrops(torch.utils.data.Dataset):
         task: Task,
         crop: int = 64,
         seed: int = 0,
-        noise: NoiseSpec = None,
+        noise: NoiseLike = None,
         augment: bool = False,
     ) -> None:
         if not images:
@@ -235,7 +236,7 @@ def finetune(
     batch_size: int = 8,
     crop: int = 64,
     lr: float = 1e-3,
-    noise: NoiseSpec = None,
+    noise: NoiseLike = None,
     unprocess: bool | None = None,
     device: str | None = None,
     force: bool = False,
