@@ -387,9 +387,7 @@ def run_photo(path: Path, models: Models, work: Path) -> dict:
             out = _stage(stages, "infer", lambda: denoise_rgb(models.rgb, x[:, :48, :48], models.opts))
         if out is not None:
             _finite("the denoised photo", out)
-    rep = _stage(
-        stages, "simulate", lambda: simulate_folder(path, work / "sim", noise="low", progress=False)
-    )
+    rep = _stage(stages, "simulate", lambda: simulate_folder(path, work / "sim", noise="low", progress=False))
     if rep is not None and rep.written:
         from rawrcl.io.raw import read_raw
 
