@@ -33,6 +33,8 @@ import torch
 from rawrcl.cfa import CHANNELS, align_rggb, pack
 from rawrcl.errors import RawrclError
 from rawrcl.eval import burst as B
+from rawrcl.eval import burst_align as A
+from rawrcl.eval import burst_score as S
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
@@ -91,7 +93,7 @@ def run(args, skip: set[str]) -> int:
         nlf_line("burst NLF (measured)", nlf.per_plane, nlf.pooled)
         + f"; fitted x range {nlf.x_range[0]:.3f}–{nlf.x_range[1]:.3f}"
     )
-    grid = B.PackedGrid.of(burst.shape, burst.pattern)
+    grid = A.PackedGrid.of(burst.shape, burst.pattern)
     packed = grid.pack(br.target)
     ls = [nlf.per_plane[c][0] for c in CHANNELS]
     lr = [nlf.per_plane[c][1] for c in CHANNELS]
@@ -119,7 +121,7 @@ def run(args, skip: set[str]) -> int:
                 f"  single-image / burst noise std at x = {x}: "
                 + ", ".join(f"{c} {r:.2f}" for c, r in zip(CHANNELS, ratio, strict=True))
             )
-    ex = B.noisy_excess(br, args.border)
+    ex = S.noisy_excess(br, args.border)
     print(
         f"mask: {100 * summ['mask_fraction']:.1f} % of the pixels (border {args.border}); clipped "
         f"{100 * summ['clipped_fraction']:.1f} %; mean reference noise gain c = {summ['mean_ref_gain']:.4f} "
@@ -139,11 +141,11 @@ def run(args, skip: set[str]) -> int:
     panels: dict[str, tuple[str, np.ndarray]] = {}
 
     def add(name: str, kind: str, out: np.ndarray, seconds: float) -> None:
-        sc = B.score_raw(br, out, args.border) if kind == "raw" else B.score_jdd(br, out, args.border)
+        sc = S.score_raw(br, out, args.border) if kind == "raw" else S.score_jdd(br, out, args.border)
         lo = (
-            B.score_raw(br, out, args.border, loose)
+            S.score_raw(br, out, args.border, loose)
             if kind == "raw"
-            else B.score_jdd(br, out, args.border, loose)
+            else S.score_jdd(br, out, args.border, loose)
         )
         row = {"method": name, "kind": kind, "seconds": round(seconds, 1), **sc, "psnr_loose": lo["psnr"]}
         rows.append(row)

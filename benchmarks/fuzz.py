@@ -20,7 +20,7 @@ CRC recomputed half of the time, so the decoder runs on the mutated data instead
 Each mutant runs in a child forked from this process (modules and the shipped model are loaded once, here),
 under an address-space cap (``RLIMIT_AS``: this process's size + ``--memory-cap-gb``) and a time cap:
 
-- RAW mutants: :func:`rawrcl.io.raw.read_dng_tags`, :func:`rawrcl.io.raw.read_raw` (``clip=False``), the
+- RAW mutants: :func:`rawrcl.io.tags.read_dng_tags`, :func:`rawrcl.io.raw.read_raw` (``clip=False``), the
   ``rawrcl info --json`` command in-process, and, when the file was accepted, a tiled inference
   (:func:`rawrcl.infer.denoise_cfa`, tile 32, overlap 8) with the shipped RAW denoiser
   (``load_for_task(None, "raw-denoise")``) on a ≤ 96×96 crop of the mosaic (2×2 tiles);
@@ -348,7 +348,8 @@ def _cli_info(path: Path) -> None:
 
 def run_raw(path: Path, models: Models) -> dict:
     from rawrcl.infer import denoise_cfa
-    from rawrcl.io.raw import raw_summary, read_dng_tags, read_raw
+    from rawrcl.io.raw import raw_summary, read_raw
+    from rawrcl.io.tags import read_dng_tags
 
     stages: dict = {}
     _stage(stages, "tags", lambda: read_dng_tags(path))

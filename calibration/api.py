@@ -31,7 +31,8 @@ def calibrate_file(path: str | Path, method: str = "auto", **image_kwargs) -> Ca
     ------
     RawrclError for unreadable, non-Bayer (when pixels are needed), too small or saturated files.
     """
-    from rawrcl.io.raw import read_dng_tags, read_raw
+    from rawrcl.io.raw import read_raw
+    from rawrcl.io.tags import read_dng_tags
 
     if method not in METHODS:
         raise RawrclError(f"unknown calibration method {method!r}; expected one of {', '.join(METHODS)}")

@@ -106,7 +106,7 @@ def metadata_from_tags(
     white_level: float | None = None,
     path: str | None = None,
 ) -> CalibrationResult:
-    """Calibration from already-read DNG tags (``rawrcl.io.raw.read_dng_tags``).
+    """Calibration from already-read DNG tags (``rawrcl.io.tags.read_dng_tags``).
 
     ``black_level`` (4 values, per 2×2 position, DN) and ``white_level`` are the levels rawrcl
     normalised the mosaic with (``RawImage``); when they differ from the tags' BlackLevel/WhiteLevel,
@@ -178,7 +178,7 @@ def calibrate_metadata(path: str | Path, raw=None) -> CalibrationResult:
     -------
     :class:`CalibrationResult` with method ``"metadata"``; status ``"no-metadata"`` when absent.
     """
-    from rawrcl.io.raw import read_dng_tags
+    from rawrcl.io.tags import read_dng_tags
 
     tags = read_dng_tags(path)
     if raw is None and tags.get("noise_profile"):

@@ -4,7 +4,8 @@ Colour conventions (the same as dcraw/LibRaw and the DNG specification):
 
 - ``xyz_to_cam`` is the DNG ColorMatrix: XYZ (D65) → camera RGB, (3, 3).
 - ``ccm`` is camera RGB (white-balanced) → linear sRGB, (3, 3). It is derived from ``xyz_to_cam`` by
-  :func:`ccm_from_xyz_to_cam`: cam_from_srgb = xyz_to_cam · M_sRGB→XYZ, rows normalised to sum to 1
+  :func:`rawrcl.colour.ccm_from_xyz_to_cam`: cam_from_srgb = xyz_to_cam · M_sRGB→XYZ, rows normalised to sum
+  to 1
   (so that a white-balanced neutral stays neutral), then inverted.
 - ``wb`` are camera white-balance multipliers (R, G, B), G = 1, applied to camera RGB before ``ccm``.
 
@@ -18,19 +19,10 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from rawrcl.colour import ccm_from_xyz_to_cam
 from rawrcl.errors import RawrclError
 
 Array = TypeVar("Array", np.ndarray, torch.Tensor)
-
-#: linear sRGB → XYZ (D65), IEC 61966-2-1.
-SRGB_TO_XYZ = np.array(
-    [
-        [0.4124564, 0.3575761, 0.1804375],
-        [0.2126729, 0.7151522, 0.0721750],
-        [0.0193339, 0.1191920, 0.9503041],
-    ]
-)
-XYZ_TO_SRGB = np.linalg.inv(SRGB_TO_XYZ)
 
 #: XYZ(D65) → camera matrices of a few real cameras (Adobe DNG ColorMatrix values, as published in
 #: dcraw's table, ×1e-4). Unprocessing mixes them randomly to obtain plausible camera responses.
@@ -73,22 +65,6 @@ def linear_to_srgb(x: Array) -> Array:
         return torch.where(x <= 0.0031308, 12.92 * x, 1.055 * x.clamp_min(1e-12) ** (1 / 2.4) - 0.055)
     x = np.clip(x, 0, 1)
     return np.where(x <= 0.0031308, 12.92 * x, 1.055 * np.maximum(x, 1e-12) ** (1 / 2.4) - 0.055)
-
-
-def ccm_from_xyz_to_cam(xyz_to_cam: np.ndarray) -> np.ndarray:
-    """Camera (white-balanced) → linear sRGB matrix (3, 3) from a DNG ColorMatrix (XYZ → camera)."""
-    m = np.asarray(xyz_to_cam, dtype=np.float64)
-    if m.shape != (3, 3) or not np.all(np.isfinite(m)):
-        raise RawrclError(f"colour matrix must be a finite 3×3 matrix, got shape {m.shape}")
-    cam_from_srgb = m @ SRGB_TO_XYZ
-    sums = cam_from_srgb.sum(axis=1, keepdims=True)
-    if np.any(np.abs(sums) < 1e-9):
-        raise RawrclError("colour matrix is degenerate (a row of camera-from-sRGB sums to 0)")
-    cam_from_srgb = cam_from_srgb / sums
-    try:
-        return np.linalg.inv(cam_from_srgb)
-    except np.linalg.LinAlgError as exc:
-        raise RawrclError("colour matrix is singular") from exc
 
 
 def _apply_matrix(m: np.ndarray, x: Array) -> Array:

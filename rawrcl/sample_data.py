@@ -36,11 +36,6 @@ def _load(name: str) -> np.ndarray:
     return np.ascontiguousarray(img[..., :3]).astype(np.uint8)
 
 
-def bundled_photo_names() -> list[str]:
-    """Names of the bundled colour photos, in the order :func:`bundled_photos` returns them."""
-    return list(_PHOTOS)
-
-
 def bundled_photos(n: int | None = None) -> list[tuple[str, np.ndarray]]:
     """The first ``n`` (default all 8) colour photos bundled with scikit-image.
 

@@ -29,10 +29,11 @@ import numpy as np
 import torch
 
 from rawrcl.cfa import check_pattern, mosaic
+from rawrcl.colour import XYZ_TO_SRGB
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_path, atomic_write_bytes, list_photos, read_photo
 from rawrcl.io.dng import MAX_SIZE, MIN_SIZE, write_dng
-from rawrcl.isp import XYZ_TO_SRGB, unprocess
+from rawrcl.isp import unprocess
 from rawrcl.noise import SYNTHETIC, NoiseModel, NoiseSpec, Sampler, parse_noise
 
 MANIFEST = "manifest.json"

@@ -9,6 +9,8 @@ import pytest
 
 from rawrcl.errors import RawrclError
 from rawrcl.eval import burst as B
+from rawrcl.eval import burst_align as A
+from rawrcl.eval import burst_score as S
 from rawrcl.eval.burst_align import PLANE_OFFSETS
 
 SIZE = 256  # mosaic pixels
@@ -104,12 +106,12 @@ def test_ceiling_and_true_error_by_simulation(synthetic):
     assert abs(ceil["mse"] / true_ref_mse - 1) < 0.10
     assert 0.05 < float(br.ref_gain[br.mask].mean()) * 5 < 1.0  # Σw²/(N−1): 0.5…1 per frame
     # the noisy target: measured against the noisy reference, converted back to its true error
-    score = B.score_raw(br, noisy[0])
+    score = S.score_raw(br, noisy[0])
     true_psnr = 10 * math.log10(1 / np.mean((np.clip(noisy[0][m], 0, 1) - clean[0][m]) ** 2))
     assert score["psnr"] < true_psnr - 0.2
     assert abs(score["psnr_true"] - true_psnr) < 0.1
     # the clean target measures the ceiling (up to the reference's interpolation error)
-    assert abs(B.score_raw(br, clean[0])["psnr"] - ceil["psnr"]) < 0.3
+    assert abs(S.score_raw(br, clean[0])["psnr"] - ceil["psnr"]) < 0.3
 
 
 def test_jdd_scoring_samples_own_cfa_colour_grbg():
@@ -126,10 +128,10 @@ def test_jdd_scoring_samples_own_cfa_colour_grbg():
             for c in range(3)
         ]
     )
-    jdd = B.score_jdd(br, rgb)
-    raw = B.score_raw(br, clean[0])
+    jdd = S.score_jdd(br, rgb)
+    raw = S.score_raw(br, clean[0])
     assert abs(jdd["psnr"] - raw["psnr"]) < 0.01
-    swapped = B.score_jdd(br, rgb[::-1].copy())  # R and B exchanged: must score far worse
+    swapped = S.score_jdd(br, rgb[::-1].copy())  # R and B exchanged: must score far worse
     assert swapped["psnr"] < jdd["psnr"] - 10
 
 
@@ -147,7 +149,7 @@ def test_black_clipped_burst_mask_and_nlf():
         assert abs(est / math.sqrt(ls * x + lr) - 1) < 0.10
     m = br.metric_mask()
     true_psnr = 10 * math.log10(1 / np.mean((noisy[0][m] - clean[0][m]) ** 2))
-    assert abs(B.score_raw(br, noisy[0])["psnr_true"] - true_psnr) < 0.15
+    assert abs(S.score_raw(br, noisy[0])["psnr_true"] - true_psnr) < 0.15
 
 
 def test_moved_scene_is_refused():
@@ -180,8 +182,8 @@ def test_poor_correlation_is_refused(synthetic):
 
 def test_plane_warps_share_one_motion():
     """A rotation moves each plane by the same full-resolution motion, not by the packed-green warp."""
-    reg = B.Registration("f", np.array([[1.0, -0.01, 0.3], [0.01, 1.0, -0.2]]), np.eye(2, 3), 1.0, 0.0)
-    full = B.full_res_affine(reg.warp)
+    reg = A.Registration("f", np.array([[1.0, -0.01, 0.3], [0.01, 1.0, -0.2]]), np.eye(2, 3), 1.0, 0.0)
+    full = A.full_res_affine(reg.warp)
     for plane, (ox, oy) in PLANE_OFFSETS.items():
         w = reg.plane_warp(plane)
         for q in ([0.0, 0.0], [10.0, 7.0], [40.0, 3.0]):

@@ -11,9 +11,9 @@ import rawpy
 import tifffile
 
 from rawrcl.cfa import PATTERNS
+from rawrcl.colour import ccm_from_xyz_to_cam
 from rawrcl.errors import RawrclError
 from rawrcl.io.dng import write_dng
-from rawrcl.isp import ccm_from_xyz_to_cam
 
 XYZ_TO_CAM = np.array([[0.7, -0.1, -0.05], [-0.4, 1.2, 0.2], [-0.05, 0.15, 0.6]])
 

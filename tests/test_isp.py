@@ -7,12 +7,10 @@ import pytest
 import torch
 from skimage import data
 
+from rawrcl.colour import SRGB_TO_XYZ, XYZ_TO_SRGB, ccm_from_xyz_to_cam
 from rawrcl.errors import RawrclError
 from rawrcl.isp import (
     REFERENCE_XYZ_TO_CAM,
-    SRGB_TO_XYZ,
-    XYZ_TO_SRGB,
-    ccm_from_xyz_to_cam,
     linear_to_srgb,
     random_camera,
     render_srgb,

@@ -15,7 +15,6 @@ from rawrcl.losses import (
     DISTANCES,
     MosaicConsistency,
     PerceptualConsistency,
-    RCLObjective,
     ResidualContrastiveLoss,
     bhattacharyya,
     emd,
@@ -264,7 +263,7 @@ def test_contrastive_options_and_gradients(realistic):
         {"distance": "bhattacharyya"},
         {"distance": "mmd"},
         {"normalize": "std"},
-        {"normalize": "none", "bound": 5.0},
+        {"normalize": "none"},
         {"distance": "emd", "distance_options": {"quantiles": 64}},
     ):
         fn = ResidualContrastiveLoss(**kw)
@@ -406,16 +405,3 @@ def test_resnet50_unavailable_is_a_user_error(tmp_path):
     else:
         with pytest.raises(RawrclError):
             resnet50_imagenet(weights_path=tmp_path / "missing.pth")
-
-
-def test_rcl_objective(realistic):
-    r = (realistic / 255.0).float()
-    obj = RCLObjective(alpha=0.1, consistency=MosaicConsistency("identity"))
-    rgb = torch.rand(6, 3, 8, 8, generator=_gen(11))
-    out = obj(
-        r[:, :, :8, :8], r[:, :, 4:12, 4:12], consistency_inputs=(mosaic_packed(rgb, "RGGB") + 0.1, rgb)
-    )
-    assert set(out) == {"loss", "contrast", "consistency"}
-    torch.testing.assert_close(out["loss"], 0.1 * out["contrast"] + out["consistency"])
-    assert abs(float(out["consistency"]) - 0.1) < 1e-6
-    assert RCLObjective()(r[:, :, :8, :8], r[:, :, 4:12, 4:12])["consistency"] == 0

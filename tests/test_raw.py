@@ -12,7 +12,8 @@ import tifffile
 from rawrcl.cfa import PATTERNS
 from rawrcl.errors import RawrclError
 from rawrcl.io.dng import write_dng
-from rawrcl.io.raw import raw_summary, read_dng_tags, read_noise_profile, read_raw
+from rawrcl.io.raw import raw_summary, read_raw
+from rawrcl.io.tags import read_dng_tags, read_noise_profile
 
 XYZ_TO_CAM = np.array([[0.65, -0.05, -0.08], [-0.8, 1.55, 0.25], [-0.15, 0.2, 0.7]])
 

@@ -28,7 +28,8 @@ from rawrcl.data import RawFolderDataset, load_packed_raw
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_path, atomic_write_text, read_photo
 from rawrcl.io.dng import write_dng
-from rawrcl.io.raw import read_dng_tags, read_raw
+from rawrcl.io.raw import read_raw
+from rawrcl.io.tags import read_dng_tags
 from rawrcl.models import build_model, read_checkpoint, save_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,8 @@ import tifffile
 from rawrcl.cfa import PATTERNS, mosaic
 from rawrcl.errors import RawrclError
 from rawrcl.io import list_photos, read_photo
-from rawrcl.io.raw import read_noise_profile, read_raw
+from rawrcl.io.raw import read_raw
+from rawrcl.io.tags import read_noise_profile
 from rawrcl.noise import PaperSampler
 from rawrcl.simulate import simulate_folder
 

@@ -58,7 +58,7 @@ samples are biased upwards — so the metrics describe the part of the scene abo
 (step 6). A looser mask (e.g. only the target's own clipped pixels) keeps far more dark pixels but scores
 them against a reference biased upwards; :func:`score_mosaic` accepts one for comparisons.
 
-Metrics (:func:`score_raw`, :func:`score_jdd`)
+Metrics (:mod:`.burst_score`: :func:`score_raw`, :func:`score_jdd`)
 ---------------------------------------------
 PSNR in the CFA domain, linear [0, 1] (outputs clipped to [0, 1], data range 1) over the mask with a
 ``border`` (default 32 mosaic px); SSIM per packed plane (scikit-image, 7×7, data range 1) averaged over
@@ -77,12 +77,12 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from rawrcl.cfa import CHANNELS, check_pattern, mosaic, pack
+from rawrcl.cfa import CHANNELS, check_pattern
 from rawrcl.errors import RawrclError
 from rawrcl.eval.burst_align import (
     CLIP_TAP_WEIGHT,
@@ -93,29 +93,16 @@ from rawrcl.eval.burst_align import (
     register_frame,
     warp_plane,
 )
+from rawrcl.eval.burst_nlf import MIN_BIN_SNR, BurstNLF, measure_nlf
 
 __all__ = [
     "BORDER",
     "Burst",
-    "BurstNLF",
     "BurstReference",
-    "PackedGrid",
-    "Registration",
     "build_reference",
     "burst_from_arrays",
     "clipped_samples",
-    "full_res_affine",
-    "green_image",
-    "jdd_to_mosaic",
     "load_burst",
-    "measure_nlf",
-    "noisy_excess",
-    "register_frame",
-    "score_jdd",
-    "score_mosaic",
-    "score_raw",
-    "untruncate",
-    "warp_plane",
 ]
 
 #: metric border in mosaic pixels (the issue's numbers)
@@ -123,7 +110,6 @@ BORDER = 32
 #: NLF bins are fitted only where the (truncation-corrected) level is ≥ this many noise stds above 0: below,
 #: the kept samples of a black-clipped burst are too few and too truncated to correct (at 2σ the kept
 #: variance is 11 % low before correction)
-MIN_BIN_SNR = 2.0
 
 
 # ------------------------------------------------------------------------------------------------ loading
@@ -208,160 +194,6 @@ def load_burst(folder: str | os.PathLike, target: str | None = None) -> Burst:
 
 
 # -------------------------------------------------------------------------------------------------- NLF
-@dataclass
-class BurstNLF:
-    """Noise-level function measured from the burst, [0, 1] units: var = λshot·x + λread.
-
-    ``per_plane``: plane → (λshot, λread); ``pooled``: one fit over the four planes; ``x_range``: signal range
-    (reference level) of the fitted bins; ``bins``: plane → dict(mean, var, count, used) lists (pooled under
-    "all").
-    """
-
-    per_plane: dict[str, tuple[float, float]]
-    pooled: tuple[float, float]
-    x_range: tuple[float, float]
-    bins: dict[str, dict] = field(default_factory=dict)
-
-    def variance(self, planes: np.ndarray, kind: str = "fit") -> np.ndarray:
-        """Per-plane noise variance at signal ``planes`` (4, h, w): ``"fit"`` λshot·max(x, 0) + λread, or
-        ``"binned"`` the measured variances of the kept (unclipped) pixels' bins interpolated linearly in x
-        (constant beyond the end bins; follows the data where it is not linear in x, e.g. a tone-compressed
-        range, and includes the truncation of the masked pixels — what the metrics see)."""
-        if kind == "binned":
-            out = np.empty(np.shape(planes))
-            for c, name in enumerate(CHANNELS):
-                b = self.bins[name]
-                out[c] = np.interp(planes[c], b["mean"], b["var"])
-            return out
-        ls = np.array([self.per_plane[c][0] for c in CHANNELS]).reshape(4, 1, 1)
-        lr = np.array([self.per_plane[c][1] for c in CHANNELS]).reshape(4, 1, 1)
-        return ls * np.maximum(planes, 0) + lr
-
-    def to_dict(self) -> dict:
-        return {
-            "lambda_shot": float(self.pooled[0]),
-            "lambda_read": float(self.pooled[1]),
-            "per_plane": {k: [float(v[0]), float(v[1])] for k, v in self.per_plane.items()},
-            "x_range": [float(v) for v in self.x_range],
-            "units": "[0,1] after black/white level; variance = lambda_shot*x + lambda_read",
-        }
-
-
-def _robust_var(r: np.ndarray, trim: float = 6.0) -> float:
-    """Variance of ``r`` after discarding |r − median| > ``trim`` robust stds (1.4826·MAD): gross outliers
-    (edges, hot pixels) go, the Gaussian bulk stays whole. A plain MAD variance is not used: on coarsely
-    quantised data (the HDR+ burst has 76–169 levels per plane) it locks onto the quantisation grid."""
-    med = np.median(r)
-    s0 = 1.4826 * np.median(np.abs(r - med))
-    keep = r if s0 <= 0 else r[np.abs(r - med) <= trim * s0]
-    return float(np.var(keep))
-
-
-def untruncate(m: float, v: float, iters: int = 50) -> tuple[float, float]:
-    """Signal level and variance (x, σ²) of a normal whose samples were kept only when > 0 (a black-clipped
-    burst: pixels with any clipped frame are masked), from the kept samples' mean ``m`` and variance ``v``:
-    m = x + σλ, v = σ²(1 − αλ − λ²) with α = x/σ, λ = φ(α)/Φ(α) (fixed-point iteration)."""
-    from scipy.special import ndtr
-
-    x, var = m, v
-    for _ in range(iters):
-        sd = math.sqrt(max(var, 1e-30))
-        a = x / sd
-        lam = math.exp(-0.5 * a * a) / math.sqrt(2 * math.pi) / max(float(ndtr(a)), 1e-12)
-        f = max(1 - a * lam - lam * lam, 1e-3)
-        var = v / f
-        x = m - math.sqrt(var) * lam
-    return x, var
-
-
-def _fit_line(x: np.ndarray, v: np.ndarray, n: np.ndarray) -> tuple[float, float]:
-    """Weighted non-negative least squares v ≈ λshot·x + λread, weights n / v̂² (two passes)."""
-    from scipy.optimize import nnls
-
-    if x.size < 2:
-        raise RawrclError("burst NLF: fewer than 2 usable signal-level bins (scene too dark or too clipped)")
-    vhat = np.maximum(v, 1e-12)
-    coef = np.zeros(2)
-    for _ in range(2):
-        sw = np.sqrt(n) / vhat
-        coef, _ = nnls(np.stack([x, np.ones_like(x)], axis=1) * sw[:, None], v * sw)
-        vhat = np.maximum(coef[0] * x + coef[1], 1e-12)
-    return float(coef[0]), float(coef[1])
-
-
-def measure_nlf(
-    target: np.ndarray,
-    reference: np.ndarray,
-    usable: np.ndarray,
-    clipped: np.ndarray,
-    ref_gain: np.ndarray,
-    *,
-    bins: int = 24,
-    min_count: int = 200,
-    min_snr: float = MIN_BIN_SNR,
-) -> BurstNLF:
-    """Fit the NLF from target − reference (module docstring, step 6).
-
-    Parameters
-    ----------
-    target, reference : (4, h, w) packed planes. usable : (4, h, w) bool pixels to use (valid, unclipped).
-    clipped : (4, h, w) bool pixels excluded for clipping (valid geometry). A bin in which ≥ 1 % of the
-        pixels were excluded for clipping is a truncated sample: its level and variance are corrected with
-        :func:`untruncate`. Bins are fitted when their (corrected) level is ≥ ``min_snr`` noise stds.
-    ref_gain : (4, h, w) c_p, the reference's noise variance in units of σ²(x_p).
-    bins, min_count : equal-count bins per plane (over the usable pixels), each with ≥ ``min_count`` pixels.
-    """
-    resid = (target - reference) / np.sqrt(1.0 + ref_gain)
-    out_bins: dict[str, dict] = {}
-    per_plane: dict[str, tuple[float, float]] = {}
-    pooled_x, pooled_v, pooled_n = [], [], []
-    lo_hi = [np.inf, -np.inf]
-    for c, name in enumerate(CHANNELS):
-        u = usable[c]
-        cand = u | clipped[c]
-        xs = reference[c][u]
-        if xs.size < bins * min_count:
-            raise RawrclError(f"burst NLF: only {xs.size} usable pixels in plane {name}")
-        edges = np.unique(np.quantile(xs, np.linspace(0, 1, bins + 1)))
-        idx_u = np.clip(np.searchsorted(edges, xs, side="right") - 1, 0, len(edges) - 2)
-        idx_c = np.clip(np.searchsorted(edges, reference[c][cand], side="right") - 1, 0, len(edges) - 2)
-        clip_c = clipped[c][cand]
-        rs = resid[c][u]
-        means, vars_, counts, used = [], [], [], []
-        for b in range(len(edges) - 1):
-            sel = idx_u == b
-            n_b = int(sel.sum())
-            if n_b < min_count:
-                continue
-            in_bin = idx_c == b
-            truncated = bool(in_bin.any() and clip_c[in_bin].mean() >= 0.01)
-            mean_b, var_b = float(xs[sel].mean()), _robust_var(rs[sel])
-            x_b, v_b = untruncate(mean_b, var_b) if truncated else (mean_b, var_b)
-            means.append((mean_b, x_b))
-            vars_.append((var_b, v_b))
-            counts.append(n_b)
-            used.append(x_b >= min_snr * math.sqrt(v_b))
-        m, v = np.asarray(means), np.asarray(vars_)
-        n, k = np.asarray(counts), np.asarray(used)
-        per_plane[name] = _fit_line(m[k, 1], v[k, 1], n[k])
-        out_bins[name] = {
-            "mean": m[:, 0].tolist(),
-            "var": v[:, 0].tolist(),
-            "x_true": m[:, 1].tolist(),
-            "var_true": v[:, 1].tolist(),
-            "count": n.tolist(),
-            "used": k.tolist(),
-        }
-        pooled_x.append(m[k, 1])
-        pooled_v.append(v[k, 1])
-        pooled_n.append(n[k])
-        if k.any():
-            lo_hi = [min(lo_hi[0], float(m[k, 1].min())), max(lo_hi[1], float(m[k, 1].max()))]
-    pooled = _fit_line(np.concatenate(pooled_x), np.concatenate(pooled_v), np.concatenate(pooled_n))
-    return BurstNLF(per_plane, pooled, (lo_hi[0], lo_hi[1]), out_bins)
-
-
-# ----------------------------------------------------------------------------------------------- reference
 @dataclass
 class BurstReference:
     """A registered burst reference for its target frame (module docstring).
@@ -536,80 +368,3 @@ def build_reference(
 
 
 # ---------------------------------------------------------------------------------------------- metrics
-def _ssim_masked(out: np.ndarray, ref: np.ndarray, mask: np.ndarray, pattern: str) -> float:
-    from skimage.metrics import structural_similarity
-
-    po, pr, pm = pack(out, pattern), pack(ref, pattern), pack(mask, pattern)
-    vals, weights = [], []
-    for c in range(4):
-        _, smap = structural_similarity(pr[c], po[c], data_range=1.0, win_size=7, full=True)
-        if pm[c].any():
-            vals.append(float(smap[pm[c]].mean()))
-            weights.append(int(pm[c].sum()))
-    return float(np.average(vals, weights=weights))
-
-
-def score_mosaic(
-    br: BurstReference, out_cfa: np.ndarray, border: int = BORDER, mask: np.ndarray | None = None
-) -> dict:
-    """Metrics of a mosaic-domain estimate (H, W) of the target against the reference (module docstring).
-
-    ``mask`` replaces :attr:`BurstReference.mask` (e.g. a looser one, for comparisons; the ceiling is then
-    that of the given pixels, with the reference's bias at clipped pixels not accounted for).
-
-    Returns dict with ``psnr`` (measured), ``ssim``, ``mse``, ``psnr_true`` (true-error equivalent, None when
-    the measured MSE is not above the reference noise), ``ceiling``.
-    """
-    o = np.clip(np.asarray(out_cfa, dtype=np.float64), 0, 1)
-    if o.shape != br.target.shape:
-        raise RawrclError(f"output mosaic {o.shape} does not match the burst's {br.target.shape}")
-    m = br.metric_mask(border, mask)
-    mse = float(np.mean((o[m] - br.reference[m].astype(np.float64)) ** 2))
-    ceil = {"mse": float(br.ref_noise_var()[m].mean())}
-    ceil["psnr"] = 10 * math.log10(1 / ceil["mse"])
-    true_mse = mse - ceil["mse"]
-    return {
-        "psnr": 10 * math.log10(1 / mse),
-        "ssim": _ssim_masked(o.astype(np.float32), br.reference, m, br.pattern),
-        "mse": mse,
-        "psnr_true": 10 * math.log10(1 / true_mse) if true_mse > 0 else None,
-        "ceiling": ceil["psnr"],
-    }
-
-
-def score_raw(
-    br: BurstReference, out_cfa: np.ndarray, border: int = BORDER, mask: np.ndarray | None = None
-) -> dict:
-    """Metrics of a RAW denoiser's output mosaic (H, W); see :func:`score_mosaic`."""
-    return score_mosaic(br, out_cfa, border, mask)
-
-
-def jdd_to_mosaic(out_rgb: np.ndarray, pattern: str) -> np.ndarray:
-    """A JDD output (3, H, W) sampled at each pixel's own CFA colour → (H, W) mosaic."""
-    rgb = np.asarray(out_rgb, dtype=np.float32)
-    if rgb.ndim != 3 or rgb.shape[0] != 3:
-        raise RawrclError(f"JDD output must be (3, H, W), got {rgb.shape}")
-    return mosaic(rgb, pattern)[0]
-
-
-def score_jdd(
-    br: BurstReference, out_rgb: np.ndarray, border: int = BORDER, mask: np.ndarray | None = None
-) -> dict:
-    """Metrics of a JDD output (3, H, W) sampled at each pixel's own CFA colour; see :func:`score_mosaic`."""
-    return score_mosaic(br, jdd_to_mosaic(out_rgb, br.pattern), border, mask)
-
-
-def noisy_excess(br: BurstReference, border: int = BORDER) -> dict:
-    """Consistency of the noisy target: its measured MSE, the NLF-predicted noise + reference noise, and the
-    excess (an upper bound of the reference's non-noise error: interpolation blur, misregistration)."""
-    m = br.metric_mask(border)
-    grid = PackedGrid.of(br.target.shape, br.pattern)
-    pred_t = grid.unpack(br.nlf.variance(grid.pack(br.reference), "binned"))[m].mean()
-    mse = float(np.mean((np.clip(br.target[m], 0, 1) - br.reference[m]) ** 2))
-    ceil = br.ceiling(border)["mse"]
-    return {
-        "mse": mse,
-        "predicted_noise": float(pred_t),
-        "ref_noise": ceil,
-        "excess_mse": mse - pred_t - ceil,
-    }

@@ -1,5 +1,5 @@
 """File I/O: atomic writes, photos and the cache folder (:mod:`.files`), RAW reading (:mod:`.raw`), DNG
-writing (:mod:`.dng`), TIFF structure checks (:mod:`.tiffcheck`)."""
+tags (:mod:`.tags`), DNG writing (:mod:`.dng`), TIFF structure checks (:mod:`.tiffcheck`)."""
 
 from __future__ import annotations
 

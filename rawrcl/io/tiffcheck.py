@@ -4,7 +4,7 @@ CR2, ARW, KDC, … — and TIFF photos), made before a decoder allocates or read
 Decoders trust the header: LibRaw fills the tiles of a lossless-JPEG DNG that lie beyond the end of the
 file with zeros (or whatever its buffer held) without an error, and OpenCV returns a TIFF photo whose
 declared rows are missing. :func:`data_layout_problem` finds such files (used by
-:func:`rawrcl.io.raw.read_dng_tags` / :func:`rawrcl.io.raw.read_raw` and :func:`rawrcl.io.read_photo`).
+:func:`rawrcl.io.tags.read_dng_tags` / :func:`rawrcl.io.raw.read_raw` and :func:`rawrcl.io.read_photo`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Public API
 - :class:`ResidualContrastiveLoss` (Eq. 3, Algorithm 1), :func:`estimate_noise_std`
 - consistency: :class:`PerceptualConsistency`, :func:`resnet50_imagenet`,
   :class:`MosaicConsistency` (+ Keys helpers :func:`keys_shift`, :func:`keys_upsample2`)
-- :class:`RCLObjective` (Eq. 6)
+- the RCL objective α·contrast + consistency (Eq. 6) is the ``rcl`` method (:mod:`rawrcl.methods.rcl`)
 """
 
 from rawrcl.losses.consistency import (
@@ -26,16 +26,8 @@ from rawrcl.losses.contrastive import (
     ResidualContrastiveLoss,
     estimate_noise_std,
 )
-from rawrcl.losses.distances import (
-    DISTANCES,
-    PairwiseDistance,
-    bhattacharyya,
-    emd,
-    get_distance,
-    mmd,
-    pairwise,
-)
-from rawrcl.losses.objective import RCLObjective
+from rawrcl.losses.distances import bhattacharyya, emd, mmd
+from rawrcl.losses.pairwise import DISTANCES, PairwiseDistance, get_distance, pairwise
 from rawrcl.losses.residuals import raw_residual, residual, residual_from_noise_prediction
 
 __all__ = [
@@ -60,5 +52,4 @@ __all__ = [
     "keys_kernel",
     "keys_shift",
     "keys_upsample2",
-    "RCLObjective",
 ]

@@ -34,9 +34,6 @@ a network achieves that by leaking image content into its residuals. Options:
 true noise is zero-mean, so centring loses nothing about it, but it removes the cheapest way to tell
 instances apart: a per-image offset of the residual, i.e. a colour cast of f(x) (measured at 0 labels
 for JDD in docs/losses.md). ``center=False`` keeps the paper's form.
-
-``bound`` (optional, any mode) saturates distances: D ← bound·tanh(D/bound), capping the reward any
-single pair can give.
 """
 
 from __future__ import annotations
@@ -48,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rawrcl.errors import RawrclError
-from rawrcl.losses.distances import get_distance, pairwise
+from rawrcl.losses.pairwise import get_distance, pairwise
 
 __all__ = ["ResidualContrastiveLoss", "estimate_noise_std", "NORMALIZATIONS", "DEFAULT_SCALE"]
 
@@ -94,7 +91,6 @@ class ResidualContrastiveLoss(nn.Module):
         (255 for ``"none"`` → 8-bit units). Irrelevant for scale-free distances (BD) up to their eps.
     normalize : ``"none"`` (paper) | ``"std"`` | ``"noise_level"`` (see module docstring).
     reduction : ``"sum"`` (Algorithm 1) | ``"mean"``.
-    bound : optional saturation of distances, D ← bound·tanh(D/bound) (distance units after scaling).
     center : subtract each residual's per-channel mean (over H, W) before the distance (see above).
     eps : floor of the std/noise σ used by the normalisations, in [0, 1] units.
     distance_options : keyword options forwarded to the distance (e.g. ``{"quantiles": 1024}``).
@@ -122,7 +118,6 @@ class ResidualContrastiveLoss(nn.Module):
         scale: float | None = None,
         normalize: str = "none",
         reduction: str = "sum",
-        bound: float | None = None,
         eps: float = 1e-4,
         distance_options: dict | None = None,
         center: bool = False,
@@ -134,14 +129,11 @@ class ResidualContrastiveLoss(nn.Module):
             raise RawrclError(f"unknown normalize {normalize!r}; expected one of {', '.join(NORMALIZATIONS)}")
         if reduction not in ("sum", "mean"):
             raise RawrclError(f"unknown reduction {reduction!r}; expected 'sum' or 'mean'")
-        if bound is not None and not bound > 0:
-            raise RawrclError(f"bound must be > 0 or None, got {bound}")
         self.distance = get_distance(distance, **(distance_options or {}))
         self.tau = float(tau)
         self.normalize = normalize
         self.scale = float(DEFAULT_SCALE[normalize] if scale is None else scale)
         self.reduction = reduction
-        self.bound = bound
         self.eps = float(eps)
         self.center = bool(center)
         self.last_distances: torch.Tensor | None = None
@@ -178,7 +170,7 @@ class ResidualContrastiveLoss(nn.Module):
         x_b: torch.Tensor | None = None,
         offset: int = 0,
     ) -> torch.Tensor:
-        """(N+1, K) matrix D[j, i] = d(s·ν(r_a[j]), s·ν(r_b[i])), after the optional bound."""
+        """(N+1, K) matrix D[j, i] = d(s·ν(r_a[j]), s·ν(r_b[i]))."""
         if offset < 0 or r_b.shape[0] < offset + r_a.shape[0]:
             raise RawrclError(
                 f"r_b must hold the positives of r_a at rows {offset}…{offset + r_a.shape[0] - 1}, got "
@@ -190,10 +182,7 @@ class ResidualContrastiveLoss(nn.Module):
             )
         a = self._normalise(r_a, noise_std_a, x_a) * self.scale
         b = self._normalise(r_b, noise_std_b, x_b) * self.scale
-        d = pairwise(a, b, self.distance)
-        if self.bound is not None:
-            d = self.bound * torch.tanh(d / self.bound)
-        return d
+        return pairwise(a, b, self.distance)
 
     def forward(
         self,
@@ -219,5 +208,5 @@ class ResidualContrastiveLoss(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"distance={self.distance!r}, tau={self.tau}, scale={self.scale}, normalize={self.normalize!r}, "
-            f"reduction={self.reduction!r}, bound={self.bound}, center={self.center}"
+            f"reduction={self.reduction!r}, center={self.center}"
         )

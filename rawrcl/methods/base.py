@@ -65,10 +65,3 @@ def input_residual(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """Residual on the input's grid (B, C, h, w), same units as ``x``: ``x − f(x)`` for same-domain heads,
     ``x − mosaic_packed(f(x), "RGGB")`` for the JDD head (App. B.2); via :mod:`rawrcl.losses`."""
     return residual(x, out) if domain(x, out) == "same" else raw_residual(x, out)
-
-
-def batch_tensor(batch: dict, key: str, like: torch.nn.Module | torch.Tensor | None = None) -> torch.Tensor:
-    t = batch[key]
-    if not isinstance(t, torch.Tensor):
-        raise RawrclError(f"batch[{key!r}] must be a tensor")
-    return t.float()

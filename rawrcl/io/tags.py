@@ -1,0 +1,200 @@
+"""DNG / TIFF tag reading (tifffile), for any TIFF-based file, CFA or not: what calibration's metadata path,
+``rawrcl info`` and the RAW reader need (make/model, pattern, levels, colour matrices, NoiseProfile, ISO,
+…), and the file's data-layout check (:func:`rawrcl.io.tiffcheck.data_layout_problem`)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from rawrcl.errors import RawrclError
+from rawrcl.io.tiffcheck import data_layout_problem
+
+PHOTOMETRIC_CFA = 32803
+PHOTOMETRIC_LINEAR_RAW = 34892
+DNG_ILLUMINANT_D65 = 21
+_TAG_NAMES = {
+    271: "make",
+    272: "model",
+    33421: "cfa_repeat_pattern_dim",
+    33422: "cfa_pattern",
+    33434: "exposure_time",
+    34855: "iso",
+    50706: "dng_version",
+    50708: "unique_camera_model",
+    50713: "black_level_repeat_dim",
+    50714: "black_level",
+    50717: "white_level",
+    50721: "color_matrix_1",
+    50722: "color_matrix_2",
+    50728: "as_shot_neutral",
+    50730: "baseline_exposure",
+    50778: "calibration_illuminant_1",
+    50779: "calibration_illuminant_2",
+    51041: "noise_profile",
+}
+
+
+def _tag_value(tag) -> object:
+    """Tag value as plain Python: rationals → floats, bytes kept, strings stripped."""
+    value = tag.value
+    dtype = int(getattr(tag, "dtype", 0))
+    if dtype in (5, 10):  # RATIONAL, SRATIONAL: flattened (num, den) pairs
+        flat = list(value) if isinstance(value, (tuple, list)) else [value]
+        pairs = [(flat[i], flat[i + 1]) for i in range(0, len(flat) - 1, 2)]
+        return [n / d if d else math.nan for n, d in pairs]
+    if isinstance(value, str):
+        return value.strip("\x00 ").strip()
+    if isinstance(value, bytes) and tag.code in (33422, 50706):
+        return list(value)
+    if isinstance(value, (tuple, list)):
+        return list(value)
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "value") and isinstance(value.value, int):  # enums
+        return int(value.value)
+    return value
+
+
+def _page_tags(page) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for tag in page.tags.values():
+        name = _TAG_NAMES.get(tag.code)
+        if name is not None:
+            try:
+                out[name] = _tag_value(tag)
+            except Exception:  # a malformed tag must not hide the others
+                continue
+    return out
+
+
+@contextlib.contextmanager
+def _quiet_tifffile() -> Iterator[None]:
+    """Silence tifffile's logger (it reports malformed tags on stderr; rawrcl reports one line itself)."""
+    logger = logging.getLogger("tifffile")
+    old = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
+
+
+def read_dng_tags(path: str | os.PathLike) -> dict:
+    """Read the DNG/TIFF tags rawrcl uses, from IFD0 and the raw (NewSubfileType 0) SubIFD.
+
+    Works on any TIFF-based file, including linear (non-CFA) DNGs and files whose pixel data is
+    missing. Values: rationals as floats, matrices as 3×3 lists, ``noise_profile`` as a list of
+    (S, O) pairs in [0, 1] units, levels in raw DN.
+
+    Returns
+    -------
+    dict with ``is_tiff`` (False, and nothing else, for a file tifffile cannot parse), ``is_dng``,
+    ``raw_ifd`` ("IFD0" or "SubIFD<n>"), ``photometric``, ``samples_per_pixel`` and ``shape`` of the
+    raw IFD, ``data_problem`` (:func:`data_layout_problem`: a one-line reason when the declared pixel
+    data is truncated, missing or of an absurd size; :func:`read_raw` refuses such files), and whichever
+    of make, model, unique_camera_model, dng_version, iso, exposure_time, black_level, white_level,
+    cfa_pattern, cfa_repeat_pattern_dim, color_matrix_1/2, baseline_exposure, calibration_illuminant_1/2,
+    as_shot_neutral, noise_profile are present (raw IFD values take precedence over IFD0 ones).
+
+    Raises
+    ------
+    RawrclError if the file does not exist or cannot be opened.
+    """
+    import tifffile
+
+    p = Path(path)
+    if not p.is_file():
+        raise RawrclError(f"{p}: no such file")
+    with _quiet_tifffile():
+        return _read_tags(p, tifffile)
+
+
+def _read_tags(p: Path, tifffile) -> dict:
+    """:func:`read_dng_tags` after the existence check (``tifffile`` passed in, imported lazily)."""
+    try:
+        tif = tifffile.TiffFile(p)
+    except PermissionError as exc:
+        raise RawrclError(f"{p}: cannot open ({exc.strerror})") from exc
+    except Exception:
+        return {"is_tiff": False}
+    try:
+        with tif:
+            try:
+                problem = data_layout_problem(tif, p.stat().st_size)
+            except Exception:  # a page tifffile cannot parse: LibRaw decides
+                problem = None
+            ifd0 = tif.pages[0]
+            out: dict = {"is_tiff": True}
+            out.update(_page_tags(ifd0))
+            exif = ifd0.tags.get(34665)
+            if exif is not None and isinstance(exif.value, dict):
+                if "ISOSpeedRatings" in exif.value and "iso" not in out:
+                    iso = exif.value["ISOSpeedRatings"]
+                    out["iso"] = iso[0] if isinstance(iso, (tuple, list)) else iso
+                if "ExposureTime" in exif.value and "exposure_time" not in out:
+                    et = exif.value["ExposureTime"]
+                    out["exposure_time"] = et[0] / et[1] if isinstance(et, (tuple, list)) else et
+            if isinstance(out.get("exposure_time"), list):
+                out["exposure_time"] = out["exposure_time"][0]
+            # the raw image: IFD0 if it is the main image, else the first SubIFD with NewSubfileType 0
+            raw_page, raw_name = ifd0, "IFD0"
+            if int(ifd0.subfiletype) != 0:
+                for i, sub in enumerate(getattr(ifd0, "pages", None) or []):
+                    if int(sub.subfiletype) == 0:
+                        raw_page, raw_name = sub, f"SubIFD{i}"
+                        break
+            if raw_page is not ifd0:
+                out.update(_page_tags(raw_page))
+            out["raw_ifd"] = raw_name
+            out["photometric"] = int(raw_page.photometric)
+            out["samples_per_pixel"] = int(raw_page.samplesperpixel)
+            out["shape"] = [int(s) for s in raw_page.shape]
+            if problem is not None:
+                out["data_problem"] = problem
+    except RawrclError:
+        raise
+    except Exception:
+        return {"is_tiff": False}
+    out["is_dng"] = "dng_version" in out
+    for key in ("color_matrix_1", "color_matrix_2"):
+        m = out.get(key)
+        try:
+            out[key] = [list(map(float, m[i : i + 3])) for i in (0, 3, 6)]  # first 3 camera rows
+        except (TypeError, ValueError, IndexError):  # absent, too short or not numbers
+            out.pop(key, None)
+    if "noise_profile" in out:
+        try:
+            prof = [float(v) for v in np.ravel(out["noise_profile"])]
+        except (TypeError, ValueError):
+            prof = []
+        if not all(math.isfinite(v) for v in prof):  # a corrupt profile is no profile
+            prof = []
+        out["noise_profile"] = [(prof[i], prof[i + 1]) for i in range(0, len(prof) - 1, 2)] or None
+        if out["noise_profile"] is None:
+            del out["noise_profile"]
+    for key in ("iso", "white_level", "baseline_exposure"):
+        v = out.get(key)
+        if isinstance(v, list):
+            out[key] = v[0] if v else None
+    return out
+
+
+def read_noise_profile(path: str | os.PathLike) -> list[tuple[float, float]] | None:
+    """The DNG ``NoiseProfile`` (tag 51041) of a file: list of (S, O) pairs, [0, 1] units
+    (variance = S·x + O; one pair for all planes or one per colour plane), or None if absent or the
+    file is not TIFF-based. Works on non-CFA (linear) DNGs too.
+
+    Raises :class:`RawrclError` if the file does not exist or cannot be opened.
+    """
+    return read_dng_tags(path).get("noise_profile")
+
+
+# --------------------------------------------------------------------------------------------------
+# RAW reading (rawpy/LibRaw)
