@@ -20,7 +20,7 @@ text                   kind       meaning
 Commands accept a stated subset: data rawrcl synthesises (``simulate``, ``pretrain``, ``finetune``,
 ``eval``, ``bench``) take :data:`SYNTHETIC`; commands that read the noise of a user's files (``jdd``,
 ``denoise``) take :data:`PER_FILE`; ``export`` bakes a fixed level (:data:`FIXED`). The per-file kinds are
-resolved where the file is read (:mod:`rawrcl.infer.noise`); everything else here.
+resolved where the file is read (:func:`rawrcl.calibration.resolve.file_noise`); everything else here.
 """
 
 from __future__ import annotations

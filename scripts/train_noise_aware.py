@@ -1,0 +1,157 @@
+#!/usr/bin/env python
+"""Train rawrcl's noise-aware default weights (RAW denoiser, JDD) with the engine; optionally install them.
+
+Recipe (issue 19 §2–3; every choice fixed on synthetic data, none on the real burst):
+
+- photos: the first 58 sorted ``cbsd68`` photos and the first 90 sorted ``urban100`` photos train;
+  ``cbsd68[58:]`` + ``urban100[90:]`` are the validation split for choices; ``sunhays80`` is never read here
+  (the held-out test source of ``benchmarks/real_noise.py``).
+- model: noise-aware U-Net (``noise_aware=True``: packed mosaic + the σ map √(λshot·x + λread)), ``--width``
+  / ``--depth``, skip to the input (denoiser) or to a bilinear demosaic (JDD).
+- samples (:class:`rawrcl.train.finetuning.LabelledCrops`, a fresh draw every step): random crop + flip/rot,
+  half unprocessed (Brooks et al.) and half photo values as linear RGB, 60 % darkened by a gain
+  log-uniform in [0.02, 1] (low-light captures), noise from :class:`rawrcl.noise.CameraSampler` (real
+  cameras' range from base ISO to phone high ISO, Poisson shot noise, 10–14-bit quantisation, 35 % clipped
+  at black).
+- training: plain L1 (a noise-balanced loss measured worse on validation), Adam, cosine learning rate,
+  gradient cap 1, weight EMA 0.999 (the checkpoint holds the average).
+
+Resumable: re-running the same command continues ``WORK/<task>`` from its last checkpoint (the trainer's
+``--resume``). ``--install`` writes the EMA weights as float16 with a provenance record to
+``rawrcl/weights/<task default>``.
+
+Usage: ``python scripts/train_noise_aware.py --task raw-denoise --steps 20000 --work runs/na [--install]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data"
+#: (folder, number of sorted photos that train; the rest validate)
+TRAIN_SOURCES = (("cbsd68", 58), ("urban100", 90))
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    ap.add_argument("--task", choices=("raw-denoise", "jdd"), default="raw-denoise")
+    ap.add_argument("--data", default=os.environ.get("RAWRCL_DATA", str(DATA)))
+    ap.add_argument("--work", default=str(REPO / "runs" / "noise_aware"))
+    ap.add_argument("--width", type=int, default=24)
+    ap.add_argument("--depth", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=20000)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--crop", type=int, default=128, help="clean-photo pixels (packed: half)")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--schedule", choices=("constant", "cosine"), default="cosine")
+    ap.add_argument("--ema", type=float, default=0.999)
+    ap.add_argument("--init", default=None, help="start from this checkpoint (a low-lr continuation)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--save-every", type=int, default=250)
+    ap.add_argument("--install", action="store_true", help="install the result into rawrcl/weights/")
+    return ap.parse_args(argv)
+
+
+def training_photos(data: Path) -> list:
+    from rawrcl.eval import load_images
+
+    photos = []
+    for name, n in TRAIN_SOURCES:
+        photos += [(f"{name}/{k}", a) for k, a in load_images(data / name)[:n]]
+    return photos
+
+
+def train_task(args) -> Path:
+    import torch
+
+    from rawrcl.methods.supervised import supervised
+    from rawrcl.noise import CameraSampler
+    from rawrcl.tasks import get_task
+    from rawrcl.train import Trainer
+    from rawrcl.train.finetuning import LabelledCrops, prepare_model
+
+    task = replace(
+        get_task(args.task, unprocess=True), unprocess_mix=0.5, exposure=(0.02, 1.0), exposure_mix=0.6
+    )
+    run_dir = Path(args.work) / args.task
+    resume = (run_dir / "checkpoints" / "last.pt").exists()
+    source = args.init or "scratch"
+    model, info = prepare_model(
+        source, task, "full", width=args.width, depth=args.depth, seed=args.seed, noise_aware=True
+    )
+    photos = training_photos(Path(args.data))
+    dataset = LabelledCrops(photos, task, crop=args.crop, seed=args.seed, noise=CameraSampler(), augment=True)
+    cfg = {
+        "method": "supervised",
+        "task": task.name,
+        "steps": args.steps,
+        "batch_size": args.batch,
+        "crop": dataset.crop,
+        "lr": args.lr,
+        "lr_schedule": args.schedule,
+        "ema": args.ema,
+        "grad_clip": 1.0,
+        "seed": args.seed,
+        "noise": "camera",
+        "source": info["source"],
+        "recipe": "scripts/train_noise_aware.py",
+        "train_photos": [n for n, _ in photos],
+        "task_options": {"unprocess_mix": 0.5, "exposure": [0.02, 1.0], "exposure_mix": 0.6},
+        "model": dict(model.config),
+        "save_every": args.save_every,
+        "keep_every": 0,
+        "log_every": 50,
+        "resume": resume,
+        "progress": sys.stderr.isatty(),
+    }
+    torch.manual_seed(args.seed)
+    Trainer(model, supervised, dataset, run_dir, cfg).fit()
+    return run_dir
+
+
+def install(run_dir: Path, args) -> Path:
+    import torch
+
+    from rawrcl.models.registry import atomic_torch_save
+    from rawrcl.tasks import get_task
+
+    raw = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)
+    git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    commit = git.stdout.strip()
+    cfg = json.loads((run_dir / "config.json").read_text())
+    prov = {
+        "recipe": "scripts/train_noise_aware.py " + " ".join(sys.argv[1:]),
+        "commit": commit,
+        "date": dt.date.today().isoformat(),
+        "train_photos": cfg.get("train_photos"),
+        "settings": {k: v for k, v in vars(args).items() if k not in ("install", "data", "work")},
+        "held_out": ["cbsd68[58:]", "urban100[90:]", "sunhays80 (all)"],
+    }
+    extra = {"provenance": prov, "weights_dtype": "float16"}
+    state = {k: (v.half() if v.is_floating_point() else v) for k, v in raw["state_dict"].items()}
+    dst = REPO / "rawrcl" / "weights" / get_task(args.task).default_weights
+    atomic_torch_save(
+        {"config": raw["config"], "state_dict": state, "extra": extra},
+        dst,
+    )
+    print(f"installed {dst} ({dst.stat().st_size / 1e6:.2f} MB)", file=sys.stderr)
+    return dst
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    run_dir = train_task(args)
+    if args.install:
+        install(run_dir, args)
+
+
+if __name__ == "__main__":
+    main()
