@@ -339,8 +339,9 @@ class TinyJDD(nn.Module):
 
 
 def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
-    mse = float(((a.clamp(0, 1) - b) ** 2).mean())
-    return 10 * math.log10(1.0 / max(mse, 1e-12))
+    from rawrcl.eval.metrics import psnr_from_mse
+
+    return psnr_from_mse(max(float(((a.clamp(0, 1) - b) ** 2).mean()), 1e-12))
 
 
 def mosaic(args) -> None:
@@ -374,12 +375,11 @@ def mosaic(args) -> None:
         )
 
     # Classical reference: bilinear demosaicing of the noisy mosaic (no denoising).
-    from colour_demosaicing import demosaicing_CFA_Bayer_bilinear
-
     from rawrcl.cfa import unpack
+    from rawrcl.demosaic import demosaic
 
     cfa = unpack(test_x, "RGGB").numpy()
-    bil = np.stack([demosaicing_CFA_Bayer_bilinear(c, "RGGB").transpose(2, 0, 1) for c in cfa])
+    bil = np.stack([demosaic(c, "RGGB", "bilinear") for c in cfa])
     net_txt = "tiny 5-layer conv net" if args.arch == "tiny" else "rawrcl U-Net width 16 depth 2"
     print(f"\n### JDD pre-training with MosaicConsistency only (0 labels), {args.mosaic_steps} steps, "
           f"batch 8 of 64×64, {net_txt}, Adam lr {args.lr:g}, σ8 ≈ 9 at x = 1\n")  # fmt: skip

@@ -156,9 +156,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
             add(name, device, precision, sec, f"U-Net {kind}, tile {opts.tile}, batch {opts.batch_tiles}")
             model.cpu()
     if "menon" not in skip:
-        from colour_demosaicing import demosaicing_CFA_Bayer_Menon2007
+        from rawrcl.demosaic import demosaic
 
-        sec = _timed(lambda: demosaicing_CFA_Bayer_Menon2007(cfa, "RGGB"), warmup=False)
+        sec = _timed(lambda: demosaic(cfa, "RGGB", "menon"), warmup=False)
         add("colour-demosaicing Menon2007", "cpu", "fp64", sec, "demosaic only, no denoising")
     if "libraw" not in skip:
         import rawpy

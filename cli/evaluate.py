@@ -1,4 +1,5 @@
-"""``rawrcl eval MODEL --task T --clean-dir DIR``: PSNR/SSIM of a checkpoint or a classical baseline."""
+"""``rawrcl eval MODEL --task T --clean-dir DIR`` (synthetic noise on clean photos) and ``rawrcl eval MODEL
+--burst DIR`` (a real burst of one static scene): PSNR/SSIM of a checkpoint or a classical baseline."""
 
 from __future__ import annotations
 
@@ -11,48 +12,168 @@ from rawrcl.cli.common import NOISE_SYNTHETIC_HELP, user_errors
 @click.command("eval")
 @click.argument("model")
 @click.option(
-    "--task", "task", required=True, help="denoise | sr | jdensr | raw-denoise | jdd | jdemsr | jddsr"
+    "--task", "task", default=None, help="denoise | sr | jdensr | raw-denoise | jdd | jdemsr | jddsr"
 )
-@click.option("--clean-dir", required=True, type=click.Path(), help="folder of clean photos (ground truth)")
-@click.option("--noise", default=None, help=NOISE_SYNTHETIC_HELP + "  [default: paper]")
+@click.option("--clean-dir", type=click.Path(), help="folder of clean photos (ground truth)")
+@click.option(
+    "--burst",
+    type=click.Path(),
+    default=None,
+    help="folder of RAW frames of one static scene: score MODEL on the target frame against the registered "
+    "mean of the others (CFA-domain PSNR/SSIM, ceiling, burst NLF beside the single-image estimate).",
+)
+@click.option("--target", default=None, help="--burst: the target frame (file name or stem; default: first)")
+@click.option(
+    "--noise",
+    default=None,
+    help=NOISE_SYNTHETIC_HELP + "  [default: paper]  With --burst, what noise-aware models and baselines are "
+    "told: auto (default: NoiseProfile, else the single-image estimate) | metadata | image | burst (the "
+    "burst's measured NLF) | λshot,λread | PROFILE.json[:ISO].",
+)
+@click.option("--noise-profile", default=None, help="--burst: noise profile consulted by --noise auto.")
+@click.option(
+    "--noise-scale",
+    type=click.FloatRange(0, min_open=True),
+    default=1.0,
+    help="--burst: multiply the λ the method is told.",
+)
+@click.option(
+    "--gharbi-weights",
+    type=click.Path(),
+    default=None,
+    help="folder of Gharbi et al. 2016's released weights (baseline gharbi2016; never shipped).",
+)
 @click.option(
     "--seed", default=0, show_default=True, type=int, help="test-set seed (same inputs for every model)"
 )
 @click.option("--limit", default=None, type=int, help="evaluate on the first N photos only")
 @click.option("--unprocess", is_flag=True, help="RAW tasks: unprocess photos to linear camera RGB first")
 @click.option("--device", default="cpu", show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="print a JSON object")
+@click.option(
+    "--json",
+    "json_out",
+    is_flag=False,
+    flag_value="-",
+    default=None,
+    metavar="[PATH]",
+    help="print a JSON object (or write it to PATH)",
+)
+@click.option("--plot", default=None, help="--burst: write a side-by-side PNG (noisy, MODEL, reference)")
+@click.option("--force", is_flag=True, help="overwrite --json PATH / --plot")
 @click.option("--per-image", is_flag=True, help="include per-image values (with --json)")
 @click.option(
     "--tta", is_flag=True, help="self-ensemble: average the model over 8 flips/transposes (8x slower)"
 )
 @user_errors
-def evaluate(model, task, clean_dir, noise, seed, limit, unprocess, device, as_json, per_image, tta):
+def evaluate(
+    model,
+    task,
+    clean_dir,
+    burst,
+    target,
+    noise,
+    noise_profile,
+    noise_scale,
+    gharbi_weights,
+    seed,
+    limit,
+    unprocess,
+    device,
+    json_out,
+    plot,
+    force,
+    per_image,
+    tta,
+):
     """Evaluate MODEL (a checkpoint / run dir, or a baseline: noisy, bilinear, malvar, menon, vng, ea,
-    menon+nlm, nlm, bicubic, demosaicnet) on TASK. PSNR/SSIM: scikit-image defaults on 8-bit sRGB with an
-    8-pixel border crop (paper App. C.3); RAW tasks also report linear-domain PSNR. A RAW denoiser
+    menon+nlm, nlm, gat+bm3d, gharbi2016, bicubic) on TASK with synthetic noise on --clean-dir, or on a real
+    --burst (MODEL: a checkpoint, default, noisy, gat+bm3d, nlm or gharbi2016). Synthetic: PSNR/SSIM
+    scikit-image conventions on 8-bit sRGB with an 8-pixel border crop (paper App. C.3); RAW tasks also
+    report linear-domain PSNR; noise-aware models and baselines are given the true noise. A RAW denoiser
     checkpoint (head 'raw') on --task jdd is scored as denoise → bilinear demosaic."""
-    from rawrcl.eval import evaluate as _evaluate
+    from rawrcl.errors import RawrclError
 
-    res = _evaluate(
-        model,
-        task,
-        clean_dir,
-        noise,
-        seed,
-        limit=limit,
-        unprocess=unprocess or None,
-        device=device,
-        self_ensemble=tta,
-    )
-    if not per_image:
-        res.pop("per_image", None)
-    if as_json:
-        click.echo(json.dumps(res, indent=2))
+    if burst is not None:
+        if clean_dir is not None:
+            raise RawrclError("--burst and --clean-dir are two kinds of evaluation: give one")
+        doc = _burst(
+            model,
+            burst,
+            target,
+            task,
+            noise,
+            noise_profile,
+            noise_scale,
+            gharbi_weights,
+            device,
+            tta,
+            plot,
+            force,
+        )
+    else:
+        if task is None or clean_dir is None:
+            raise RawrclError("give --task and --clean-dir (synthetic noise), or --burst DIR (a real burst)")
+        if plot is not None or target is not None:
+            raise RawrclError("--plot and --target apply to --burst only")
+        from rawrcl.eval import evaluate as _evaluate
+
+        doc = _evaluate(
+            model,
+            task,
+            clean_dir,
+            noise,
+            seed,
+            limit=limit,
+            unprocess=unprocess or None,
+            device=device,
+            self_ensemble=tta,
+            gharbi_weights=gharbi_weights,
+        )
+        if not per_image:
+            doc.pop("per_image", None)
+    if json_out is not None and json_out != "-":
+        from pathlib import Path
+
+        from rawrcl.io import atomic_write_bytes
+
+        if Path(json_out).exists() and not force:
+            raise RawrclError(f"{json_out}: exists (use --force to overwrite)")
+        atomic_write_bytes(json_out, json.dumps(doc, indent=2).encode())
+    if burst is not None:
+        from rawrcl.eval.burst_eval import format_report
+
+        for line in format_report(doc):
+            click.echo(line, err=json_out == "-")
+    if json_out == "-":
+        click.echo(json.dumps(doc, indent=2))
         return
-    line = f"{res['model']} on {res['task']} (noise {res['noise']}, seed {res['seed']}, "
-    line += f"{res['n_images']} images): "
-    line += f"PSNR {res['psnr']:.2f} dB  SSIM {res['ssim']:.4f}"
-    if "psnr_linear" in res:
-        line += f"  linear PSNR {res['psnr_linear']:.2f} dB"
+    if burst is not None:
+        return
+    line = f"{doc['model']} on {doc['task']} (noise {doc['noise']}, seed {doc['seed']}, "
+    line += f"{doc['n_images']} images): "
+    line += f"PSNR {doc['psnr']:.2f} dB  SSIM {doc['ssim']:.4f}"
+    if "psnr_linear" in doc:
+        line += f"  linear PSNR {doc['psnr_linear']:.2f} dB"
     click.echo(line)
+
+
+def _burst(model, folder, target, task, noise, noise_profile, noise_scale, gharbi, device, tta, plot, force):
+    """The --burst evaluation: progress and the report on stderr/stdout, the result dict returned."""
+    from rawrcl.eval.burst_eval import evaluate_burst
+    from rawrcl.infer import TileOptions
+
+    doc = evaluate_burst(
+        model,
+        folder,
+        target=target,
+        task=task,
+        noise=noise,
+        noise_profile=noise_profile,
+        noise_scale=noise_scale,
+        gharbi_weights=gharbi,
+        opts=TileOptions(device=device, self_ensemble=tta),
+        plot=plot,
+        overwrite=force,
+        log=lambda s: click.echo("  " + s, err=True),
+    )
+    return doc

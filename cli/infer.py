@@ -56,6 +56,38 @@ def _tile_options(func):
     return func
 
 
+def _noise_options(func):
+    opts = [
+        click.option(
+            "--noise",
+            "noise_spec",
+            default=None,
+            metavar="SPEC",
+            help="Noise a noise-aware model is told, per file: auto (default: the DNG NoiseProfile, else a "
+            "--noise-profile entry for the camera and ISO, else estimated from the image) | metadata | image "
+            "| λshot,λread | a preset | PROFILE.json[:ISO]. Ignored (with a warning) for blind models, which "
+            "do not take the noise level; RGB photos take λshot,λread only.",
+        ),
+        click.option(
+            "--noise-profile",
+            type=click.Path(dir_okay=False),
+            default=None,
+            help="Noise profile file (rawrcl calibrate --save-profile) that --noise auto consults before the "
+            "image estimate.",
+        ),
+        click.option(
+            "--noise-scale",
+            type=click.FloatRange(0, min_open=True),
+            default=1.0,
+            show_default=True,
+            help="Multiply λshot and λread by this (> 1: smoother, < 1: keeps more grain).",
+        ),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
 def _run(
     runner_name: str,
     inputs,
@@ -70,6 +102,9 @@ def _run(
     precision,
     tta,
     backend,
+    noise_spec=None,
+    noise_profile=None,
+    noise_scale=1.0,
     **kw,
 ) -> None:
     """Call ``rawrcl.infer.<runner_name>`` with the options of :func:`_tile_options` (tiling, device,
@@ -77,6 +112,7 @@ def _run(
     still written)."""
     from rawrcl import infer
 
+    noise = infer.NoiseOptions(noise_spec, noise_profile, noise_scale)
     opts = infer.TileOptions(
         tile, overlap, batch_tiles, device, precision, progress=not quiet, self_ensemble=tta, backend=backend
     )
@@ -88,6 +124,7 @@ def _run(
         progress=not quiet,
         echo=(lambda s: None) if quiet else click.echo,
         error=lambda s: click.echo(s, err=True),
+        noise=noise,
         **kw,
     )
     n_ok, n_bad = len(result.written), len(result.failed)
@@ -120,6 +157,7 @@ def _run(
     default=None,
     help="tiff (16-bit) or png (8-bit sRGB / 16-bit linear); default from -o's suffix, else tiff.",
 )
+@_noise_options
 @_tile_options
 @user_errors
 def jdd(inputs, out, model_path, render, fmt, **common):
@@ -146,6 +184,7 @@ def jdd(inputs, out, model_path, render, fmt, **common):
     default=None,
     help="RAW: dng (default) or tiff (CFA in raw DN); photos: png (default) or tiff.",
 )
+@_noise_options
 @_tile_options
 @user_errors
 def denoise(inputs, out, model_path, rgb_model_path, fmt, **common):

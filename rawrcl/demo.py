@@ -17,7 +17,6 @@ PSNR is computed in the RAW's linear [0, 1] scale (peak 1), over the whole frame
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,8 +30,11 @@ MARKER = ".rawrcl-demo"
 
 def psnr01(x: np.ndarray, ref: np.ndarray) -> float:
     """PSNR in dB of ``x`` against ``ref``, both in [0, 1] (``x`` clipped to [0, 1] first), peak 1."""
-    mse = float(np.mean((np.clip(np.asarray(x, np.float64), 0, 1) - np.asarray(ref, np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10.0 * math.log10(1.0 / mse)
+    from rawrcl.eval.metrics import psnr_from_mse
+
+    return psnr_from_mse(
+        np.mean((np.clip(np.asarray(x, np.float64), 0, 1) - np.asarray(ref, np.float64)) ** 2)
+    )
 
 
 def _write_photos(directory: Path, n: int, size: int | None) -> list[Path]:
@@ -63,15 +65,9 @@ def _clean_linear(path: Path) -> np.ndarray:
 
 
 def _classical(cfa: np.ndarray, pattern: str) -> dict[str, np.ndarray]:
-    from colour_demosaicing import demosaicing_CFA_Bayer_bilinear, demosaicing_CFA_Bayer_Menon2007
+    from rawrcl.demosaic import demosaic
 
-    out = {}
-    for name, fn in (
-        ("bilinear", demosaicing_CFA_Bayer_bilinear),
-        ("menon", demosaicing_CFA_Bayer_Menon2007),
-    ):
-        out[name] = np.asarray(fn(cfa.astype(np.float64), pattern), np.float32).transpose(2, 0, 1)
-    return out
+    return {name: demosaic(cfa, pattern, name) for name in ("bilinear", "menon")}
 
 
 def run_demo(

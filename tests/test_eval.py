@@ -13,7 +13,7 @@ from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 from rawrcl.cfa import mosaic_packed
 from rawrcl.errors import RawrclError
 from rawrcl.eval import BASELINES, evaluate, psnr, ssim, to_uint8
-from rawrcl.eval.runner import _demosaic
+from rawrcl.eval.baselines import _demosaic
 from rawrcl.tasks import TASKS
 
 

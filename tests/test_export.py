@@ -405,6 +405,28 @@ def test_noise_aware_plain_onnx_has_a_noise_input(tmp_path, fake_ckpt):
         assert (m(x, noise) - model(x, noise)).abs().max() <= 1e-5
 
 
+def test_denoise_tells_a_noise_input_graph_the_noise(tmp_path, fake_ckpt):
+    """rawrcl denoise, a plain .onnx with a noise input: --noise reaches it (and changes the output)."""
+    from rawrcl.io.dng import write_dng
+    from rawrcl.io.raw import read_raw
+
+    model, cfg = load_checkpoint(fake_ckpt())
+    path = tmp_path / "n.onnx"
+    export_prepared(prepare(model, cfg), path)
+    rng = np.random.default_rng(0)
+    write_dng(tmp_path / "x.dng", (rng.random((64, 64)) * 3000 + 600).astype(np.uint16), "GRBG", 512, 4095)
+    outs = []
+    for k, noise in enumerate(("1e-3,1e-5", "2e-2,1e-3")):
+        dst = tmp_path / f"o{k}.dng"
+        res = CliRunner().invoke(
+            main, ["denoise", str(tmp_path / "x.dng"), "-o", str(dst), "--model", str(path), "--noise", noise]
+        )
+        assert res.exit_code == 0, res.output
+        assert "noise from --noise" in res.stdout
+        outs.append(read_raw(dst).cfa)
+    assert not np.array_equal(*outs)
+
+
 def test_noise_options_one_line_errors(tmp_path, fake_ckpt):
     prof = _profile(tmp_path / "prof.json")
     r = CliRunner()

@@ -74,7 +74,6 @@ MSE_ref) is an upper bound of their size.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -238,7 +237,9 @@ class BurstReference:
         """What the noise-free target would measure: ``mse`` = mean reference noise variance over the metric
         mask, ``psnr`` = −10·log10(mse); ``kind`` as :meth:`ref_noise_var`."""
         mse = float(self.ref_noise_var(kind)[self.metric_mask(border)].mean())
-        return {"mse": mse, "psnr": 10 * math.log10(1 / mse)}
+        from rawrcl.eval.metrics import psnr_from_mse
+
+        return {"mse": mse, "psnr": psnr_from_mse(mse)}
 
     def summary(self, border: int = BORDER) -> dict:
         """JSON-ready description (no pixels)."""

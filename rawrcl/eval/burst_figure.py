@@ -22,10 +22,9 @@ from rawrcl.io import atomic_path
 
 def _demosaic(cfa: np.ndarray, pattern: str) -> np.ndarray:
     """(H, W) mosaic → (3, H, W) linear RGB (Menon 2007)."""
-    import colour_demosaicing as cd
+    from rawrcl.demosaic import demosaic
 
-    rgb = cd.demosaicing_CFA_Bayer_Menon2007(np.asarray(cfa, dtype=np.float64), pattern)
-    return np.asarray(rgb, dtype=np.float32).transpose(2, 0, 1)
+    return demosaic(cfa, pattern, "menon")
 
 
 def pick_crops(br: BurstReference, n: int = 2, size: int = 160, border: int = 32) -> list[tuple[int, int]]:

@@ -3,14 +3,13 @@ and the true-error equivalent."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from rawrcl.cfa import mosaic, pack
 from rawrcl.errors import RawrclError
 from rawrcl.eval.burst import BORDER, BurstReference
 from rawrcl.eval.burst_align import PackedGrid
+from rawrcl.eval.metrics import psnr_from_mse
 
 
 def _ssim_masked(out: np.ndarray, ref: np.ndarray, mask: np.ndarray, pattern: str) -> float:
@@ -43,13 +42,13 @@ def score_mosaic(
     m = br.metric_mask(border, mask)
     mse = float(np.mean((o[m] - br.reference[m].astype(np.float64)) ** 2))
     ceil = {"mse": float(br.ref_noise_var()[m].mean())}
-    ceil["psnr"] = 10 * math.log10(1 / ceil["mse"])
+    ceil["psnr"] = psnr_from_mse(ceil["mse"])
     true_mse = mse - ceil["mse"]
     return {
-        "psnr": 10 * math.log10(1 / mse),
+        "psnr": psnr_from_mse(mse),
         "ssim": _ssim_masked(o.astype(np.float32), br.reference, m, br.pattern),
         "mse": mse,
-        "psnr_true": 10 * math.log10(1 / true_mse) if true_mse > 0 else None,
+        "psnr_true": psnr_from_mse(true_mse) if true_mse > 0 else None,
         "ceiling": ceil["psnr"],
     }
 

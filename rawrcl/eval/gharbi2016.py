@@ -166,10 +166,13 @@ def load_gharbi2016(folder: str | os.PathLike) -> Gharbi2016:
     return model.eval()
 
 
-def gharbi_sigma(packed: torch.Tensor, lambda_shot: float, lambda_read: float) -> torch.Tensor:
-    """σ per sample for the network: sqrt(λshot·mean(x) + λread), x the input clipped to [0, 1]; (B,)."""
-    mean = packed.clamp(0, 1).mean(dim=(1, 2, 3))
-    return (lambda_shot * mean + lambda_read).clamp_min(0).sqrt()
+def gharbi_sigma(packed: torch.Tensor, lambda_shot, lambda_read) -> torch.Tensor:
+    """σ per sample for the network: sqrt(mean over planes of λshot·mean(x) + λread), x the input (B, 4, h, w)
+    clipped to [0, 1]; λ scalars or one value per plane (then each plane at its own mean level); (B,)."""
+    mean = packed.clamp(0, 1).mean(dim=(2, 3))  # (B, 4)
+    ls = torch.as_tensor(np.asarray(lambda_shot, dtype=np.float64), dtype=mean.dtype).reshape(1, -1)
+    lr = torch.as_tensor(np.asarray(lambda_read, dtype=np.float64), dtype=mean.dtype).reshape(1, -1)
+    return (ls * mean + lr).mean(dim=1).clamp_min(0).sqrt()
 
 
 def gharbi_jdd(model: Gharbi2016, packed: torch.Tensor, sigma: float | torch.Tensor) -> torch.Tensor:

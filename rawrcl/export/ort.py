@@ -81,6 +81,8 @@ class OrtModel(nn.Module):
                 )
         self.in_name, self.out_name = in_name, info["outputs"][0][0]
         self.noise_input = NOISE_INPUT in ins
+        # a graph with a noise input is a noise-aware model: inference binds each file's noise to it
+        self.noise_aware = self.noise_input
         self.in_channels = int(dims[1])
         self.out_channels = int(out_dims[1]) if isinstance(out_dims[1], int) else None
         static = all(isinstance(d, int) and d > 0 for d in dims[2:])

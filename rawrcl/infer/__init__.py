@@ -1,30 +1,13 @@
-"""Full-size inference on camera files: tiling, models on mosaics, batches of files and writers."""
+"""Full-size inference on camera files: tiling (:mod:`.tiling`), models on mosaics (:mod:`.pipeline`), the
+noise of noise-aware models (:mod:`.noise`), files (:mod:`.files`), batches (:mod:`.batch`) and writers
+(:mod:`.writers`)."""
 
 from __future__ import annotations
 
-from rawrcl.infer.files import (
-    BatchResult,
-    TileOptions,
-    atomic_output,
-    denoise_cfa,
-    denoise_file,
-    denoise_rgb,
-    expand_inputs,
-    is_rgb_file,
-    jdd_cfa,
-    jdd_file,
-    output_is_file,
-    plan_outputs,
-    requantize_cfa,
-    run_batch,
-    run_denoise,
-    run_jdd,
-    task_model,
-    to_uint,
-    write_cfa_tiff,
-    write_denoised_dng,
-    write_image,
-)
+from rawrcl.infer.batch import BatchResult, expand_inputs, output_is_file, plan_outputs, run_batch
+from rawrcl.infer.files import denoise_file, is_rgb_file, jdd_file, run_denoise, run_jdd
+from rawrcl.infer.noise import NoiseOptions, bind_noise
+from rawrcl.infer.pipeline import TileOptions, denoise_cfa, denoise_rgb, jdd_cfa, task_model
 from rawrcl.infer.tiling import (
     PRECISIONS,
     count_tiles,
@@ -36,10 +19,19 @@ from rawrcl.infer.tiling import (
     tiled_apply,
     whole_apply,
 )
+from rawrcl.infer.writers import (
+    atomic_output,
+    requantize_cfa,
+    to_uint,
+    write_cfa_tiff,
+    write_denoised_dng,
+    write_image,
+)
 
 __all__ = [
     "atomic_output",
     "BatchResult",
+    "bind_noise",
     "count_tiles",
     "cpu_has_fast_bf16",
     "denoise_cfa",
@@ -50,6 +42,7 @@ __all__ = [
     "is_rgb_file",
     "jdd_cfa",
     "jdd_file",
+    "NoiseOptions",
     "output_is_file",
     "plan_outputs",
     "PRECISIONS",

@@ -15,11 +15,13 @@ text                   kind       meaning
 ``auto``               auto       a RAW file's own: its DNG NoiseProfile, else the single-image estimate
 ``metadata``           metadata   a RAW file's DNG NoiseProfile (refused when the file has none)
 ``image``              image      the single-image estimate of each RAW file
+``burst``              burst      the noise-level function measured from a burst (``eval --burst``)
 =====================  =========  ==================================================================
 
 Commands accept a stated subset: data rawrcl synthesises (``simulate``, ``pretrain``, ``finetune``,
 ``eval``, ``bench``) take :data:`SYNTHETIC`; commands that read the noise of a user's files (``jdd``,
-``denoise``) take :data:`PER_FILE`; ``export`` bakes a fixed level (:data:`FIXED`). The per-file kinds are
+``denoise``) take :data:`PER_FILE`; ``eval --burst`` takes :data:`BURST` (per file, or the burst's own NLF);
+``export`` bakes a fixed level (:data:`FIXED`). The per-file kinds are
 resolved where the file is read (:func:`rawrcl.calibration.resolve.file_noise`); everything else here.
 """
 
@@ -41,6 +43,8 @@ from rawrcl.noise.samplers import PRESETS, BrooksSampler, CameraSampler, FixedSa
 SYNTHETIC = frozenset({"none", "preset", "pair", "sampler", "profile"})
 #: kinds that describe the noise of a user's RAW files
 PER_FILE = frozenset({"auto", "metadata", "image", "preset", "pair", "profile"})
+#: what a noise-aware model or a baseline is told on a burst (``rawrcl eval --burst``)
+BURST = PER_FILE | {"burst"}
 #: kinds that name one fixed noise level
 FIXED = frozenset({"preset", "pair", "profile"})
 
@@ -127,15 +131,16 @@ def accepted(allowed: frozenset[str]) -> str:
         "auto": "auto",
         "metadata": "metadata",
         "image": "image",
+        "burst": "burst",
     }
-    order = ["auto", "metadata", "image", "none", "preset", "pair", "sampler", "profile"]
+    order = ["auto", "metadata", "image", "burst", "none", "preset", "pair", "sampler", "profile"]
     return "expected " + " | ".join(forms[k] for k in order if k in allowed)
 
 
 def _parse(text: str, option: str) -> NoiseSpec:
     if not text:
         raise RawrclError(f"{option}: empty noise specification")
-    if text in ("none", "auto", "metadata", "image"):
+    if text in ("none", "auto", "metadata", "image", "burst"):
         return NoiseSpec(text, text)
     if text in PRESETS:
         return NoiseSpec("preset", text, pair=PRESETS[text])

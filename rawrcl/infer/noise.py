@@ -1,0 +1,149 @@
+"""The noise a noise-aware model is told at inference: ``--noise``, ``--noise-profile``, ``--noise-scale``.
+
+A noise-aware model (:func:`rawrcl.models.conditioning.is_noise_aware`) is bound to each file's noise
+parameters (:class:`~rawrcl.models.conditioning.WithNoise`) before it runs over the tiles, so every tile
+sees the same per-plane (λshot, λread); the std map is recomputed from each tile inside the model. The
+parameters of a RAW file come from the one resolver, :func:`rawrcl.calibration.resolve.file_noise`, in
+the canonical packed order R, G1, G2, B — the order :func:`rawrcl.infer.pipeline.denoise_cfa` /
+:func:`~rawrcl.infer.pipeline.jdd_cfa` pack every Bayer phase into, so per-plane values follow the planes
+for GRBG, GBRG and BGGR files too. Blind models are returned unchanged and no estimate is made.
+
+Hot pixels are not treated specially: the single-image estimate is robust to them (tiles with outliers
+are a small minority and the fit is quantile-based), and a noise-aware model sees them as signal, as a
+blind one does; map them out beforehand (e.g. with a dark frame) if the sensor has many.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch.nn as nn
+
+from rawrcl.errors import RawrclError
+from rawrcl.models.conditioning import WithNoise, is_noise_aware
+from rawrcl.noise import NoiseModel
+from rawrcl.noise.spec import PER_FILE, NoiseSpec, parse_noise
+
+#: how each :class:`~rawrcl.calibration.resolve.FileNoise` source reads in the log
+SOURCES = {
+    "metadata": "DNG NoiseProfile",
+    "profile": "noise profile",
+    "image": "image estimate",
+    "given": "--noise",
+}
+
+
+@dataclass
+class NoiseOptions:
+    """What ``--noise``, ``--noise-profile`` and ``--noise-scale`` asked for.
+
+    ``spec``: a per-file kind of the noise grammar (None: ``auto``, not given by the user);
+    ``profile``: a noise profile file consulted by ``auto`` before the single-image estimate;
+    ``scale``: multiplies λshot and λread (> 0).
+    """
+
+    spec: str | NoiseSpec | None = None
+    profile: str | os.PathLike | None = None
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        self.parsed = parse_noise(self.spec if self.spec is not None else "auto", PER_FILE, "--noise")
+        if not self.scale > 0:
+            raise RawrclError(f"--noise-scale must be > 0, got {self.scale}")
+        if self.profile is not None and not Path(self.profile).is_file():
+            raise RawrclError(f"--noise-profile {self.profile}: no such file")
+        self._warned = False
+
+    @property
+    def explicit(self) -> bool:
+        """Whether the user asked for anything beyond the default (``auto``, no profile, scale 1)."""
+        return self.spec is not None or self.profile is not None or self.scale != 1.0
+
+    def warn_blind(self) -> None:
+        """Warn once that a blind model ignores the noise options the user gave."""
+        if self.explicit and not self._warned:
+            self._warned = True
+            warnings.warn(
+                "the model is blind to the noise level: --noise/--noise-profile/--noise-scale are ignored",
+                stacklevel=2,
+            )
+
+
+def describe(name: str, fn, asked: str, seconds: float | None = None) -> str:
+    """The log line of one file's noise, e.g. ``frame00.dng: noise from image estimate (no NoiseProfile):
+    λshot 1.2e-03, λread 1.3e-04 (plane mean; 0.8 s)``."""
+    ls, lr = (
+        sum(v) / len(v) if isinstance(v, tuple | list) else float(v)
+        for v in (fn.model.lambda_shot, fn.model.lambda_read)
+    )
+    src = SOURCES.get(fn.source, fn.source)
+    why = " (no NoiseProfile)" if fn.source in ("image", "profile") and asked == "auto" else ""
+    extra = [f"×{fn.scale:g}"] if fn.scale != 1.0 else []
+    if seconds is not None and fn.source == "image":
+        extra.append(f"{seconds:.1f} s")
+    tail = "; ".join(["plane mean", *extra])
+    return f"{name}: noise from {src}{why}: λshot {ls:.3g}, λread {lr:.3g} ({tail})"
+
+
+def bind_noise(model: nn.Module, noise: NoiseModel | None, channels: int = 4) -> nn.Module:
+    """``model`` as a one-argument module: bound to ``noise`` when noise-aware (refused without it),
+    unchanged when blind."""
+    if not is_noise_aware(model):
+        return model
+    if noise is None:
+        raise RawrclError("a noise-aware model needs the noise parameters (λshot, λread)")
+    return WithNoise(model, noise, channels).eval()
+
+
+def raw_model_for(
+    model: nn.Module,
+    raw,
+    path: str | os.PathLike | None,
+    opts: NoiseOptions | None,
+    log: Callable[[str], None] | None = None,
+) -> nn.Module:
+    """``model`` ready for one RAW file: bound to the file's noise (resolved by
+    :func:`rawrcl.calibration.resolve.file_noise`; one log line saying where it came from) when
+    noise-aware, else unchanged (and a one-time warning when the user gave noise options)."""
+    opts = opts or NoiseOptions()
+    if not is_noise_aware(model):
+        opts.warn_blind()
+        return model
+    from rawrcl.calibration.resolve import file_noise
+
+    t0 = time.perf_counter()
+    fn = file_noise(raw, opts.parsed, path=path, profile=opts.profile, scale=opts.scale)
+    seconds = time.perf_counter() - t0
+    if log is not None:
+        name = Path(path).name if path is not None else "image"
+        log(describe(name, fn, opts.parsed.kind, seconds))
+    return bind_noise(model, fn.model, 4)
+
+
+def rgb_model_for(
+    model: nn.Module, path: str | os.PathLike, opts: NoiseOptions | None, log: Callable[[str], None] | None
+) -> nn.Module:
+    """An RGB photo's model: a noise-aware RGB model needs a fixed level (``--noise λshot,λread`` or a
+    preset: photos carry no noise metadata and the RAW estimator does not apply); blind models unchanged."""
+    opts = opts or NoiseOptions()
+    if not is_noise_aware(model):
+        opts.warn_blind()
+        return model
+    spec = opts.parsed
+    if spec.kind not in ("pair", "preset"):
+        raise RawrclError(
+            f"{path}: a noise-aware RGB model needs --noise λshot,λread for photos (they carry no noise "
+            f"metadata), not --noise {spec.text}"
+        )
+    s, r = spec.pair
+    nm = NoiseModel(s * opts.scale, r * opts.scale)
+    if log is not None:
+        extra = f" (×{opts.scale:g})" if opts.scale != 1.0 else ""
+        lam = f"λshot {nm.lambda_shot:.3g}, λread {nm.lambda_read:.3g}"
+        log(f"{Path(path).name}: noise from --noise: {lam}{extra}")
+    return bind_noise(model, nm, 3)

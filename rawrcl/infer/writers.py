@@ -1,0 +1,120 @@
+"""Writers of inference outputs: atomic, never overwriting unless asked (images, denoised DNGs, CFA TIFFs)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from rawrcl.errors import RawrclError
+from rawrcl.io import atomic_path
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary path in ``path``'s folder (same suffix); on success ``os.replace`` it onto ``path``.
+
+    Raises :class:`RawrclError` if ``path`` exists and ``overwrite`` is False. The temporary file is
+    removed on failure, so an interrupted write never leaves a half-written output.
+    """
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise RawrclError(f"{path}: exists (use --force to overwrite)")
+    if path.is_dir():
+        raise RawrclError(f"{path}: is a folder")
+    with atomic_path(path, suffix=f".tmp{path.suffix}") as tmp:
+        yield tmp
+
+
+def to_uint(rgb: np.ndarray, bits: int) -> np.ndarray:
+    """(3, H, W) float [0, 1] → (H, W, 3) uint8/uint16 (clipped, rounded)."""
+    top = (1 << bits) - 1
+    a = np.clip(np.asarray(rgb, dtype=np.float32), 0, 1) * top + 0.5
+    return np.ascontiguousarray(a.transpose(1, 2, 0)).astype(np.uint8 if bits == 8 else np.uint16)
+
+
+def write_image(path: str | os.PathLike, rgb: np.ndarray, bits: int = 16, overwrite: bool = False) -> Path:
+    """Write a (3, H, W) float [0, 1] image as TIFF (``.tif``/``.tiff``, 16-bit) or PNG (8 or 16-bit).
+
+    Atomic; refuses to overwrite unless ``overwrite``. Returns the path.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in (".tif", ".tiff"):
+        import tifffile
+
+        with atomic_output(path, overwrite) as tmp:
+            tifffile.imwrite(tmp, to_uint(rgb, 16), photometric="rgb", compression="zlib")
+    elif suffix == ".png":
+        import cv2
+
+        data = to_uint(rgb, bits)[..., ::-1]  # RGB → BGR for OpenCV
+        ok, buf = cv2.imencode(".png", np.ascontiguousarray(data))
+        if not ok:
+            raise RawrclError(f"{path}: PNG encoding failed")
+        with atomic_output(path, overwrite) as tmp:
+            tmp.write_bytes(buf.tobytes())
+    else:
+        raise RawrclError(f"{path}: unsupported output format {suffix!r} (use .tiff or .png)")
+    return path
+
+
+def requantize_cfa(
+    cfa: np.ndarray, pattern: str, black_level: Sequence[float], white_level: float
+) -> np.ndarray:
+    """[0, 1] CFA → raw DN: ``black[pos] + x·(white − black[pos])``, rounded, clipped to [0, white].
+
+    Shapes: (H, W) float → (H, W) uint16. ``black_level`` holds 4 values, one per position of the 2×2
+    tile, row-major (the :class:`~rawrcl.io.raw.RawImage` convention).
+    """
+    cfa = np.asarray(cfa, dtype=np.float64)
+    black = np.asarray(black_level, dtype=np.float64).reshape(2, 2)
+    h, w = cfa.shape
+    bl = np.tile(black, ((h + 1) // 2, (w + 1) // 2))[:h, :w]
+    dn = bl + cfa * (float(white_level) - bl)
+    return np.clip(np.rint(dn), 0, min(float(white_level), 65535)).astype(np.uint16)
+
+
+def write_denoised_dng(path: str | os.PathLike, raw, cfa: np.ndarray, overwrite: bool = False) -> Path:
+    """Write a denoised CFA as a DNG carrying the source :class:`~rawrcl.io.raw.RawImage`'s pattern, size,
+    black/white levels and metadata (white balance, colour matrix, ISO, noise profile, make/model).
+
+    ``cfa``: (H, W) float [0, 1] on the source's grid; re-quantised with :func:`requantize_cfa`.
+    """
+    from rawrcl.io.dng import write_dng
+
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise RawrclError(f"{path}: exists (use --force to overwrite)")
+    if path.is_dir():
+        raise RawrclError(f"{path}: is a folder")
+    dn = requantize_cfa(cfa, raw.pattern, raw.black_level, raw.white_level)
+    color_matrix = raw.xyz_to_cam if getattr(raw, "xyz_to_cam", None) is not None else None
+    return write_dng(  # atomic itself, so a write error names the output, not a temporary file
+        path,
+        dn,
+        raw.pattern,
+        raw.black_level,
+        raw.white_level,
+        wb=raw.wb,
+        color_matrix=color_matrix,
+        iso=raw.iso,
+        exposure_time=getattr(raw, "exposure_time", None),
+        noise_profile=raw.noise_profile,
+        make=raw.make or "rawrcl",
+        model=raw.model or "rawrcl",
+        overwrite=True,
+    )
+
+
+def write_cfa_tiff(path: str | os.PathLike, raw, cfa: np.ndarray, overwrite: bool = False) -> Path:
+    """Write the denoised CFA in raw DN (black/white range of the source) as a single-channel 16-bit TIFF."""
+    import tifffile
+
+    dn = requantize_cfa(cfa, raw.pattern, raw.black_level, raw.white_level)
+    with atomic_output(path, overwrite) as tmp:
+        tifffile.imwrite(tmp, dn, photometric="minisblack", compression="zlib")
+    return Path(path)

@@ -1,0 +1,359 @@
+"""Noise-aware inference (rawrcl denoise/jdd --noise …) and real-burst evaluation (rawrcl eval --burst).
+
+All data is synthesised here: noisy Bayer DNGs of one smooth scene (scikit-image's astronaut) shifted by a
+few pixels per frame, with or without a DNG NoiseProfile.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from rawrcl.cli import main
+
+SIZE = 256
+LS, LR = 4e-3, 1e-4
+BLACK, WHITE = 512, 16383
+
+
+def _scene() -> np.ndarray:
+    """Smooth linear RGB (3, SIZE + 32, SIZE + 32) in [0.02, 0.62]."""
+    from scipy import ndimage
+    from skimage import data
+
+    img = data.astronaut()[64 : 64 + SIZE + 32, 128 : 128 + SIZE + 32].astype(np.float64) / 255
+    lin = img**2.2 * 0.6 + 0.02
+    return np.stack([ndimage.gaussian_filter(lin[..., c], 1.0) for c in range(3)])
+
+
+def _frame(scene: np.ndarray, dy: int, dx: int, pattern: str, rng) -> np.ndarray:
+    """Noisy mosaic (SIZE, SIZE) in [0, 1] units of the scene shifted by (dy, dx) pixels."""
+    from rawrcl.cfa import mosaic
+
+    crop = scene[:, 16 + dy : 16 + dy + SIZE, 16 + dx : 16 + dx + SIZE]
+    clean = np.asarray(mosaic(crop.astype(np.float32), pattern))[0].astype(np.float64)
+    return clean + rng.normal(size=clean.shape) * np.sqrt(LS * clean + LR)
+
+
+def _write(path: Path, cfa01: np.ndarray, pattern: str, noise_profile=None) -> Path:
+    from rawrcl.io.dng import write_dng
+
+    dn = np.clip(np.rint(cfa01 * (WHITE - BLACK) + BLACK), 0, WHITE).astype(np.uint16)
+    return write_dng(path, dn, pattern, BLACK, WHITE, noise_profile=noise_profile, overwrite=True)
+
+
+@pytest.fixture(scope="module")
+def burst_dir(tmp_path_factory) -> Path:
+    """Five noisy GRBG DNGs of one static scene, shifted by up to 3 px, no NoiseProfile."""
+    d = tmp_path_factory.mktemp("burst")
+    rng = np.random.default_rng(1)
+    scene = _scene()
+    for k, (dy, dx) in enumerate([(0, 0), (1, 2), (-2, 1), (3, -1), (-1, -3)]):
+        _write(d / f"frame{k:02d}.dng", _frame(scene, dy, dx, "GRBG", rng), "GRBG")
+    return d
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    """Tiny untrained checkpoints: a noise-aware and a blind RAW denoiser, a noise-aware RGB denoiser."""
+    from rawrcl.models.registry import build_model, save_checkpoint
+
+    d = tmp_path_factory.mktemp("models")
+    out = {}
+    for name, cfg in {
+        "aware": {"in_channels": 4, "head": "raw", "noise_aware": True},
+        "blind": {"in_channels": 4, "head": "raw"},
+        "rgb_aware": {"in_channels": 3, "head": "rgb", "noise_aware": True},
+    }.items():
+        torch.manual_seed(0)
+        m = build_model({"arch": "unet", "width": 8, "depth": 2, "skip": True, **cfg})
+        save_checkpoint(d / f"{name}.pt", m)
+        out[name] = d / f"{name}.pt"
+    return out
+
+
+@pytest.fixture
+def spy(monkeypatch) -> list[torch.Tensor]:
+    """Records the noise parameters every RestorationModel forward is given."""
+    from rawrcl.models.registry import RestorationModel
+
+    seen: list[torch.Tensor] = []
+    orig = RestorationModel.forward
+
+    def forward(self, x, noise=None):
+        if noise is not None:
+            seen.append(noise.detach().clone())
+        return orig(self, x, noise)
+
+    monkeypatch.setattr(RestorationModel, "forward", forward)
+    return seen
+
+
+def _run(args: list[str]):
+    return CliRunner().invoke(main, args)
+
+
+# ------------------------------------------------------------------------------------------- denoise
+def test_auto_without_noise_profile_logs_the_image_estimate(burst_dir, models, tmp_path, spy):
+    r = _run(
+        [
+            "denoise",
+            str(burst_dir / "frame00.dng"),
+            "-o",
+            str(tmp_path / "o.dng"),
+            "--model",
+            str(models["aware"]),
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    assert "frame00.dng: noise from image estimate (no NoiseProfile): λshot" in r.stdout
+    assert spy, "the model was not given the noise"
+    est = spy[0][0].numpy()  # (2, 4)
+    std = np.sqrt(est[0] * 0.3 + est[1])
+    np.testing.assert_allclose(std, np.sqrt(LS * 0.3 + LR), rtol=0.3)  # a sane estimate per plane
+
+
+def test_noise_profile_is_used_per_plane(burst_dir, models, tmp_path, spy):
+    """A DNG NoiseProfile of 3 (R, G, B) pairs reaches the model as the canonical R, G1, G2, B planes."""
+    from rawrcl.io.raw import read_raw
+
+    raw = read_raw(burst_dir / "frame00.dng", clip=False)
+    src = _write(
+        tmp_path / "np.dng", raw.cfa, "GRBG", noise_profile=[(1e-3, 1e-5), (2e-3, 2e-5), (3e-3, 3e-5)]
+    )
+    r = _run(["denoise", str(src), "-o", str(tmp_path / "o.dng"), "--model", str(models["aware"])])
+    assert r.exit_code == 0, r.output
+    assert "np.dng: noise from DNG NoiseProfile: λshot" in r.stdout
+    got = spy[0][0].numpy()
+    np.testing.assert_allclose(got[0], [1e-3, 2e-3, 2e-3, 3e-3], rtol=1e-5)
+    np.testing.assert_allclose(got[1], [1e-5, 2e-5, 2e-5, 3e-5], rtol=1e-5)
+
+
+@pytest.mark.parametrize("pattern", ["GRBG", "BGGR"])
+def test_estimated_planes_follow_the_bayer_phase(models, tmp_path, spy, pattern):
+    """Red noisier than blue in a GRBG/BGGR file: the model's R plane gets the large λ, B the small one."""
+    from rawrcl.cfa import positions
+
+    rng = np.random.default_rng(5)
+    scene = _scene()
+    crop = scene[:, 16 : 16 + SIZE, 16 : 16 + SIZE]
+    from rawrcl.cfa import mosaic
+
+    clean = np.asarray(mosaic(crop.astype(np.float32), pattern))[0].astype(np.float64)
+    gain = np.ones((2, 2))
+    pos = positions(pattern)
+    gain[pos["R"]], gain[pos["B"]] = 4.0, 0.5
+    g = np.tile(gain, (SIZE // 2, SIZE // 2))
+    noisy = clean + rng.normal(size=clean.shape) * np.sqrt(g * (LS * clean + LR))
+    src = _write(tmp_path / "x.dng", noisy, pattern)
+    r = _run(["denoise", str(src), "-o", str(tmp_path / "o.dng"), "--model", str(models["aware"])])
+    assert r.exit_code == 0, r.output
+    lam = spy[0][0].numpy()
+    var = lam[0] * 0.3 + lam[1]  # R, G1, G2, B
+    assert var[0] > 2 * var[1] and var[3] < 0.8 * var[2], var
+
+
+def test_given_pair_and_scale_reach_the_model(burst_dir, models, tmp_path, spy):
+    src = str(burst_dir / "frame01.dng")
+    r1 = _run(
+        [
+            "denoise",
+            src,
+            "-o",
+            str(tmp_path / "a.dng"),
+            "--model",
+            str(models["aware"]),
+            "--noise",
+            "0.01,1e-4",
+        ]
+    )
+    r2 = _run(
+        ["denoise", src, "-o", str(tmp_path / "b.dng"), "--model", str(models["aware"])]
+        + ["--noise", "0.01,1e-4", "--noise-scale", "2"]
+    )
+    assert r1.exit_code == 0 and r2.exit_code == 0, r1.output + r2.output
+    assert "noise from --noise: λshot 0.02, λread 0.0002" in r2.stdout
+    np.testing.assert_allclose(spy[0][0].numpy(), [[0.01] * 4, [1e-4] * 4], rtol=1e-6)
+    np.testing.assert_allclose(spy[-1][0].numpy(), [[0.02] * 4, [2e-4] * 4], rtol=1e-6)
+    from rawrcl.io.raw import read_raw
+
+    assert not np.array_equal(read_raw(tmp_path / "a.dng").cfa, read_raw(tmp_path / "b.dng").cfa)
+
+
+def test_blind_model_unaffected_and_warned_once(burst_dir, models, tmp_path, spy):
+    src = [str(burst_dir / "frame00.dng"), str(burst_dir / "frame01.dng")]
+    r1 = _run(["denoise", *src, "-o", str(tmp_path / "a"), "--model", str(models["blind"]), "-q"])
+    r2 = _run(
+        ["denoise", *src, "-o", str(tmp_path / "b"), "--model", str(models["blind"]), "-q", "--noise", "1,1"]
+    )
+    assert r1.exit_code == 0 and r2.exit_code == 0, r1.output + r2.output
+    assert not spy
+    assert "warning" not in r1.stderr
+    assert r2.stderr.count("blind to the noise level") == 1
+    from rawrcl.io.raw import read_raw
+
+    for f in ("frame00.dng", "frame01.dng"):
+        assert np.array_equal(read_raw(tmp_path / "a" / f).cfa, read_raw(tmp_path / "b" / f).cfa)
+
+
+def test_bad_noise_options_are_one_line_errors(burst_dir, models, tmp_path):
+    src = str(burst_dir / "frame00.dng")
+    for extra, msg in (
+        (["--noise", "burst"], "--noise"),
+        (["--noise", "paper"], "not accepted here"),
+        (["--noise", "metadata"], "no DNG NoiseProfile"),
+    ):
+        r = _run(["denoise", src, "-o", str(tmp_path / "o.dng"), "--model", str(models["aware"]), *extra])
+        assert r.exit_code == 1 and msg in r.stderr, (extra, r.output)
+        assert "Traceback" not in r.output
+
+
+def test_noise_aware_rgb_model_takes_a_pair_only(models, tmp_path, photo_dir):
+    src = str(photo_dir / "coffee.png")
+    r = _run(["denoise", src, "-o", str(tmp_path / "a.png"), "--model", str(models["rgb_aware"])])
+    assert r.exit_code == 1 and "needs --noise λshot,λread for photos" in r.stderr
+    r = _run(
+        [
+            "denoise",
+            src,
+            "-o",
+            str(tmp_path / "b.png"),
+            "--model",
+            str(models["rgb_aware"]),
+            "--noise",
+            "1e-3,1e-4",
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "b.png").is_file()
+
+
+def test_jdd_with_noise_aware_raw_denoiser(burst_dir, models, tmp_path, spy):
+    r = _run(
+        [
+            "jdd",
+            str(burst_dir / "frame02.dng"),
+            "-o",
+            str(tmp_path / "o.tiff"),
+            "--model",
+            str(models["aware"]),
+        ]
+        + ["--noise", "L3", "-q"]
+    )
+    assert r.exit_code == 0, r.output
+    assert spy and (tmp_path / "o.tiff").is_file()
+
+
+# ----------------------------------------------------------------------------------------------- burst
+def test_burst_eval_noisy_and_gat_bm3d(burst_dir, tmp_path):
+    docs = {}
+    for name in ("noisy", "gat+bm3d"):
+        out = tmp_path / f"{name}.json"
+        r = _run(["eval", name, "--burst", str(burst_dir), "--json", str(out)])
+        assert r.exit_code == 0, r.output
+        assert "PSNR" in r.stdout and "ceiling" in r.stdout
+        docs[name] = json.loads(out.read_text())
+    noisy, bm3d = docs["noisy"], docs["gat+bm3d"]
+    for key in ("psnr", "ssim", "psnr_true", "ceiling", "noisy", "noise", "nlf", "burst", "seconds"):
+        assert key in bm3d
+    assert bm3d["psnr"] > noisy["psnr"] + 3
+    assert bm3d["psnr"] < bm3d["ceiling"]
+    assert bm3d["noise"]["source"] == "image estimate"  # auto on frames without a NoiseProfile
+    nlf = bm3d["nlf"]["burst"]
+    assert abs(np.sqrt(nlf["lambda_shot"] * 0.3 + nlf["lambda_read"]) / np.sqrt(LS * 0.3 + LR) - 1) < 0.15
+    assert bm3d["nlf"]["image"]["lambda_shot"] > 0
+    assert bm3d["burst"]["n_frames"] == 5 and noisy["noise"] is None
+
+
+def test_burst_eval_nlm_with_burst_nlf_and_plot(burst_dir, tmp_path):
+    plot = tmp_path / "fig.png"
+    r = _run(["eval", "nlm", "--burst", str(burst_dir), "--noise", "burst", "--plot", str(plot), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["noise"]["source"] == "burst NLF"
+    assert doc["psnr"] > doc["noisy"]["psnr"]
+    assert plot.is_file() and plot.stat().st_size > 1000
+
+
+def test_burst_eval_of_a_checkpoint_and_target(burst_dir, models, tmp_path, spy):
+    r = _run(["eval", str(models["aware"]), "--burst", str(burst_dir), "--target", "frame02", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == "raw" and Path(doc["burst"]["target"]).name == "frame02.dng"
+    assert spy and doc["noise"]["source"] == "image estimate"
+
+
+def test_burst_with_an_unrelated_frame_is_refused(burst_dir, tmp_path):
+    d = tmp_path / "bad"
+    d.mkdir()
+    for f in sorted(burst_dir.glob("*.dng"))[:4]:
+        (d / f.name).write_bytes(f.read_bytes())
+    rng = np.random.default_rng(3)
+    _write(d / "frame09.dng", rng.random((SIZE, SIZE)) * 0.5, "GRBG")
+    r = _run(["eval", "noisy", "--burst", str(d)])
+    assert r.exit_code == 1
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("rawrcl: error:")]
+    assert len(lines) == 1 and "frame09.dng" in lines[0], r.stderr
+    assert "Traceback" not in r.output
+
+
+def test_eval_needs_burst_or_clean_dir():
+    r = _run(["eval", "noisy"])
+    assert r.exit_code == 1 and "--burst" in r.stderr
+
+
+# ------------------------------------------------------------------------------------ synthetic eval
+def test_synthetic_raw_denoise_baselines_beat_noisy(photo_dir):
+    from rawrcl.eval import baseline_applies, evaluate
+    from rawrcl.tasks import get_task
+
+    t = get_task("raw-denoise")
+    assert baseline_applies("gat+bm3d", t) and baseline_applies("nlm", t)
+    assert not baseline_applies("gharbi2016", get_task("jdd"))
+    assert baseline_applies("gharbi2016", get_task("jdd"), "somewhere")
+    res = {
+        n: evaluate(n, "raw-denoise", photo_dir, "high", limit=1)["psnr_linear"]
+        for n in ("noisy", "nlm", "gat+bm3d")
+    }
+    assert res["gat+bm3d"] > res["noisy"] + 1 and res["nlm"] > res["noisy"] + 1
+
+
+def test_synthetic_eval_tells_noise_aware_models_the_true_noise(photo_dir, models, spy):
+    from rawrcl.eval import evaluate
+
+    evaluate(str(models["aware"]), "raw-denoise", photo_dir, "0.02,0.001", limit=1)
+    np.testing.assert_allclose(spy[0][0].numpy(), [[0.02] * 4, [0.001] * 4], rtol=1e-6)
+
+
+def test_gharbi2016_without_weights_is_a_clear_error(photo_dir):
+    r = _run(["eval", "gharbi2016", "--task", "jdd", "--clean-dir", str(photo_dir), "--limit", "1"])
+    assert r.exit_code == 1 and "--gharbi-weights" in r.stderr
+
+
+def test_shared_gharbi_weights_on_synthetic_jdd(photo_dir):
+    from tests.conftest import SHARED
+
+    weights = SHARED / "models" / "gharbi2016_bayer_noise"
+    if not weights.is_dir():
+        pytest.skip("../shared Gharbi 2016 weights not available")
+    from rawrcl.eval import evaluate
+
+    g = evaluate("gharbi2016", "jdd", photo_dir, "low", limit=1, gharbi_weights=weights)
+    n = evaluate("noisy", "jdd", photo_dir, "low", limit=1)
+    assert g["psnr"] > n["psnr"]
+
+
+@pytest.mark.parametrize("pattern", ["RGGB", "BGGR", "GRBG", "GBRG"])
+@pytest.mark.parametrize("method", ["bilinear", "menon", "vng", "ea"])
+def test_classical_demosaic_every_phase(pattern, method):
+    """A flat orange mosaic of any phase comes back orange (OpenCV's Bayer naming is shifted)."""
+    from rawrcl.cfa import mosaic
+    from rawrcl.demosaic import demosaic
+
+    rgb = np.ones((3, 32, 32), np.float32) * np.array([0.8, 0.5, 0.1], np.float32)[:, None, None]
+    out = demosaic(np.asarray(mosaic(rgb, pattern))[0], pattern, method)
+    np.testing.assert_allclose(out[:, 8:-8, 8:-8].mean(axis=(1, 2)), [0.8, 0.5, 0.1], atol=0.01)
