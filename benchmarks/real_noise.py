@@ -35,9 +35,8 @@ import torch
 
 from rawrcl.cfa import unpack
 from rawrcl.errors import RawrclError
-from rawrcl.eval import load_images, model_predictor, psnr_float
+from rawrcl.eval import BASELINES, load_images, model_predictor, psnr_float
 from rawrcl.eval.raw_baselines import gat_bm3d
-from rawrcl.eval.runner import BASELINES
 from rawrcl.noise import PRESETS
 from rawrcl.tasks import get_task
 
