@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from rawrcl.errors import RawrclError
-from rawrcl.eval import baseline_applies, evaluate, load_images
-from rawrcl.io import atomic_write_text, list_photos
+from rawrcl.eval import baseline_applies, evaluate
+from rawrcl.io import atomic_write_text, list_photos, load_images
 from rawrcl.tasks import DOMAIN_PRETEXT, TASKS
 from rawrcl.train.finetuning import finetune
 

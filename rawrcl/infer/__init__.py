@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rawrcl.device import PRECISIONS, cpu_has_fast_bf16, resolve_device, resolve_precision
 from rawrcl.infer.files import (
     BatchResult,
     TileOptions,
@@ -26,12 +27,8 @@ from rawrcl.infer.files import (
     write_image,
 )
 from rawrcl.infer.tiling import (
-    PRECISIONS,
     count_tiles,
-    cpu_has_fast_bf16,
     full_precision_head,
-    resolve_device,
-    resolve_precision,
     tile_starts,
     tiled_apply,
     whole_apply,

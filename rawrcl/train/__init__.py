@@ -2,20 +2,8 @@
 
 from __future__ import annotations
 
-from rawrcl.train.engine import (
-    TRAINER_DEFAULTS,
-    Trainer,
-    TrainingInterrupted,
-    WeightEMA,
-    build_dataset,
-    distributed_env,
-    load_resume_config,
-    lr_schedule,
-    pretext_task,
-    pretrain,
-    select_device,
-    step_seed,
-)
+from rawrcl.device import select_device
+from rawrcl.train.engine import TRAINER_DEFAULTS, Trainer, distributed_env
 from rawrcl.train.finetuning import (
     PROTOCOLS,
     LabelledCrops,
@@ -23,6 +11,10 @@ from rawrcl.train.finetuning import (
     prepare_model,
     select_labels,
 )
+from rawrcl.train.pretraining import build_dataset, pretext_task, pretrain
+from rawrcl.train.rundir import load_resume_config
+from rawrcl.train.schedule import WeightEMA, lr_schedule, step_seed
+from rawrcl.train.signals import TrainingInterrupted
 
 __all__ = [
     "build_dataset",

@@ -24,8 +24,7 @@ import torch
 
 from rawrcl.data import dihedral
 from rawrcl.errors import RawrclError
-from rawrcl.eval import load_images
-from rawrcl.io import atomic_write_text
+from rawrcl.io import atomic_write_text, load_images
 from rawrcl.methods.supervised import supervised
 from rawrcl.noise import NoiseLike, noise_label
 from rawrcl.tasks import Task, get_task
