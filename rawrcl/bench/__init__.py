@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rawrcl.bench.runner import (
+    BENCH_PROTOCOLS,
     PRETEXTS,
     PROTOCOLS,
     ZERO_LABEL_RAW,
@@ -17,6 +18,7 @@ from rawrcl.bench.runner import (
 
 __all__ = [
     "Bench",
+    "BENCH_PROTOCOLS",
     "list_images_cached",
     "Pretext",
     "PRETEXTS",

@@ -89,7 +89,7 @@ class Protocol:
     extra: dict = field(default_factory=dict)
 
 
-PROTOCOLS: dict[str, Protocol] = {
+BENCH_PROTOCOLS: dict[str, Protocol] = {
     "quick": Protocol(
         "quick",
         tasks=("jdd", "denoise"),
@@ -120,6 +120,8 @@ PROTOCOLS: dict[str, Protocol] = {
         device="cuda",
     ),
 }
+#: old name (fine-tuning's linear/full are :data:`rawrcl.train.FINETUNE_PROTOCOLS`)
+PROTOCOLS = BENCH_PROTOCOLS
 
 #: method label of the 0-label JDD row built from a Noise2Self RAW denoiser (pre-trained on task
 #: raw-denoise) followed by a bilinear demosaic (rawrcl.models.DenoiseThenDemosaic)
@@ -864,9 +866,9 @@ def run_bench(
     from dataclasses import replace
 
     if isinstance(protocol, str):
-        if protocol not in PROTOCOLS:
-            raise RawrclError(f"--protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
-        proto = PROTOCOLS[protocol]
+        if protocol not in BENCH_PROTOCOLS:
+            raise RawrclError(f"--protocol {protocol!r}: expected one of {', '.join(BENCH_PROTOCOLS)}")
+        proto = BENCH_PROTOCOLS[protocol]
     else:
         proto = protocol
     if tasks:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rawrcl.device import select_device
 from rawrcl.train.engine import TRAINER_DEFAULTS, Trainer, distributed_env
 from rawrcl.train.finetuning import (
+    FINETUNE_PROTOCOLS,
     PROTOCOLS,
     LabelledCrops,
     finetune,
@@ -20,6 +21,7 @@ __all__ = [
     "build_dataset",
     "distributed_env",
     "finetune",
+    "FINETUNE_PROTOCOLS",
     "LabelledCrops",
     "load_resume_config",
     "lr_schedule",

@@ -31,7 +31,9 @@ from rawrcl.tasks import Task, get_task
 from rawrcl.train.engine import Trainer
 from rawrcl.train.runlock import check_unlocked
 
-PROTOCOLS = ("linear", "full")
+FINETUNE_PROTOCOLS = ("linear", "full")
+#: old name (``rawrcl.bench`` has its own budgets, :data:`rawrcl.bench.BENCH_PROTOCOLS`)
+PROTOCOLS = FINETUNE_PROTOCOLS
 
 
 class LabelledCrops(torch.utils.data.Dataset):
@@ -157,7 +159,7 @@ def prepare_model(
     """
     from rawrcl.models import build_model, load_checkpoint
 
-    if protocol not in PROTOCOLS:
+    if protocol not in FINETUNE_PROTOCOLS:
         raise RawrclError(f"--protocol {protocol!r}: expected linear or full")
     torch.manual_seed(int(seed))
     if isinstance(ckpt, str) and ckpt == "scratch":
@@ -238,6 +240,7 @@ def finetune(
     noise: NoiseLike = None,
     unprocess: bool | None = None,
     device: str | None = None,
+    precision: str | None = None,
     force: bool = False,
     progress: bool = False,
     augment: bool = False,
@@ -301,6 +304,8 @@ def finetune(
     }
     if device:
         cfg["device"] = device
+    if precision:
+        cfg["precision"] = precision
     method = partial(supervised, balance=balance_noise) if balance_noise else supervised
     final = _fit(model, method, dataset, run_dir, cfg, progress=progress)
     summary = {
