@@ -35,9 +35,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("methods",),
     ("train",),
     ("export",),
-    ("infer", "eval"),
+    ("infer", "eval", "inspect"),
     ("bench",),
-    ("demo", "inspect", "weights"),
+    ("demo", "weights"),
     ("cli",),
 ]
 

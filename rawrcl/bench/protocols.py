@@ -3,17 +3,32 @@ pre-training configurations (:data:`PRETEXTS`)."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class Pretext:
-    """A pre-training configuration: ``rawrcl pretrain --method METHOD [extra args]``."""
+    """A pre-training configuration: ``rawrcl pretrain --method METHOD [extra args]``.
+
+    ``args`` are ``--option value`` pairs of the method (as the recorded command spells them); the bench
+    runs them in-process as :attr:`method_options`."""
 
     key: str
     label: str
     method: str
     args: tuple[str, ...] = ()
+
+    @property
+    def method_options(self) -> dict:
+        """``args`` as options of :func:`rawrcl.methods.make_method` (numbers as floats)."""
+        out: dict = {}
+        for flag, value in zip(self.args[::2], self.args[1::2], strict=True):
+            try:
+                out[flag.removeprefix("--")] = float(value)
+            except ValueError:
+                out[flag.removeprefix("--")] = value
+        return out
 
 
 PRETEXTS: dict[str, Pretext] = {
@@ -92,3 +107,8 @@ PROTOCOLS = BENCH_PROTOCOLS
 #: method label of the 0-label JDD row built from a Noise2Self RAW denoiser (pre-trained on task
 #: raw-denoise) followed by a bilinear demosaic (rawrcl.models.DenoiseThenDemosaic)
 ZERO_LABEL_RAW = "n2s-raw+bilinear"
+
+
+def _cmd(args: list[str]) -> str:
+    """The recorded command line of a run (shell-quoted)."""
+    return " ".join(shlex.quote(str(a)) for a in args)

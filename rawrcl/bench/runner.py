@@ -6,7 +6,7 @@ Grid, for each task of the protocol (all on the *same* test photos and noisy inp
 1. classical baselines that apply to the task (``rawrcl.eval.BASELINES``);
 2. self-supervised pre-training on the *unlabelled* noisy training photos, one run per pretext
    (``rcl`` EMD α=1e-3, the consistency-only ablation ``rcl α=0``, ``n2s``; the ``paper`` protocol adds
-   RCL-BD, RCL-MMD, N2N and M2M), via ``rawrcl pretrain`` (the engine); the pre-trained model is evaluated
+   RCL-BD, RCL-MMD, N2N and M2M), as ``rawrcl pretrain`` does (the engine); the pre-trained model is evaluated
    as is when its head already solves the task ("0 labels"); for JDD also a Noise2Self RAW denoiser
    (pre-trained on ``raw-denoise``) followed by a bilinear demosaic, the 0-label row ``n2s-raw+bilinear``;
 3. few-label fine-tuning (``full`` protocol, L1) of every pre-trained model with N labels, and supervised
@@ -14,29 +14,24 @@ Grid, for each task of the protocol (all on the *same* test photos and noisy inp
    training photos labelled; the label sweep (paper Table 3) repeats SL and RCL+SL at several N;
 4. the paper's *linear* proxy protocol (frozen body, fresh head) for each pretext, N labels.
 
-Every run is recorded with its exact CLI command, seed and wall time; completed runs are cached under
-``REPORT_DIR/runs`` so ``--resume`` continues an interrupted bench.
+Every run is a library call in this process (``rawrcl.train.pretrain``, ``finetune``,
+``rawrcl.eval.evaluate``, ``rawrcl.inspect``) and is recorded with the equivalent CLI command, its seed and
+wall time; completed runs are cached under ``REPORT_DIR/runs`` so ``--resume`` continues an interrupted bench.
 """
 
 from __future__ import annotations
 
 import json
-import shlex
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from rawrcl.bench.protocols import PRETEXTS, ZERO_LABEL_RAW, Protocol
+from rawrcl.bench.pretext import density_run, pretrain_run
+from rawrcl.bench.protocols import ZERO_LABEL_RAW, Protocol, _cmd
 from rawrcl.eval import baseline_applies, evaluate
 from rawrcl.io import atomic_write_text, list_photos, load_images
 from rawrcl.tasks import DOMAIN_PRETEXT, TASKS
 from rawrcl.train.finetuning import finetune
-
-
-def _cmd(args: list[str]) -> str:
-    return " ".join(shlex.quote(str(a)) for a in args)
 
 
 class Bench:
@@ -150,67 +145,8 @@ class Bench:
 
     # ------------------------------------------------------------------------------------- pretrain
     def pretrain(self, pretext: str, task: str) -> tuple[Path | None, dict]:
-        """One ``rawrcl pretrain --task TASK`` run (RAW tasks on synthetic noisy mosaics)."""
-        pt = PRETEXTS[pretext]
-        raw = TASKS[task].raw_input
-        run = self.runs_dir / f"pretrain__{task}__{pretext}{self._skip_tag}"
-        args = [
-            "rawrcl",
-            "pretrain",
-            str(self.train_dir),
-            "--out",
-            str(run),
-            "--task",
-            task,
-            "--method",
-            pt.method,
-            *pt.args,
-            "--arch",
-            self.p.arch,
-            "--width",
-            str(self.p.width),
-            self._skip_flag,
-            "--steps",
-            str(self.p.pretrain_steps),
-            "--batch-size",
-            str(self.p.pretrain_batch),
-            "--crop",
-            str(self.p.crop),
-            "--seed",
-            "0",
-            "--device",
-            self.p.device,
-            "--noise",
-            self.p.noise,
-        ]
-        if raw:
-            args.append("--synthetic")
-        if self.p.depth:
-            args += ["--depth", str(self.p.depth)]
-        args += list(self.p.extra.get("pretrain_args", ()))
-        info = {"pretext": pretext, "task": task, "command": _cmd(args), "ok": False}
-        ckpt = run / "checkpoints" / "last.pt"
-        done = run / "bench_done.json"
-        if self.resume and done.exists():
-            prev = json.loads(done.read_text())
-            if prev.get("command") == info["command"]:  # same budget and options: reuse
-                return ckpt, prev
-        if run.exists():
-            import shutil
-
-            shutil.rmtree(run)
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "rawrcl.cli", *args[1:]], capture_output=True, text=True)
-        info["wall_s"] = round(time.perf_counter() - t0, 1)
-        if proc.returncode != 0 or not ckpt.exists():
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            info["error"] = " | ".join(tail)
-            self.log(f"[bench] pretrain {pretext} ({task}) FAILED: {info['error']}")
-            return None, info
-        info["ok"] = True
-        atomic_write_text(done, json.dumps(info, indent=2))
-        self.log(f"[bench] pretrain {pretext} ({task}) done in {info['wall_s']} s")
-        return ckpt, info
+        """One pre-training run (:func:`rawrcl.bench.pretext.pretrain_run`)."""
+        return pretrain_run(self, pretext, task)
 
     # ------------------------------------------------------------------------------------- finetune
     def finetune_eval(
@@ -325,20 +261,8 @@ class Bench:
         self.log(f"[bench] {task} {pretext} 0 labels: {rec['psnr']:.2f} dB")
 
     def inspect(self, ckpt: Path, name: str) -> dict:
-        """Residual-EMD density (paper Fig. 2) through the engine's ``rawrcl inspect``, if it exists."""
-        run = ckpt.parent.parent
-        plot = self.out / f"fig_density_{name}.png"
-        args = ["rawrcl", "inspect", str(run), "--plot", str(plot), "--json", "--force"]
-        proc = subprocess.run([sys.executable, "-m", "rawrcl.cli", *args[1:]], capture_output=True, text=True)
-        info: dict[str, Any] = {"command": _cmd(args), "plot": plot.name if plot.exists() else None}
-        if proc.returncode == 0:
-            try:
-                info["result"] = json.loads(proc.stdout[proc.stdout.index("{") :])
-            except (ValueError, json.JSONDecodeError):
-                info["result"] = proc.stdout.strip()[-500:]
-        else:
-            info["error"] = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-2:])
-        return info
+        """Residual-EMD density figure (:func:`rawrcl.bench.pretext.density_run`)."""
+        return density_run(self, ckpt, name)
 
     # -------------------------------------------------------------------------------------- the grid
     def run(self) -> dict:
