@@ -184,8 +184,8 @@ def pretrain(
     DATA_DIR holds RAW/DNG files for --task jdd / raw-denoise, photos for denoise / sr / jdensr. Works under
     `torchrun --nproc_per_node N -m rawrcl.cli pretrain ...` (DDP; --batch-size is per rank).
     """
-    from rawrcl.errors import RawrclError
-    from rawrcl.train import pretrain as run
+    from rawrcl.train.config import DataConfig, ModelConfig, PretrainConfig, TrainingConfig
+    from rawrcl.train.pretraining import run_pretrain
 
     if old_overlap is not None:
         deprecated("--overlap (pair area fraction)", "--pair-overlap")
@@ -196,8 +196,6 @@ def pretrain(
     if noise_profile:
         deprecated("--noise-profile FILE", "--noise FILE")
         noise = noise_profile
-    if resume and force:
-        raise RawrclError("--resume and --force exclude each other")
     method_options: dict = {}
     if method == "rcl":
         method_options = {
@@ -208,45 +206,39 @@ def pretrain(
             "center": center,
             "encoder": encoder,
         }
-    data_options = {
-        "crop": crop,
-        "overlap": overlap,
-        "augment": augment,
-        "synthetic": synthetic,
-        "noise": noise,
-        "cache_dir": cache_dir or "auto",
-    }
-    trainer_options = {
-        "steps": steps,
-        "batch_size": batch_size,
-        "lr": lr,
-        "grad_clip": grad_clip or None,
-        "ema": ema,
-        "seed": seed,
-        "device": device,
-        "precision": precision,
-        "compile": compile_,
-        "num_workers": workers,
-        "log_every": log_every,
-        "save_every": save_every,
-        "resume": resume,
-        "force": force,
-    }
-    summary = run(
-        data_dir,
-        out,
+    config = PretrainConfig(
+        data_dir=data_dir,
+        out=out,
         task=task,
         method=method,
-        arch=arch,
-        width=width,
-        depth=depth,
-        skip=skip,
-        demosaic=demosaic,
         method_options=method_options,
-        data_options=data_options,
-        trainer_options=trainer_options,
-        command=shlex.join(["rawrcl", *sys.argv[1:]]),
+        model=ModelConfig(arch=arch, width=width, depth=depth, skip=skip, demosaic=demosaic),
+        data=DataConfig(
+            crop=crop,
+            overlap=overlap,
+            augment=augment,
+            synthetic=synthetic,
+            noise=noise,
+            cache_dir=cache_dir or "auto",
+        ),
+        training=TrainingConfig(
+            steps=steps,
+            batch_size=batch_size,
+            lr=lr,
+            grad_clip=grad_clip or None,
+            ema=ema,
+            seed=seed,
+            device=device,
+            precision=precision,
+            compile=compile_,
+            num_workers=workers,
+            log_every=log_every,
+            save_every=save_every,
+        ),
+        resume=resume,
+        force=force,
     )
+    summary = run_pretrain(config, command=shlex.join(["rawrcl", *sys.argv[1:]]))
     if int(os.environ.get("RANK", "0")) != 0:
         return
     if as_json:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,8 @@ from rawrcl.bench.protocols import PRETEXTS, _cmd
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_write_text
 from rawrcl.tasks import TASKS
-from rawrcl.train.pretraining import pretrain
+from rawrcl.train.config import DataConfig, ModelConfig, PretrainConfig, TrainingConfig
+from rawrcl.train.pretraining import run_pretrain
 
 
 def pretrain_run(bench: Any, pretext: str, task: str) -> tuple[Path | None, dict]:
@@ -66,38 +68,24 @@ def pretrain_run(bench: Any, pretext: str, task: str) -> tuple[Path | None, dict
         if prev.get("command") == info["command"]:  # same budget and options: reuse
             return ckpt, prev
     if run.exists():
-        import shutil
-
         shutil.rmtree(run)
     t0 = time.perf_counter()
     try:  # the library call behind the recorded command (same options and defaults as the CLI)
-        pretrain(
-            bench.train_dir,
-            run,
+        config = PretrainConfig(
+            data_dir=str(bench.train_dir),
+            out=str(run),
             task=task,
             method=pt.method,
-            arch=bench.p.arch,
-            width=bench.p.width,
-            depth=bench.p.depth or None,
-            skip=bench.p.skip,
             method_options=pt.method_options,
-            data_options={
-                "crop": bench.p.crop,
-                "overlap": 0.5,
-                "augment": False,
-                "synthetic": raw,
-                "noise": bench.p.noise,
-                "cache_dir": "auto",
-            },
-            trainer_options={
-                "steps": bench.p.pretrain_steps,
-                "batch_size": bench.p.pretrain_batch,
-                "seed": 0,
-                "device": bench.p.device,
-                "progress": False,
-            },
-            command=info["command"],
+            model=ModelConfig(
+                arch=bench.p.arch, width=bench.p.width, depth=bench.p.depth or None, skip=bench.p.skip
+            ),
+            data=DataConfig(crop=bench.p.crop, synthetic=raw, noise=bench.p.noise, cache_dir="auto"),
+            training=TrainingConfig(
+                steps=bench.p.pretrain_steps, batch_size=bench.p.pretrain_batch, seed=0, device=bench.p.device
+            ),
         )
+        run_pretrain(config, command=info["command"], progress=False)
     except RawrclError as exc:
         info["error"] = str(exc)
     info["wall_s"] = round(time.perf_counter() - t0, 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -11,6 +12,7 @@ import torch
 from rawrcl.errors import RawrclError
 from rawrcl.noise import SYNTHETIC, parse_noise
 from rawrcl.tasks import PRETEXT_TASKS, Task, get_task
+from rawrcl.train.config import DataConfig, ModelConfig, PretrainConfig, TrainingConfig
 from rawrcl.train.engine import TRAINER_DEFAULTS, Trainer, distributed_env
 from rawrcl.train.rundir import _jsonable, load_resume_config
 from rawrcl.train.runlock import check_unlocked
@@ -111,25 +113,53 @@ def pretrain(
 ) -> dict:
     """Self-supervised pre-training (``rawrcl pretrain``). Returns the trainer summary.
 
+    Builds a :class:`~rawrcl.train.config.PretrainConfig` from the arguments (refusing bad ones in one
+    line) and runs it with :func:`run_pretrain`.
+
     ``skip`` (U-Net): the model adds its output to a fixed classical estimate (identity / a demosaic,
     see :func:`rawrcl.models.skip_map`); ``demosaic`` names that demosaic ("bilinear" | "malvar").
     ``method_options`` go to :func:`rawrcl.methods.make_method` (e.g. distance, tau, alpha, encoder);
-    ``data_options`` to :func:`build_dataset` (crop, overlap, augment, synthetic, noise, cache_dir, …);
-    ``trainer_options`` to :class:`Trainer` (steps, batch_size, lr, device, seed, resume, force, …).
+    ``data_options`` are the fields of :class:`~rawrcl.train.config.DataConfig` (crop, overlap, augment,
+    synthetic, noise, cache_dir, …); ``trainer_options`` those of
+    :class:`~rawrcl.train.config.TrainingConfig` (steps, batch_size, lr, device, seed, …) plus ``resume``,
+    ``force`` and ``progress``.
     """
+    topt = dict(trainer_options or {})
+    resume, force = bool(topt.pop("resume", False)), bool(topt.pop("force", False))
+    progress = topt.pop("progress", None)
+    config = PretrainConfig(
+        data_dir=str(data_dir),
+        out=str(out),
+        task=task,
+        method=method,
+        method_options=dict(method_options or {}),
+        model=ModelConfig(arch=arch, width=width, depth=depth, skip=skip, demosaic=demosaic),
+        data=DataConfig(**(data_options or {})),
+        training=TrainingConfig.from_options(topt),
+        resume=resume,
+        force=force,
+    )
+    return run_pretrain(config, command=command, progress=progress)
+
+
+def run_pretrain(config: PretrainConfig, *, command: str | None = None, progress: bool | None = None) -> dict:
+    """Run one pre-training (``rawrcl pretrain``, :func:`pretrain`, ``rawrcl bench``); returns the trainer
+    summary. ``config.json`` keeps ``config`` under ``"run_config"`` beside the keys of earlier releases.
+    ``progress``: a progress bar (``None``: when stderr is a terminal)."""
     from rawrcl.methods import make_method
     from rawrcl.models import build_model
 
-    topt = {**TRAINER_DEFAULTS, **(trainer_options or {})}
+    task, method, out, data_dir = config.task, config.method, config.out, config.data_dir
+    method_options = config.method_options
+    m = config.model
+    arch = "encoder" if method == "simclr" else m.arch
+    topt = {**TRAINER_DEFAULTS, **asdict(config.training)}
+    topt.update(resume=config.resume, force=config.force, progress=progress)
     seed = int(topt["seed"])
-    dopt = dict(data_options or {})
-    if method == "simclr":
-        arch = "encoder"
-    if method == "m2m" and task != "jdd":
-        raise RawrclError("--method m2m is a JDD method: use --task jdd")
+    dopt = config.data.options()
     if Path(out).is_dir() and distributed_env()[0] == 0:
         check_unlocked(out)  # refuse at once, before the data is read, when another run holds the folder
-    if topt.get("resume"):
+    if config.resume:
         old = load_resume_config(out)
         model_cfg = old["model"]
         task = old.get("task", task)
@@ -145,11 +175,11 @@ def pretrain(
     else:
         t = pretext_task(task)
         in_ch, head = t.in_channels, t.pretext_head
-        model_cfg = {"arch": arch, "in_channels": in_ch, "head": head, "width": width, "depth": depth}
-        model_cfg["skip"] = skip  # ignored by DnCNN (see rawrcl.models.model_config)
-        model_cfg["demosaic"] = demosaic
+        model_cfg = {"arch": arch, "in_channels": in_ch, "head": head, "width": m.width, "depth": m.depth}
+        model_cfg["skip"] = m.skip  # ignored by DnCNN (see rawrcl.models.model_config)
+        model_cfg["demosaic"] = m.demosaic
         if arch == "encoder":
-            model_cfg = {"arch": "encoder", "in_channels": in_ch, "width": width, "depth": depth}
+            model_cfg = {"arch": "encoder", "in_channels": in_ch, "width": m.width, "depth": m.depth}
     dataset = build_dataset(data_dir, task, seed=seed, **dopt)
     if method == "n2n" and not getattr(dataset, "has_second", False):
         raise RawrclError(
@@ -159,11 +189,14 @@ def pretrain(
     meth = make_method(method, method_options or {})
     torch.manual_seed(seed)
     model = build_model(model_cfg)
-    config = {
+    record = {
         **topt,
         "task": task,
         "data_dir": str(Path(data_dir).resolve()),
         "data_options": _jsonable(dopt),
         "command": command or " ".join(sys.argv),
+        "run_config": _jsonable(config.to_dict()),
     }
-    return Trainer(model, meth, dataset, out, config).fit()
+    if config.resume:  # the run keeps the configuration it was started with
+        del record["run_config"]
+    return Trainer(model, meth, dataset, out, record).fit()
