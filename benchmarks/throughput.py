@@ -99,7 +99,7 @@ def bench(
             "log_every": half,
             "save_every": 10**9,
             "keep_every": 0,
-            "amp": amp,
+            "precision": amp,  # the trainer reads the old "off" as fp32
             "compile": compile_,
             "progress": False,
         }

@@ -29,6 +29,7 @@ from scipy.special import gammaincinv, gammaln, ndtr
 
 from rawrcl.errors import RawrclError
 
+from .nlf_fit import PureNoiseTable, binned_quantiles, fit_nlf
 from .result import PlaneBins
 
 #: bins whose level is less than this many noise std above the floor (more than ~50 % of their samples
@@ -224,8 +225,6 @@ class _ClippedBins:
     def fit(self, var: np.ndarray, q: float, lam: tuple[float, float], iters: int | None = None):
         """Fixed point of λ → declipped bins → :func:`rawrcl.calibration.nlf_fit.fit_nlf`, from ``lam``.
         Returns (λshot, λread, robust weights, level, σ², count) of the final fit."""
-        from .nlf_fit import fit_nlf
-
         for _ in range(iters or (20 if self.exact else 1)):  # resamples: one step from the solution
             level, s2, c = self.declipped(var, q, lam)
             if level.size < 2:
@@ -261,7 +260,7 @@ def fit_tiles_clipped(
     clipping: Clipping,
     start: tuple[float, float] | None = None,
 ):
-    """:func:`rawrcl.calibration.nlf_fit.fit_tiles` for a mosaic clipped at black: the same bins and
+    """:func:`rawrcl.calibration.tile_fit.fit_tiles` for a mosaic clipped at black: the same bins and
     lower quantiles, but each bin is compared with the censored line — per tile, the expected E[d²]
     mixes the clipped variances of the four sites at their observed levels with the predictor's site
     weights (sites of different colour are clipped differently) — and the line is found as the fixed
@@ -269,8 +268,6 @@ def fit_tiles_clipped(
     ``start`` (a previous fit, e.g. for bootstrap resamples) skips the first pass; then columns 8–9 of
     ``aux``, if present, are the per-tile model of :func:`tile_model` at ``start``.
     Returns (λshot, λread, bins)."""
-    from .nlf_fit import PureNoiseTable, binned_quantiles, fit_nlf
-
     table = ref if isinstance(ref, PureNoiseTable) else PureNoiseTable(ref)
     nb = int(min(max_bins, max(2, mu.size // min_count)))
     edges = np.quantile(mu, np.linspace(0, 1, nb + 1))

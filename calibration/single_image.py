@@ -41,8 +41,8 @@ from .cfa_residual import (
     tile_means,
     window_touches,
 )
-from .nlf_fit import fit_with_bootstrap
 from .result import CalibrationResult
+from .tile_fit import fit_with_bootstrap
 from .tiles import (
     black_floor,
     blocks,

@@ -5,13 +5,13 @@ from __future__ import annotations
 import sys
 
 import click
-from rawrcl.cli.common import user_errors
+from rawrcl.cli.common import LazyChoice, user_errors
 
 
 @click.command("bench")
 @click.option(
     "--protocol",
-    type=click.Choice(["quick", "paper"]),
+    type=LazyChoice("rawrcl.bench:BENCH_PROTOCOLS"),
     default="quick",
     show_default=True,
     help="quick: CPU budget (< 30 min on 2 cores); paper: GPU scale (crop 128, batch 64)",

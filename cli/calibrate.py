@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import click
-from rawrcl.cli.common import user_errors
+from rawrcl.cli.common import LazyChoice, user_errors
 
 
 def _fmt(v) -> str:
@@ -55,7 +55,7 @@ def _plot_path(base: Path, n: int, i: int, src: str | None) -> Path:
 @click.argument("files", nargs=-1, type=click.Path(path_type=str))
 @click.option(
     "--method",
-    type=click.Choice(["metadata", "image", "auto"]),
+    type=LazyChoice("rawrcl.calibration.api:METHODS"),
     default="auto",
     show_default=True,
     help="metadata: DNG NoiseProfile; image: estimate from the noisy image itself; "

@@ -54,9 +54,36 @@ def user_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-#: the skip demosaics (keys of ``rawrcl.models.heads.DEMOSAICS``; spelled out so that importing the CLI
-#: does not import torch)
-DEMOSAIC_CHOICE = click.Choice(["bilinear", "malvar"])
+class LazyChoice(click.Choice):
+    """A :class:`click.Choice` whose names come from a library registry, read when first needed (parsing
+    or ``--help`` of the command), so that ``rawrcl --help`` does not import torch.
+
+    ``source``: ``"module:attribute"`` of a mapping or sequence of names; ``exclude``: names not offered."""
+
+    def __init__(self, source: str, exclude: tuple[str, ...] = (), case_sensitive: bool = True) -> None:
+        self._source, self._exclude, self._names = source, exclude, None
+        self.case_sensitive = case_sensitive
+
+    @property
+    def choices(self):  # type: ignore[override]
+        if self._names is None:
+            import importlib
+
+            module, attr = self._source.split(":")
+            names = getattr(importlib.import_module(module), attr)
+            self._names = tuple(n for n in names if n not in self._exclude)
+        return self._names
+
+    @choices.setter
+    def choices(self, value) -> None:  # click may assign; keep the registry's names
+        self._names = tuple(value)
+
+
+#: the skip demosaics (keys of ``rawrcl.models.heads.DEMOSAICS``)
+DEMOSAIC_CHOICE = LazyChoice("rawrcl.models.heads:DEMOSAICS")
+
+#: ``--precision`` of every command that runs a model (rawrcl.device; "off" of the old --amp is "fp32")
+PRECISION_CHOICE = LazyChoice("rawrcl.device:PRECISIONS")
 
 #: ``--ema DECAY`` of ``pretrain`` and ``finetune`` (``rawrcl.train.WeightEMA``)
 ema_option = click.option(

@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 
 import click
-from rawrcl.cli.common import DEMOSAIC_CHOICE, NOISE_SYNTHETIC_HELP, ema_option, user_errors
+from rawrcl.cli.common import (
+    DEMOSAIC_CHOICE,
+    NOISE_SYNTHETIC_HELP,
+    PRECISION_CHOICE,
+    LazyChoice,
+    ema_option,
+    user_errors,
+)
 
 
 @click.command("finetune")
@@ -17,7 +24,7 @@ from rawrcl.cli.common import DEMOSAIC_CHOICE, NOISE_SYNTHETIC_HELP, ema_option,
 @click.option("--labels", default="10", show_default=True, help="number of labelled photos, or 'all'")
 @click.option(
     "--protocol",
-    type=click.Choice(["linear", "full"]),
+    type=LazyChoice("rawrcl.train.finetuning:FINETUNE_PROTOCOLS"),
     default="full",
     show_default=True,
     help="linear: freeze all but a fresh task head (paper's proxy protocol); full: all weights",
@@ -64,6 +71,13 @@ from rawrcl.cli.common import DEMOSAIC_CHOICE, NOISE_SYNTHETIC_HELP, ema_option,
 )
 @ema_option
 @click.option("--device", default=None)
+@click.option(
+    "--precision",
+    type=PRECISION_CHOICE,
+    default="auto",
+    show_default=True,
+    help="Autocast precision of training; auto = bf16/fp16 on CUDA, else fp32.",
+)
 @click.option("--force", is_flag=True, help="overwrite an existing run directory")
 @click.option("--json", "as_json", is_flag=True)
 @user_errors
@@ -91,6 +105,7 @@ def finetune(
     balance_noise,
     ema,
     device,
+    precision,
     force,
     as_json,
 ):
@@ -124,6 +139,7 @@ def finetune(
         noise=noise,
         unprocess=unprocess or None,
         device=device,
+        precision=precision,
         force=force,
         progress=not as_json,
         augment=augment,

@@ -8,7 +8,15 @@ import shlex
 import sys
 
 import click
-from rawrcl.cli.common import DEMOSAIC_CHOICE, NOISE_SYNTHETIC_HELP, deprecated, ema_option, user_errors
+from rawrcl.cli.common import (
+    DEMOSAIC_CHOICE,
+    NOISE_SYNTHETIC_HELP,
+    PRECISION_CHOICE,
+    LazyChoice,
+    deprecated,
+    ema_option,
+    user_errors,
+)
 
 
 @click.command("pretrain")
@@ -16,20 +24,30 @@ from rawrcl.cli.common import DEMOSAIC_CHOICE, NOISE_SYNTHETIC_HELP, deprecated,
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
 @click.option(
     "--task",
-    type=click.Choice(["jdd", "raw-denoise", "denoise", "sr", "jdensr"]),
+    type=LazyChoice("rawrcl.tasks:PRETEXT_TASKS"),
     default="jdd",
     show_default=True,
     help="Downstream task: RAW tasks read RAW files, RGB tasks photos.",
 )
 @click.option(
     "--method",
-    type=click.Choice(["rcl", "n2n", "n2s", "m2m", "simclr"]),
+    type=LazyChoice("rawrcl.methods:PRETEXT_METHODS"),
     default="rcl",
     show_default=True,
     help="Pretext method (simclr trains the perceptual encoder for --encoder).",
 )
-@click.option("--distance", type=click.Choice(["emd", "bd", "mmd"]), default="emd", show_default=True)
-@click.option("--arch", type=click.Choice(["unet", "dncnn"]), default="unet", show_default=True)
+@click.option(
+    "--distance",
+    type=LazyChoice("rawrcl.losses.pairwise:DISTANCES", exclude=("bhattacharyya",)),
+    default="emd",
+    show_default=True,
+)
+@click.option(
+    "--arch",
+    type=LazyChoice("rawrcl.models:ARCHS", exclude=("encoder",)),
+    default="unet",
+    show_default=True,
+)
 @click.option("--width", type=int, default=None, help="Body width (U-Net default 32, DnCNN 64).")
 @click.option("--depth", type=int, default=None, help="U-Net levels (default 3) / DnCNN layers (16).")
 @click.option(
@@ -52,8 +70,14 @@ from rawrcl.cli.common import DEMOSAIC_CHOICE, NOISE_SYNTHETIC_HELP, deprecated,
     "--crop", type=int, default=128, show_default=True, help="Crop side in file pixels (CFA pixels for RAW)."
 )
 @click.option(
-    "--overlap", type=float, default=0.5, show_default=True, help="Area fraction shared by a positive pair."
+    "--pair-overlap",
+    "overlap",
+    type=float,
+    default=0.5,
+    show_default=True,
+    help="Area fraction shared by the two crops of a positive pair.",
 )
+@click.option("--overlap", "old_overlap", type=float, default=None, hidden=True)
 @click.option(
     "--augment/--no-augment", default=False, help="Phase-correct random flips/rot90 (off as in the paper)."
 )
@@ -71,7 +95,7 @@ from rawrcl.cli.common import DEMOSAIC_CHOICE, NOISE_SYNTHETIC_HELP, deprecated,
 @click.option("--tau", type=float, default=None, help="Contrastive temperature (default of rawrcl.losses).")
 @click.option(
     "--normalize",
-    type=click.Choice(["none", "std", "noise_level"]),
+    type=LazyChoice("rawrcl.losses.contrastive:NORMALIZATIONS"),
     default="none",
     show_default=True,
     help="Residual normalisation before the distance (rcl; none = paper).",
@@ -95,7 +119,14 @@ from rawrcl.cli.common import DEMOSAIC_CHOICE, NOISE_SYNTHETIC_HELP, deprecated,
     "$XDG_CACHE_HOME/rawrcl or ~/.cache/rawrcl].",
 )
 @click.option("--device", default="auto", show_default=True)
-@click.option("--amp", type=click.Choice(["auto", "bf16", "fp16", "off"]), default="auto", show_default=True)
+@click.option(
+    "--precision",
+    type=PRECISION_CHOICE,
+    default="auto",
+    show_default=True,
+    help="Autocast precision of training; auto = bf16/fp16 on CUDA, else fp32.",
+)
+@click.option("--amp", type=click.Choice(["auto", "bf16", "fp16", "off"]), default=None, hidden=True)
 @click.option("--compile/--no-compile", "compile_", default=False, help="torch.compile the model.")
 @click.option(
     "--workers", type=int, default=None, help="DataLoader workers (default 0 on CPU, up to 8 on CUDA)."
@@ -122,6 +153,7 @@ def pretrain(
     batch_size,
     crop,
     overlap,
+    old_overlap,
     augment,
     lr,
     grad_clip,
@@ -136,6 +168,7 @@ def pretrain(
     noise_profile,
     cache_dir,
     device,
+    precision,
     amp,
     compile_,
     workers,
@@ -151,14 +184,18 @@ def pretrain(
     DATA_DIR holds RAW/DNG files for --task jdd / raw-denoise, photos for denoise / sr / jdensr. Works under
     `torchrun --nproc_per_node N -m rawrcl.cli pretrain ...` (DDP; --batch-size is per rank).
     """
-    from rawrcl.errors import RawrclError
-    from rawrcl.train import pretrain as run
+    from rawrcl.train.config import DataConfig, ModelConfig, PretrainConfig, TrainingConfig
+    from rawrcl.train.pretraining import run_pretrain
 
+    if old_overlap is not None:
+        deprecated("--overlap (pair area fraction)", "--pair-overlap")
+        overlap = old_overlap
+    if amp is not None:
+        deprecated("--amp", "--precision (off is fp32)")
+        precision = "fp32" if amp == "off" else amp
     if noise_profile:
         deprecated("--noise-profile FILE", "--noise FILE")
         noise = noise_profile
-    if resume and force:
-        raise RawrclError("--resume and --force exclude each other")
     method_options: dict = {}
     if method == "rcl":
         method_options = {
@@ -169,45 +206,39 @@ def pretrain(
             "center": center,
             "encoder": encoder,
         }
-    data_options = {
-        "crop": crop,
-        "overlap": overlap,
-        "augment": augment,
-        "synthetic": synthetic,
-        "noise": noise,
-        "cache_dir": cache_dir or "auto",
-    }
-    trainer_options = {
-        "steps": steps,
-        "batch_size": batch_size,
-        "lr": lr,
-        "grad_clip": grad_clip or None,
-        "ema": ema,
-        "seed": seed,
-        "device": device,
-        "amp": amp,
-        "compile": compile_,
-        "num_workers": workers,
-        "log_every": log_every,
-        "save_every": save_every,
-        "resume": resume,
-        "force": force,
-    }
-    summary = run(
-        data_dir,
-        out,
+    config = PretrainConfig(
+        data_dir=data_dir,
+        out=out,
         task=task,
         method=method,
-        arch=arch,
-        width=width,
-        depth=depth,
-        skip=skip,
-        demosaic=demosaic,
         method_options=method_options,
-        data_options=data_options,
-        trainer_options=trainer_options,
-        command=shlex.join(["rawrcl", *sys.argv[1:]]),
+        model=ModelConfig(arch=arch, width=width, depth=depth, skip=skip, demosaic=demosaic),
+        data=DataConfig(
+            crop=crop,
+            overlap=overlap,
+            augment=augment,
+            synthetic=synthetic,
+            noise=noise,
+            cache_dir=cache_dir or "auto",
+        ),
+        training=TrainingConfig(
+            steps=steps,
+            batch_size=batch_size,
+            lr=lr,
+            grad_clip=grad_clip or None,
+            ema=ema,
+            seed=seed,
+            device=device,
+            precision=precision,
+            compile=compile_,
+            num_workers=workers,
+            log_every=log_every,
+            save_every=save_every,
+        ),
+        resume=resume,
+        force=force,
     )
+    summary = run_pretrain(config, command=shlex.join(["rawrcl", *sys.argv[1:]]))
     if int(os.environ.get("RANK", "0")) != 0:
         return
     if as_json:

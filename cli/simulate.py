@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import click
-from rawrcl.cli.common import NOISE_SYNTHETIC_HELP, deprecated, user_errors
+from rawrcl.cli.common import NOISE_SYNTHETIC_HELP, LazyChoice, deprecated, user_errors
 
 
 @click.command("simulate")
@@ -16,7 +16,7 @@ from rawrcl.cli.common import NOISE_SYNTHETIC_HELP, deprecated, user_errors
 @click.option("--lambda-read", type=float, default=None, hidden=True)
 @click.option(
     "--pattern",
-    type=click.Choice(["RGGB", "BGGR", "GRBG", "GBRG"], case_sensitive=False),
+    type=LazyChoice("rawrcl.cfa:PATTERNS", case_sensitive=False),
     default="RGGB",
     show_default=True,
     help="Bayer phase of the output mosaics.",

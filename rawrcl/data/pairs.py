@@ -1,10 +1,11 @@
-"""Training data: RAW-folder and photo-folder datasets that yield the paper's positive pairs.
+"""Positive pairs: the common :class:`PairDataset` and the RAW-folder dataset (the photo-folder one is
+:class:`rawrcl.data.photos.PhotoFolderDataset`; files and the RAW cache are in :mod:`rawrcl.data.folders`).
 
 A *sample* is two overlapping crops ``x_a``, ``x_b`` of the same noisy image (paper Sec. 3.4,
 Algorithm 1); crops of different images in a batch are the negatives. Batches are drawn by
-:class:`PairBatchSampler`, which makes step ``s`` of a run a pure function of ``(seed, s)``, so a resumed
-run sees exactly the batches an uninterrupted one would, and DDP ranks take disjoint slices of the same
-global batch.
+:class:`~rawrcl.data.sampler.PairBatchSampler`, which makes step ``s`` of a run a pure function of
+``(seed, s)``, so a resumed run sees exactly the batches an uninterrupted one would, and DDP ranks take
+disjoint slices of the same global batch.
 
 Sample dict (tensors float32 unless stated; ``c`` = crop side in *model-input* pixels, i.e. packed pixels
 for RAW = CFA crop / 2):
@@ -21,216 +22,29 @@ Overlap: ``x_b`` is ``x_a`` shifted by ``round((1 - overlap)·c)`` pixels along 
 sign, so the crops share ``overlap·c²`` pixels. Noise is drawn once on the union of the two crops, so the
 overlap carries the same noise in both crops (as two crops of one real noisy photo do).
 
-Cache (RAW folders): each file is decoded once per process with :func:`rawrcl.io.raw.read_raw`, aligned to
-RGGB (``rawrcl.cfa.align_rggb``), packed and stored as float16 (4, H/2, W/2). With ``cache_dir`` the array
-is also written to ``<cache_dir>/<key>.npy`` and later memory-mapped; ``key`` = sha1 of (file size, mtime in
-ns, sha1 of the first and last 64 KiB of the file), so a changed file is re-read. Without ``cache_dir``
-arrays live in memory (shared copy-on-write with forked DataLoader workers). A cache folder that cannot be
-written (read-only, full disk, not a folder) is not an error: one warning, and the arrays stay in memory.
-
 Sizes: images smaller than the crop are skipped with one warning (their crops would be mostly padding, and
 a huge ``crop`` would make every sample that large); when no image is large enough the dataset refuses.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from rawrcl import isp
-from rawrcl.cfa import align_rggb, mosaic_packed, pack, rggb_offset, shift_pattern, unpack
+from rawrcl.data.augment import augment_packed, dihedral
+from rawrcl.data.folders import find_files, load_packed_raw, resolve_cache_dir
+from rawrcl.data.sampler import Key
 from rawrcl.errors import RawrclError
-from rawrcl.io import PHOTO_EXTENSIONS, RAW_EXTENSIONS, atomic_path, cache_root, read_photo
-from rawrcl.noise import NoiseLike, NoiseModel, noise_label, noise_sampler
 
 log = logging.getLogger("rawrcl.data")
 
 
-Key = tuple[int, int]  # (image index, sample seed)
-
-
-# ----------------------------------------------------------------------------------------------- files
-def find_files(root: str | os.PathLike, kind: str) -> list[Path]:
-    """Files of ``kind`` ("raw" | "photo") directly inside ``root`` (not recursive, so a ``clean/``
-    sub-folder written by ``rawrcl simulate`` is not mixed into the training data), sorted by name."""
-    root = Path(root)
-    if not root.is_dir():
-        raise RawrclError(f"{root}: not a directory")
-    exts = RAW_EXTENSIONS if kind == "raw" else PHOTO_EXTENSIONS
-    return sorted(
-        p for p in root.iterdir() if p.is_file() and p.suffix.lower() in exts and not p.name.startswith(".")
-    )
-
-
-def folder_kind(root: str | os.PathLike) -> str:
-    """ "raw", "photo" or "empty": what a data folder mostly holds (RAW files win)."""
-    if find_files(root, "raw"):
-        return "raw"
-    if find_files(root, "photo"):
-        return "photo"
-    return "empty"
-
-
-def file_key(path: str | os.PathLike) -> str:
-    """Content key of a file: sha1 of (size, mtime_ns, sha1(first 64 KiB + last 64 KiB)), hex."""
-    path = Path(path)
-    st = path.stat()
-    h = hashlib.sha1()
-    with open(path, "rb") as fh:
-        h.update(fh.read(65536))
-        if st.st_size > 65536:
-            fh.seek(max(st.st_size - 65536, 65536))
-            h.update(fh.read(65536))
-    return hashlib.sha1(f"{st.st_size}:{st.st_mtime_ns}:{h.hexdigest()}".encode()).hexdigest()
-
-
-def default_cache_dir() -> Path:
-    """Where decoded RAW files are cached by default: ``packed`` in :func:`rawrcl.io.cache_root`."""
-    return cache_root() / "packed"
-
-
-def resolve_cache_dir(cache_dir: str | os.PathLike | None) -> Path | None:
-    """``"auto"`` → :func:`default_cache_dir`; ``None`` / ``"none"`` → no disk cache; else that folder."""
-    if cache_dir is None or str(cache_dir) == "none":
-        return None
-    return default_cache_dir() if str(cache_dir) == "auto" else Path(cache_dir)
-
-
-def load_packed_raw(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> np.ndarray:
-    """Decode a RAW file to packed float16 (4, ceil(H'/2), ceil(W'/2)) in RGGB geometry, [0, 1] units.
-
-    H', W' include the 0/1-pixel top/left reflection padding of :func:`rawrcl.cfa.align_rggb`. With
-    ``cache_dir`` the result is cached as ``.npy`` (see module docstring) and returned memory-mapped.
-    Raises :class:`RawrclError` for unreadable / non-Bayer files.
-    """
-    from rawrcl.io.raw import read_raw
-
-    cache_file = None
-    if cache_dir is not None and str(cache_dir) not in _unusable_caches:
-        cache_file = Path(cache_dir) / f"{file_key(path)}.npy"
-        if cache_file.is_file():
-            try:
-                return np.load(cache_file, mmap_mode="r")
-            except (OSError, ValueError):
-                pass  # corrupt or unreadable cache entry: decode again
-    raw = read_raw(path)
-    cfa, _ = align_rggb(np.asarray(raw.cfa, dtype=np.float32), raw.pattern)
-    packed = pack(cfa, "RGGB").astype(np.float16)
-    if cache_file is not None:
-        try:
-            with atomic_path(cache_file) as tmp, open(tmp, "wb") as fh:
-                np.save(fh, packed)
-            return np.load(cache_file, mmap_mode="r")
-        except (RawrclError, OSError, ValueError) as exc:
-            _unusable_caches.add(str(cache_dir))
-            reason = str(exc).removeprefix(f"{cache_file}: ")
-            warnings.warn(
-                f"{cache_dir}: cannot use the RAW cache ({reason}); continuing without it", stacklevel=2
-            )
-    return packed
-
-
-#: cache folders that failed once in this process (not tried again, warned about once)
-_unusable_caches: set[str] = set()
-
-
-# -------------------------------------------------------------------------------------- augmentation
-def dihedral(x: np.ndarray, op: int) -> np.ndarray:
-    """One of the 8 flips/rotations of the last two axes of ``x`` (a view): bit 0 flips left-right,
-    bit 1 up-down, bit 2 rotates by 90°; op = 0 is the identity. Any leading shape, any dtype."""
-    if op & 1:
-        x = x[..., :, ::-1]
-    if op & 2:
-        x = x[..., ::-1, :]
-    if op & 4:
-        x = np.rot90(x, 1, axes=(-2, -1))
-    return x
-
-
-def augment_packed(packed: np.ndarray, op: int, out_hw: tuple[int, int]) -> np.ndarray:
-    """Phase-correct flip/rot90 of packed RGGB RAW.
-
-    Flipping the packed planes alone would move every sample by one CFA pixel inside its 2×2 cell (a
-    flipped RGGB mosaic is GRBG/GBRG/BGGR, not RGGB). So the packed array is unpacked to the CFA, the
-    CFA is flipped/rotated, and the result is cropped by one CFA pixel where needed so that red is
-    top-left again, then re-packed. ``packed`` must therefore carry one spare packed row and column
-    (shape (4, h+1, w+1) for an output of (4, h, w) = ``out_hw``). op as in :func:`dihedral` (0..7).
-    After a rot90 the green on the red row is the former G2: the channel order stays [R, G1, G2, B] by
-    position.
-    """
-    h, w = out_hw
-    cfa = unpack(packed, "RGGB")
-    cfa = np.ascontiguousarray(dihedral(cfa, op))
-    # phase of the transformed mosaic: transform a tile-label map the same way
-    labels = np.tile(np.array([["R", "G"], ["G", "B"]]), (cfa.shape[0] // 2, cfa.shape[1] // 2))
-    labels = dihedral(labels, op)
-    pattern = "".join(labels[:2, :2].ravel())
-    dy, dx = rggb_offset(pattern)
-    cfa = cfa[dy : dy + 2 * h, dx : dx + 2 * w]
-    assert shift_pattern(pattern, dy, dx) == "RGGB"
-    return pack(cfa, "RGGB")
-
-
-# -------------------------------------------------------------------------------------------- sampler
-class PairBatchSampler:
-    """Yields, for steps ``start_step .. steps-1``, this rank's list of keys ``(image index, sample seed)``.
-
-    Step ``s`` draws the global batch (``batch_size × world_size`` keys) from
-    ``numpy.random.default_rng([seed, s])``: images without replacement (a fresh permutation, extended by
-    further permutations only when the global batch is larger than the number of images), one 63-bit
-    sample seed per slot. Rank ``r`` takes slots ``[r·B, (r+1)·B)``. The sampler's whole state is the
-    step: resuming at step k needs only ``start_step=k``.
-    """
-
-    def __init__(
-        self,
-        n_images: int,
-        batch_size: int,
-        seed: int = 0,
-        steps: int | None = None,
-        start_step: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-    ) -> None:
-        if n_images < 1 or batch_size < 1:
-            raise RawrclError("the sampler needs at least one image and a batch size ≥ 1")
-        self.n_images, self.batch_size, self.seed = n_images, batch_size, seed
-        self.steps, self.start_step, self.rank, self.world_size = steps, start_step, rank, world_size
-
-    def batch(self, step: int) -> list[Key]:
-        rng = np.random.default_rng([self.seed, step])
-        need = self.batch_size * self.world_size
-        idx = np.concatenate([rng.permutation(self.n_images) for _ in range(-(-need // self.n_images))])[
-            :need
-        ]
-        seeds = rng.integers(0, 2**63 - 1, size=need, dtype=np.int64)
-        lo = self.rank * self.batch_size
-        return [
-            (int(i), int(s))
-            for i, s in zip(idx[lo : lo + self.batch_size], seeds[lo : lo + self.batch_size], strict=True)
-        ]
-
-    def state_dict(self) -> dict:
-        return {"seed": self.seed, "step": self.start_step}
-
-    def __iter__(self) -> Iterator[list[Key]]:
-        step = self.start_step
-        while self.steps is None or step < self.steps:
-            yield self.batch(step)
-            step += 1
-
-    def __len__(self) -> int:
-        return max((self.steps or 0) - self.start_step, 0)
-
-
-# ------------------------------------------------------------------------------------------- datasets
 class PairDataset(torch.utils.data.Dataset):
     """Base class: ``dataset[(image_index, sample_seed)]`` → sample dict (module docstring).
 
@@ -444,167 +258,3 @@ def _find_clean(clean_dir: Path, noisy: Path) -> Path:
         if cand.is_file():
             return cand
     raise RawrclError(f"no clean reference named {noisy.stem}.* in {clean_dir}")
-
-
-class PhotoFolderDataset(PairDataset):
-    """Positive pairs from clean photos with synthetic noise: RGB (``mode="rgb"``) or synthetic RAW
-    (``mode="raw"``: RGB → RGGB mosaic, packed, then noise; optionally ``unprocess`` first).
-
-    Each image gets its own noise parameters (λshot, λread), drawn once from ``noise`` (the ``--noise``
-    grammar of :mod:`rawrcl.noise.spec` or a sampler; default the paper's App. C.1 sampler, σ ∈ [0, 20]
-    8-bit) with ``numpy.random.default_rng([seed, index])``, as in the paper; a calibrated camera profile
-    ``PROFILE.json`` draws one of its measured entries per image. ``noise="none"`` adds no noise (photos
-    already noisy).
-    Every sample draws a fresh noise realisation on the union of its two crops, plus an independent second
-    realisation (``x_a2``/``x_b2``, for N2N). Clean crops are returned too (``clean_a``/``clean_b``).
-
-    Parameters
-    ----------
-    root : folder of photos (PNG, JPEG, TIFF, …; not recursive). ``images`` may give arrays instead.
-    crop : crop side in photo pixels (even for RAW; default 128).
-    images : optional list of RGB arrays (3, H, W) float in [0, 1] or (H, W, 3) uint8, used instead of files.
-    """
-
-    def __init__(
-        self,
-        root: str | os.PathLike | None = None,
-        crop: int = 128,
-        overlap: float = 0.5,
-        mode: str = "rgb",
-        noise: NoiseLike = "paper",
-        unprocess: bool = False,
-        augment: bool = False,
-        seed: int = 0,
-        images: Sequence[np.ndarray] | None = None,
-    ) -> None:
-        super().__init__(crop, overlap, augment, seed)
-        if mode not in ("rgb", "raw"):
-            raise RawrclError(f"photo dataset mode must be 'rgb' or 'raw', got {mode!r}")
-        self.kind = mode
-        if mode == "raw" and (crop % 2 or crop < 4):
-            raise RawrclError(f"--crop must be an even number of pixels ≥ 4 for RAW tasks, got {crop}")
-        self.root = Path(root) if root is not None else Path("<arrays>")
-        self.images: list[np.ndarray] = []
-        if images is not None:
-            for k, arr in enumerate(images):
-                self.paths.append(Path(f"image{k:04d}"))
-                self.images.append(_as_chw_float(arr))
-        else:
-            for path in find_files(self.root, "photo"):
-                try:
-                    self.images.append(read_photo(path))
-                    self.paths.append(path)
-                except Exception as exc:  # noqa: BLE001
-                    self._skip(path, exc if isinstance(exc, RawrclError) else RawrclError(str(exc)))
-        self._require_some(self.root, "photo")
-        small = set(self._too_small([img.shape[-2:] for img in self.images], self.crop_input))
-        if small:
-            keep = [k for k in range(len(self.paths)) if k not in small]
-            self.paths = [self.paths[k] for k in keep]
-            self.images = [self.images[k] for k in keep]
-        self.unprocess = bool(unprocess)
-        self.sampler_name = noise_label(noise)
-        sampler = noise_sampler(noise)
-        self.noise_models: list[NoiseModel | None] = []
-        for k in range(len(self.images)):
-            rng = np.random.default_rng([self.seed, k])
-            self.noise_models.append(
-                _adapt_channels(sampler(rng), 4 if mode == "raw" else 3) if sampler else None
-            )
-        self.has_clean = True
-        self.has_second = sampler is not None
-        if self.unprocess:
-            self.images = [
-                np.asarray(isp.unprocess(img, np.random.default_rng([self.seed, k, 1]))[0], dtype=np.float32)
-                for k, img in enumerate(self.images)
-            ]
-
-    def describe(self) -> dict:
-        d = super().describe()
-        d.update(
-            mode=self.kind,
-            sampler=self.sampler_name,
-            unprocess=self.unprocess,
-            noise=[m.to_dict() if m else None for m in self.noise_models],
-        )
-        return d
-
-    def __getitem__(self, key) -> dict:
-        i, sseed = self._key(key)
-        rng = np.random.default_rng([self.seed, i, sseed % 2**62])
-        img = self.images[i]
-        scale = 2 if self.kind == "raw" else 1
-        margin = 1 if self.augment and self.kind == "raw" else 0
-        geom = self._pair_geometry(rng, img.shape[-2] // scale, img.shape[-1] // scale, margin)
-        (y0, x0, uh, uw), a, b, off = geom
-        op = int(rng.integers(0, 8)) if self.augment else 0
-        region = self._region(img, y0, x0, uh, uw, scale)
-        if self.kind == "raw":
-            region = mosaic_packed(region, "RGGB")
-        clean = torch.from_numpy(np.ascontiguousarray(region, dtype=np.float32))
-        model = self.noise_models[i]
-        out = {"offset": torch.tensor(off, dtype=torch.int64), "index": torch.tensor(i, dtype=torch.int64)}
-        if model is None:
-            noisy = noisy2 = clean
-            out["noise"] = torch.full((2,), float("nan"))
-        else:
-            gen = torch.Generator().manual_seed(int(rng.integers(0, 2**62)))
-            noisy, noisy2 = model.sample(clean, gen), model.sample(clean, gen)
-            out["noise"] = torch.tensor(
-                [float(np.mean(model.lambda_shot)), float(np.mean(model.lambda_read))], dtype=torch.float32
-            )
-        for name, arr in (("x", noisy), ("clean", clean)) + ((("x2", noisy2),) if model is not None else ()):
-            arr = arr.numpy()
-            sa, sb = ("_a", "_b") if name != "x2" else ("_a2", "_b2")
-            base = "x" if name == "x2" else name
-            out[base + sa], out[base + sb] = self._cut(arr, a, op), self._cut(arr, b, op)
-        return out
-
-
-def _as_chw_float(arr: np.ndarray) -> np.ndarray:
-    a = np.asarray(arr)
-    if a.ndim == 3 and a.shape[-1] == 3 and a.shape[0] != 3:
-        a = a.transpose(2, 0, 1)
-    if a.dtype == np.uint8:
-        a = a.astype(np.float32) / 255.0
-    elif a.dtype == np.uint16:
-        a = a.astype(np.float32) / 65535.0
-    if a.ndim != 3 or a.shape[0] != 3:
-        raise RawrclError(f"expected an RGB image (3, H, W) or (H, W, 3), got shape {a.shape}")
-    return np.ascontiguousarray(a, dtype=np.float32)
-
-
-def _adapt_channels(model: NoiseModel, channels: int) -> NoiseModel:
-    """Map per-channel λ between packed RAW (4: R, G1, G2, B) and RGB (3: R, G, B) when needed."""
-    out = []
-    for v in (model.lambda_shot, model.lambda_read):
-        a = np.asarray(v, dtype=np.float64)
-        if a.ndim == 1 and a.size != channels:
-            if a.size == 4 and channels == 3:
-                a = np.array([a[0], 0.5 * (a[1] + a[2]), a[3]])
-            elif a.size == 3 and channels == 4:
-                a = np.array([a[0], a[1], a[1], a[2]])
-            else:
-                a = np.full(channels, a.mean())
-        out.append(float(a) if a.ndim == 0 else [float(t) for t in a])
-    return NoiseModel(out[0], out[1], poisson=model.poisson, clip=model.clip)
-
-
-def make_loader(
-    dataset: PairDataset,
-    sampler: PairBatchSampler,
-    num_workers: int = 0,
-    pin_memory: bool = False,
-) -> torch.utils.data.DataLoader:
-    """DataLoader over a :class:`PairBatchSampler` (deterministic whatever ``num_workers``)."""
-    kwargs: dict = {}
-    if num_workers > 0:
-        kwargs.update(persistent_workers=False, prefetch_factor=2)
-    return torch.utils.data.DataLoader(
-        dataset,
-        batch_sampler=sampler,
-        num_workers=num_workers,
-        pin_memory=pin_memory,
-        generator=torch.Generator(),  # never touch the global RNG
-        **kwargs,
-    )

@@ -22,7 +22,7 @@ from rawrcl.cfa import packed_to_rgb
 from rawrcl.errors import RawrclError
 from rawrcl.eval.baselines import BASELINE_NAMES, baseline_applies, make_baseline
 from rawrcl.eval.metrics import BORDER, psnr, psnr_float, ssim, to_srgb, to_uint8
-from rawrcl.io import list_photos, read_photo
+from rawrcl.io import load_images
 from rawrcl.models.geometry import pad_to_multiple
 from rawrcl.models.loading import load_for_task
 from rawrcl.noise import NoiseLike, noise_label
@@ -68,29 +68,6 @@ def model_predictor(
         return y[:, : h * s, : w * s].float().cpu()
 
     return run
-
-
-def load_images(source: str | Path | Sequence, limit: int | None = None) -> list[tuple[str, np.ndarray]]:
-    """Photos as ``[(name, (3, H, W) float32 [0, 1])]`` from a folder, a list of paths, or a list of
-    arrays / (name, array) pairs (uint8 (H, W, 3) arrays are converted). Sorted by name for folders."""
-    if isinstance(source, str | Path):
-        files = list_photos(source)
-        if limit is not None:
-            files = files[:limit]
-        return [(f.name, read_photo(f)) for f in files]
-    out: list[tuple[str, np.ndarray]] = []
-    for i, item in enumerate(source):
-        if isinstance(item, str | Path):
-            out.append((Path(item).name, read_photo(item)))
-            continue
-        name, arr = item if isinstance(item, tuple) else (f"image{i:03d}", item)
-        a = np.asarray(arr)
-        if a.dtype == np.uint8:
-            a = a.astype(np.float32) / 255.0
-        if a.ndim == 3 and a.shape[-1] == 3 and a.shape[0] != 3:
-            a = a.transpose(2, 0, 1)
-        out.append((str(name), np.ascontiguousarray(a, dtype=np.float32)))
-    return out[:limit] if limit is not None else out
 
 
 def evaluate(

@@ -99,7 +99,7 @@ def backend_model(model_path: str | os.PathLike | None, task: str, opts) -> nn.M
     For ``onnxruntime`` this also fixes ``opts``: precision fp32 (bf16/fp16 refused), CPU only, and the
     tile of a static graph.
     """
-    from rawrcl.infer.tiling import resolve_device
+    from rawrcl.device import resolve_device
     from rawrcl.models.loading import load_for_task
 
     backend = resolve_backend(getattr(opts, "backend", None), model_path)

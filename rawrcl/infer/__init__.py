@@ -4,17 +4,14 @@ noise of noise-aware models (:mod:`.noise`), files (:mod:`.files`), batches (:mo
 
 from __future__ import annotations
 
+from rawrcl.device import PRECISIONS, cpu_has_fast_bf16, resolve_device, resolve_precision
 from rawrcl.infer.batch import BatchResult, expand_inputs, output_is_file, plan_outputs, run_batch
 from rawrcl.infer.files import denoise_file, is_rgb_file, jdd_file, run_denoise, run_jdd
 from rawrcl.infer.noise import NoiseOptions, bind_noise
 from rawrcl.infer.pipeline import TileOptions, denoise_cfa, denoise_rgb, jdd_cfa, task_model
 from rawrcl.infer.tiling import (
-    PRECISIONS,
     count_tiles,
-    cpu_has_fast_bf16,
     full_precision_head,
-    resolve_device,
-    resolve_precision,
     tile_starts,
     tiled_apply,
     whole_apply,

@@ -24,11 +24,11 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from rawrcl.device import resolve_device
 from rawrcl.errors import RawrclError
 from rawrcl.infer.batch import BatchResult, _format_from, _prepare, expand_inputs, output_is_file, run_batch
 from rawrcl.infer.noise import NoiseOptions, raw_model_for, rgb_model_for
 from rawrcl.infer.pipeline import TileOptions, denoise_cfa, denoise_rgb, jdd_cfa, task_model
-from rawrcl.infer.tiling import resolve_device
 from rawrcl.infer.writers import write_cfa_tiff, write_denoised_dng, write_image
 from rawrcl.io import PHOTO_EXTENSIONS, RAW_EXTENSIONS, read_photo_depth
 

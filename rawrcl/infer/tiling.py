@@ -38,10 +38,9 @@ from contextlib import contextmanager, nullcontext
 import torch
 import torch.nn as nn
 
+from rawrcl.device import resolve_device, resolve_precision
 from rawrcl.errors import RawrclError
 from rawrcl.models.geometry import pad_to_multiple, size_multiple
-
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 def tile_starts(length: int, tile: int, overlap: int, multiple: int = 1) -> list[int]:
@@ -81,51 +80,6 @@ def _ramp(n: int, overlap: int, first: bool, last: bool, scale: int) -> torch.Te
     if not last:
         w = w * side(n * scale - 1 - idx)
     return w
-
-
-def cpu_has_fast_bf16() -> bool:
-    """True when the CPU has native bf16 matrix instructions (AVX512-BF16 or AMX)."""
-    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
-        fn = getattr(torch.cpu, probe, None)
-        try:
-            if fn is not None and fn():
-                return True
-        except Exception:  # noqa: BLE001 - private probes; absence means "no"
-            pass
-    return False
-
-
-def resolve_precision(precision: str, device: torch.device) -> torch.dtype | None:
-    """Autocast dtype for ``precision`` on ``device`` (None = plain fp32).
-
-    ``auto``: bf16 on CUDA devices that support it (else fp16); on the CPU, bf16 when the CPU has native
-    bf16 instructions (AVX512-BF16/AMX: measured ≈2× faster than fp32 for the default U-Net, with a PSNR
-    change below 0.01 dB, see ``docs/weights.md``), else fp32 (emulated bf16 is slower than fp32).
-    """
-    if precision not in PRECISIONS:
-        raise RawrclError(f"--precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
-    if precision == "fp32":
-        return None
-    if precision == "auto":
-        if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.bfloat16 if cpu_has_fast_bf16() else None
-    if precision == "fp16" and device.type == "cpu":
-        raise RawrclError("--precision fp16 is only supported on CUDA; use bf16 or fp32 on the CPU")
-    return torch.bfloat16 if precision == "bf16" else torch.float16
-
-
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """``None``/``"auto"`` → CUDA when available, else CPU; otherwise ``torch.device(device)``."""
-    if device is None or device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise RawrclError(f"--device {device!r}: {exc}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RawrclError(f"--device {device}: CUDA is not available on this machine")
-    return dev
 
 
 def whole_apply(

@@ -23,7 +23,7 @@ import socket
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -286,3 +286,30 @@ def read_photo_depth(path: str | os.PathLike, min_size: int = 1) -> tuple[np.nda
             f"{p}: image of size {x.shape[0]}×{x.shape[1]} is too small (min {min_size}×{min_size})"
         )
     return np.ascontiguousarray(x.transpose(2, 0, 1)), bits
+
+
+def load_images(
+    source: str | os.PathLike | Sequence, limit: int | None = None
+) -> list[tuple[str, np.ndarray]]:
+    """Photos as ``[(name, (3, H, W) float32 [0, 1])]`` from a folder, a list of paths, or a list of
+    arrays / (name, array) pairs (uint8 (H, W, 3) arrays are converted). Sorted by name for folders.
+
+    The one home of "photos → (C, H, W)" for training, fine-tuning and the bench."""
+    if isinstance(source, str | os.PathLike):
+        files = list_photos(source)
+        if limit is not None:
+            files = files[:limit]
+        return [(f.name, read_photo(f)) for f in files]
+    out: list[tuple[str, np.ndarray]] = []
+    for i, item in enumerate(source):
+        if isinstance(item, str | os.PathLike):
+            out.append((Path(item).name, read_photo(item)))
+            continue
+        name, arr = item if isinstance(item, tuple) else (f"image{i:03d}", item)
+        a = np.asarray(arr)
+        if a.dtype == np.uint8:
+            a = a.astype(np.float32) / 255.0
+        if a.ndim == 3 and a.shape[-1] == 3 and a.shape[0] != 3:
+            a = a.transpose(2, 0, 1)
+        out.append((str(name), np.ascontiguousarray(a, dtype=np.float32)))
+    return out[:limit] if limit is not None else out

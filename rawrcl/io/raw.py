@@ -273,6 +273,8 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
             raise
         except rawpy.LibRawError as exc:
             raise _libraw_error(p, exc) from None
+        except NotImplementedError as exc:  # rawpy: a CFA layout it cannot describe (e.g. "filters: 46")
+            raise _refuse(p, f"unsupported CFA layout ({exc})") from None
     if not np.all(black_tile < white):
         raise _refuse(p, f"black level {black_tile.ravel().tolist()} is not below white level {white}")
 

@@ -30,6 +30,10 @@ _REGISTRY: dict[str, str] = {
 }
 
 
+#: the self-supervised methods of ``rawrcl pretrain --method`` (all but the supervised L1 of finetune)
+PRETEXT_METHODS: tuple[str, ...] = tuple(n for n in _REGISTRY if n != "supervised")
+
+
 def _target(name: str):
     if name not in _REGISTRY:
         raise RawrclError(f"unknown method {name!r}; expected one of {', '.join(_REGISTRY)}")
@@ -70,4 +74,4 @@ class _Methods(Mapping):
 
 METHODS: Mapping[str, Callable] = _Methods()
 
-__all__ = ["METHODS", "make_method"]
+__all__ = ["METHODS", "make_method", "PRETEXT_METHODS"]

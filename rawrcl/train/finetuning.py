@@ -22,101 +22,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rawrcl.data import dihedral
+from rawrcl.data.labelled import LabelledCrops  # (its old home; kept importable from here)
 from rawrcl.errors import RawrclError
-from rawrcl.eval import load_images
-from rawrcl.io import atomic_write_text
+from rawrcl.io import atomic_write_text, load_images
 from rawrcl.methods.supervised import supervised
 from rawrcl.noise import NoiseLike, noise_label
 from rawrcl.tasks import Task, get_task
 from rawrcl.train.engine import Trainer
 from rawrcl.train.runlock import check_unlocked
 
-PROTOCOLS = ("linear", "full")
-
-
-class LabelledCrops(torch.utils.data.Dataset):
-    """Random crops of labelled photos degraded by a task.
-
-    Parameters
-    ----------
-    images : ``[(name, (3, H, W) float32 [0, 1])]``.
-    task : the task whose ``degrade`` makes (input, target).
-    crop : crop size in clean-photo pixels (rounded down to a multiple of ``task.multiple``; the offsets
-        are multiples too, so packed crops stay RGGB-phased).
-    seed : key ``(i, sample_seed)`` (the engine's ``PairBatchSampler`` keys) uses photo ``i`` and
-        ``numpy.random.default_rng([seed, i, sample_seed])`` for the crop offset and the noise draw; a plain
-        int key ``k`` means ``(k % len, k)``. ``len(dataset)`` is the number of labelled photos.
-    augment : apply one of the 8 flips/rotations by 90° (drawn from the same generator) to the *clean*
-        square crop before the task degrades it, so the mosaic and noise are synthesised after the
-        geometry change and stay correctly phased (8× more distinct labels; off = the paper's protocol).
-
-    Items: ``{"input": (C_in, h, w), "target": (C_out, s·h, s·w), "sigma": (), "noise": (2, C_in)}`` float32
-    tensors; ``sigma`` is the drawn noise's standard deviation at signal 0.5, √(λshot·0.5 + λread) in [0, 1]
-    units (0 for a noise-free task), for the noise-balanced loss; ``noise`` its [λshot; λread] per input
-    channel, the input of noise-aware models.
-
-    ``keyed = True``: the trainer passes ``(image, sample seed)`` keys with a fresh seed every step, so every
-    step sees new crops, noise draws (and cameras, flips); a plain int index would fix one sample per photo.
-    """
-
-    keyed = True
-
-    def __init__(
-        self,
-        images: Sequence[tuple[str, np.ndarray]],
-        task: Task,
-        crop: int = 64,
-        seed: int = 0,
-        noise: NoiseLike = None,
-        augment: bool = False,
-    ) -> None:
-        if not images:
-            raise RawrclError("fine-tuning needs at least one labelled photo")
-        self.images = [np.ascontiguousarray(a, dtype=np.float32) for _, a in images]
-        self.names = [n for n, _ in images]
-        self.task, self.seed, self.noise, self.augment = task, int(seed), noise, bool(augment)
-        m = task.multiple
-        self.crop = max(2 * m, (int(crop) // m) * m)
-        small = [n for n, a in images if min(a.shape[1:]) < self.crop]
-        if small:
-            raise RawrclError(f"photo {small[0]} is smaller than the crop size {self.crop}")
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, key: int | tuple[int, int]) -> dict:
-        if isinstance(key, tuple | list):
-            i, sseed = int(key[0]), int(key[1])
-        else:
-            i, sseed = int(key) % len(self.images), int(key)
-        rng = np.random.default_rng([self.seed, i, sseed % 2**62])
-        img = self.images[i]
-        m, c = self.task.multiple, self.crop
-        _, h, w = img.shape
-        y = int(rng.integers(0, (h - c) // m + 1)) * m
-        x = int(rng.integers(0, (w - c) // m + 1)) * m
-        patch = img[:, y : y + c, x : x + c]
-        if self.augment:
-            patch = np.ascontiguousarray(dihedral(patch, int(rng.integers(0, 8))))
-        s = self.task.sample(patch, rng, self.noise)
-        nm = s["meta"]["noise"]
-        channels = s["input"].shape[0]
-        sigma = sigma_crop = 0.0
-        params = torch.zeros(2, channels)
-        if nm is not None:  # plane average for per-channel profiles
-            planes = max(np.size(nm.lambda_shot), np.size(nm.lambda_read))
-            sigma = float(nm.std(torch.full((planes, 1, 1), 0.5, dtype=torch.float64)).mean())
-            params = nm.params(channels)
-            mean_signal = float(s["target"].clamp_min(0).mean())
-            sigma_crop = float(params[0].mean() * mean_signal + params[1].mean()) ** 0.5
-        return {
-            "input": s["input"],
-            "target": s["target"],
-            "sigma": torch.tensor(sigma, dtype=torch.float32),
-            "sigma_crop": torch.tensor(sigma_crop, dtype=torch.float32),
-            "noise": params,
-        }
+FINETUNE_PROTOCOLS = ("linear", "full")
+#: old name (``rawrcl.bench`` has its own budgets, :data:`rawrcl.bench.BENCH_PROTOCOLS`)
+PROTOCOLS = FINETUNE_PROTOCOLS
 
 
 def select_labels(
@@ -158,7 +75,7 @@ def prepare_model(
     """
     from rawrcl.models import build_model, load_checkpoint
 
-    if protocol not in PROTOCOLS:
+    if protocol not in FINETUNE_PROTOCOLS:
         raise RawrclError(f"--protocol {protocol!r}: expected linear or full")
     torch.manual_seed(int(seed))
     if isinstance(ckpt, str) and ckpt == "scratch":
@@ -239,6 +156,7 @@ def finetune(
     noise: NoiseLike = None,
     unprocess: bool | None = None,
     device: str | None = None,
+    precision: str | None = None,
     force: bool = False,
     progress: bool = False,
     augment: bool = False,
@@ -302,6 +220,8 @@ def finetune(
     }
     if device:
         cfg["device"] = device
+    if precision:
+        cfg["precision"] = precision
     method = partial(supervised, balance=balance_noise) if balance_noise else supervised
     final = _fit(model, method, dataset, run_dir, cfg, progress=progress)
     summary = {

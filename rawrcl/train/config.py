@@ -1,0 +1,186 @@
+"""One validated configuration per pre-training run: :class:`PretrainConfig`.
+
+``rawrcl pretrain`` builds it from its options, :func:`rawrcl.train.pretrain` builds it from its keyword
+arguments, and ``rawrcl bench`` builds it for its grid. All three run it with
+:func:`rawrcl.train.pretraining.run_pretrain`, which saves it in the run's ``config.json`` under
+``"run_config"`` (:meth:`PretrainConfig.to_dict`; read back with :meth:`PretrainConfig.from_dict`).
+
+The four parts are the data (:class:`DataConfig`), the model (:class:`ModelConfig`), the method (name and
+options) and the training loop (:class:`TrainingConfig`). Each part is checked when it is built, and every
+refusal is a one-line :class:`~rawrcl.errors.RawrclError` that names the option. The keys of
+``config.json`` written by earlier releases (``task``, ``model``, ``method``, ``data_options`` and the
+trainer options at the top level) are still written and still read by ``--resume``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+
+from rawrcl.device import normalize_precision
+from rawrcl.errors import RawrclError
+from rawrcl.noise import SYNTHETIC, parse_noise
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """The pair dataset (:func:`rawrcl.train.build_dataset`). ``crop`` is in file pixels (CFA pixels for
+    RAW). ``overlap`` is the area fraction shared by the two crops of a positive pair
+    (``--pair-overlap``). ``noise`` is the synthetic noise in the ``--noise`` grammar (the SYNTHETIC kinds).
+    ``noise_profile`` is how run folders of earlier releases spell ``noise=FILE``."""
+
+    crop: int = 128
+    overlap: float = 0.5
+    augment: bool = False
+    synthetic: bool = False
+    noise: str = "paper"
+    noise_profile: str | None = None
+    unprocess: bool = False
+    cache_dir: str | None = None
+    clean_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        parse_noise(self.noise_profile if self.noise_profile else self.noise, SYNTHETIC)
+
+    def options(self) -> dict:
+        """The keyword arguments of :func:`~rawrcl.train.build_dataset`: the options ``rawrcl pretrain`` has
+        always recorded in ``config.json`` (``data_options``), plus any other field that is not at its
+        default."""
+        always = ("crop", "overlap", "augment", "synthetic", "noise", "cache_dir")
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name in always or getattr(self, f.name) != f.default
+        }
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The network: ``arch`` (a key of :data:`rawrcl.models.ARCHS`), ``width``/``depth`` (``None``: the
+    arch's default; sizes are checked by :func:`rawrcl.models.model_config` when the model is built),
+    ``skip`` (U-Net: learn a correction of a classical estimate) and ``demosaic`` (the estimate for JDD, a
+    key of :data:`rawrcl.models.heads.DEMOSAICS`)."""
+
+    arch: str = "unet"
+    width: int | None = None
+    depth: int | None = None
+    skip: bool = True
+    demosaic: str = "bilinear"
+
+    def __post_init__(self) -> None:
+        from rawrcl.models import ARCHS
+        from rawrcl.models.heads import DEMOSAICS
+
+        if self.arch not in ARCHS:
+            raise RawrclError(f"unknown --arch {self.arch!r}; expected one of {', '.join(ARCHS)}")
+        if self.demosaic not in DEMOSAICS:
+            raise RawrclError(f"unknown --demosaic {self.demosaic!r}; expected one of {', '.join(DEMOSAICS)}")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """The training loop (:class:`rawrcl.train.Trainer`). The fields and their meaning are those of
+    :data:`rawrcl.train.TRAINER_DEFAULTS`. ``precision`` is spelt as in :mod:`rawrcl.device`."""
+
+    steps: int = 1000
+    batch_size: int = 64
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-7
+    grad_clip: float | None = None
+    ema: float | None = None
+    lr_schedule: str = "constant"
+    seed: int = 0
+    device: str = "auto"
+    precision: str = "auto"
+    channels_last: bool | str = "auto"
+    compile: bool = False
+    num_workers: int | None = None
+    log_every: int = 10
+    save_every: int = 100
+    keep_every: int = 1000
+
+    def __post_init__(self) -> None:
+        if int(self.steps) < 0 or int(self.batch_size) < 1:
+            raise RawrclError("--steps must be ≥ 0 and --batch-size ≥ 1")
+        for value, option in ((self.lr, "--lr"), (self.grad_clip, "--grad-clip")):
+            if value is None and option == "--grad-clip":
+                continue
+            try:
+                ok = math.isfinite(float(value)) and float(value) >= 0
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise RawrclError(f"{option} must be a finite number ≥ 0, got {value!r}")
+        if self.ema is not None and not 0.0 < float(self.ema) < 1.0:
+            raise RawrclError(f"--ema must lie in (0, 1) (a decay such as 0.999), got {self.ema}")
+        if self.lr_schedule not in ("constant", "cosine"):
+            raise RawrclError(f"--lr-schedule {self.lr_schedule!r}: expected constant or cosine")
+        object.__setattr__(self, "precision", normalize_precision(self.precision))
+        object.__setattr__(self, "betas", tuple(self.betas))
+
+    @classmethod
+    def from_options(cls, options: dict | None) -> TrainingConfig:
+        """From a ``trainer_options`` dict (the old key ``amp`` is read as ``precision``)."""
+        opts = dict(options or {})
+        if "amp" in opts:
+            amp = opts.pop("amp")
+            opts.setdefault("precision", amp)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(opts) - known)
+        if unknown:
+            raise RawrclError(
+                f"unknown training option {unknown[0]!r}; expected one of {', '.join(sorted(known))}"
+            )
+        return cls(**opts)
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """One self-supervised pre-training run: data folder, run folder, task, method, and the four parts.
+
+    ``resume`` continues the run in ``out`` (then its saved configuration wins for the model, method, data
+    and seed), ``force`` overwrites it; they exclude each other.
+    """
+
+    data_dir: str
+    out: str
+    task: str = "jdd"
+    method: str = "rcl"
+    method_options: dict = field(default_factory=dict)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    resume: bool = False
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        from rawrcl.methods import PRETEXT_METHODS
+        from rawrcl.tasks import PRETEXT_TASKS
+
+        object.__setattr__(self, "data_dir", str(self.data_dir))
+        object.__setattr__(self, "out", str(self.out))
+        if self.resume and self.force:
+            raise RawrclError("--resume and --force exclude each other")
+        if self.task not in PRETEXT_TASKS:
+            raise RawrclError(f"unknown --task {self.task!r}; expected one of {', '.join(PRETEXT_TASKS)}")
+        if self.method not in PRETEXT_METHODS:
+            raise RawrclError(
+                f"unknown --method {self.method!r}; expected one of {', '.join(PRETEXT_METHODS)}"
+            )
+        if self.method == "m2m" and self.task != "jdd":
+            raise RawrclError("--method m2m is a JDD method: use --task jdd")
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (``from_dict(to_dict())`` gives the same configuration)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PretrainConfig:
+        """The configuration :meth:`to_dict` wrote."""
+        d = dict(d)
+        parts = {"model": ModelConfig, "data": DataConfig, "training": TrainingConfig}
+        for key, kind in parts.items():
+            if key in d:
+                d[key] = kind(**d[key])
+        return cls(**d)
