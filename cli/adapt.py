@@ -1,4 +1,4 @@
-"""``rawrcl adapt DNG_DIR --out RUN``: label-free fine-tuning of the RAW denoiser on the user's noisy files."""
+"""``rawrcl adapt DNG_DIR --out RUN``: label-free fine-tuning of the RAW denoiser on noisy files."""
 
 from __future__ import annotations
 

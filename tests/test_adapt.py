@@ -86,7 +86,7 @@ def test_noisy_crops_any_phase_and_floor(adapt_env):
 def test_r2r_target_unbiased_and_clip_aware_less_biased():
     """Poisson–Gaussian noise without clipping: the mean over many recorruptions of the target y2 is the clean
     signal x (and E[y2 | y1] = x since Cov(noise(y1), noise(y2)) = 0). With black clipping the plain target is
-    biased upwards in the shadows; the clip-aware loss only scores pixels clear of the floor, where it is not."""
+    biased upwards in the shadows; the clip-aware loss scores only pixels clear of the floor: not biased."""
     from rawrcl.methods.r2r import recorrupt
 
     g = torch.Generator().manual_seed(0)
