@@ -326,17 +326,17 @@ def table(doc: dict) -> str:
             if name == "supervised":
                 start = doc[part]["runs"].get("r2r", {}).get("rows", [{}])[0]
                 d = rows[-1]["psnr"] - start.get("psnr", math.nan)
-                lines.append(
-                    f"| supervised | {start.get('psnr', math.nan):.2f} | {d:+.2f} | | | "
-                    f"{rows[-1]['psnr_forget'] - start.get('psnr_forget', math.nan):+.2f} | {rec['seconds']} |"
-                )
+                df = rows[-1]["psnr_forget"] - start.get("psnr_forget", math.nan)
+                p0 = start.get("psnr", math.nan)
+                lines.append(f"| supervised | {p0:.2f} | {d:+.2f} | | | {df:+.2f} | {rec['seconds']} |")
                 continue
             best = max(rows, key=lambda r: r["psnr"])
             sel = next(r for r in rows if r["step"] == rec["selected_step"])
             col = "psnr_forget" if part == "synth" else "psnr_true"
             lines.append(
                 f"| {name} | {b['psnr']:.2f} | {rows[-1]['psnr'] - b['psnr']:+.2f} | "
-                f"{best['psnr'] - b['psnr']:+.2f} ({best['step']}) | {sel['psnr'] - b['psnr']:+.2f} ({sel['step']}) | "
+                f"{best['psnr'] - b['psnr']:+.2f} ({best['step']}) | "
+                f"{sel['psnr'] - b['psnr']:+.2f} ({sel['step']}) | "
                 f"{sel[col] - b[col]:+.2f} | {rec['seconds']} |"
             )
     return "\n".join(lines)

@@ -43,7 +43,7 @@ METHODS = ["r2r", "r2r-plain", "n2s", "rcl"]
 @click.option("--crop", default=None, type=int, help="crop side in mosaic pixels  [default: 128]")
 @click.option("--lr", default=None, type=float, help="learning rate  [default: 3e-5]")
 @click.option(
-    "--anchor", default=None, type=float, help="weight of Σ(θ − θ₀)² towards the start  [default: 1e-3]"
+    "--anchor", default=None, type=float, help="weight of Σ(θ − θ₀)² towards the start  [default: 0.05]"
 )
 @click.option(
     "--mix",

@@ -54,7 +54,7 @@ ADAPT_DEFAULTS: dict = {
     "batch_size": 4,  # pairs: 8 crops per step
     "crop": 128,
     "lr": 3e-5,
-    "anchor": 1e-3,
+    "anchor": 0.05,
     "mix": 0.0,
     "evals": 4,
     "select": "sure",
