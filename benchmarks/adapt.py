@@ -345,6 +345,17 @@ def figures(doc: dict, out: Path) -> list[Path]:
             ax[0].plot([r["step"] for r in rows], [r[key] - base for r in rows], marker="o", label=name)
             xs = [r.get("held_sure_psnr", math.nan) - rows[0].get("held_sure_psnr", math.nan) for r in rows]
             ax[1].scatter(xs, [r[key] - base for r in rows], label=name)
+        low = [
+            (n, min(r[key] - rec["rows"][0][key] for r in rec["rows"]))
+            for n, rec in runs.items()
+            if min(r[key] - rec["rows"][0][key] for r in rec["rows"]) < -1.0
+        ]
+        if low:  # keep the scale on the runs that matter; name the collapsed ones
+            for a in ax:
+                a.set_ylim(-1.0, None)
+            note = ", ".join(f"{n}: {v:+.1f} dB" for n, v in low)
+            ax[0].text(0.02, 0.02, f"off scale: {note}", transform=ax[0].transAxes, fontsize=8)
+            ax[1].set_xlim(-0.5, None)
         ax[0].axhline(0, color="k", lw=0.5)
         ax[0].set_xlabel("step")
         ax[0].set_ylabel(f"Δ true {key} vs start (dB)")
