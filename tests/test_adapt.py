@@ -234,3 +234,20 @@ def test_adapt_bad_input_one_line_error(case, tmp_path, adapt_env):
     assert "Traceback" not in res.output
     if case != "missing-out":
         assert len(lines) == 1 and lines[0].startswith("rawrcl: error:"), res.output
+
+
+def test_shadow_bias_zero_for_the_clean_signal_positive_for_brightened_shadows():
+    from rawrcl.methods.r2r import neighbour_mean, signal_variance
+    from rawrcl.train.adapt import censored_mean, shadow_bias
+
+    g = torch.Generator().manual_seed(2)
+    lam = torch.tensor([[[2e-3] * 4, [2e-3] * 4]])
+    x = torch.linspace(0.0, 0.3, 64).view(1, 1, 1, 64).expand(1, 4, 64, 64).contiguous()
+    v = signal_variance(x, lam)
+    y = (x + torch.randn(x.shape, generator=g) * v.sqrt()).clamp_min(0.0)
+    xhat = neighbour_mean(y)
+    var = signal_variance(xhat, lam)
+    s0, n0 = shadow_bias(x, y, lam, 0.0, xhat, var)
+    s1, n1 = shadow_bias(censored_mean(x, v, 0.0), y, lam, 0.0, xhat, var)  # learnt E[y_c] instead of x
+    assert n0 == n1 > 1000
+    assert abs(s0 / n0) < 0.02 and s1 / n1 > 0.04

@@ -159,6 +159,34 @@ def synthetic_mix(crop: int, photos: int = 8) -> Callable[[np.random.Generator],
 
 
 # ------------------------------------------------------------------------------------ held-out signal
+def censored_mean(x: torch.Tensor, var: torch.Tensor, floor: float) -> torch.Tensor:
+    """E[max(x + n, floor)] for n ~ N(0, var): what a file clipped at ``floor`` stores on average."""
+    sd = var.clamp_min(1e-12).sqrt()
+    u = (x - floor) / sd
+    normal = torch.distributions.Normal(0.0, 1.0)
+    return floor + (x - floor) * normal.cdf(u) + sd * normal.log_prob(u).exp()
+
+
+def shadow_bias(
+    fy: torch.Tensor,
+    y: torch.Tensor,
+    noise: torch.Tensor,
+    floor: float,
+    xhat: torch.Tensor,
+    var: torch.Tensor,
+) -> tuple[float, float]:
+    """(sum, count) over the shadow pixels (local signal < 2.5σ above ``floor``) of
+    (E[max(f(y) + n, floor)] − y)/σ: 0 on average when the model's output is the clean signal; > 0 when it
+    brightens the shadows (what a clipping-biased objective teaches), < 0 when it darkens them. SURE does not
+    score these pixels; this is the label-free check that does."""
+    dark = (xhat - floor) < 2.5 * var.sqrt()
+    if not bool(dark.any()):
+        return 0.0, 0.0
+    v_out = signal_variance(fy, noise)
+    r = (censored_mean(fy, v_out, floor) - y) / v_out.sqrt()
+    return float(r[dark].sum()), float(dark.sum())
+
+
 @torch.no_grad()
 def held_out_scores(
     model: nn.Module, crops: Sequence[dict], alpha: float = 0.5, draws: int = 2, seed: int = 0
@@ -197,6 +225,10 @@ def held_out_scores(
             r = recorrupt(y, noise, floor, alpha, True, 2.5, generator=g)
             out = call(model, r["input"], r["noise"]).float()
             r2r += float((((out - r["target"]) ** 2) * w).sum()) / draws
+        if float(c["floor"]) > -0.5:  # shadows of a clipped file: censored-mean consistency
+            b, nd = shadow_bias(fy, y, noise, float(c["floor"]), xhat, var)
+            tot["shadow"] = tot.get("shadow", 0.0) + b
+            tot["shadow_n"] = tot.get("shadow_n", 0.0) + nd
         tot["sure"] += float(sure.sum())
         tot["r2r"] += r2r
         tot["n"] += n
@@ -206,11 +238,13 @@ def held_out_scores(
     if tot["n"] < 1:
         return {"sure": math.nan, "sure_psnr": math.nan, "r2r": math.nan, "scored": 0.0}
     sure = tot["sure"] / tot["n"]
+    shadow = tot["shadow"] / tot["shadow_n"] if tot.get("shadow_n", 0) >= 1 else 0.0
     r2r = tot["r2r"] / tot["n"] / ((1 + 1 / alpha**2) * tot["var"] / tot["n"])
     return {
         "sure": sure,
         "sure_psnr": -10 * math.log10(sure) if sure > 0 else math.inf,
         "r2r": r2r,
+        "shadow": shadow,
         "scored": tot["n"] / tot["px"],
     }
 
