@@ -18,7 +18,8 @@ Pipeline (:func:`adapt`)
    every ``steps/evals`` steps kept as ``checkpoints/step_*.pt``).
 5. Keep-or-discard (:func:`held_out_scores`): on fixed held-out crops, for the start and every kept
    checkpoint, (a) SURE — Stein's unbiased estimate of the true MSE at the files' own noise, on pixels
-   clear of clipping (Monte-Carlo divergence), and (b) the held-out clip-aware R2R loss. The checkpoint
+   clear of clipping (Monte-Carlo divergence), (b) the held-out clip-aware R2R loss and (c, reported only)
+   the shadow-brightness check :func:`shadow_bias`. The checkpoint
    with the lowest ``select`` score wins; when no checkpoint beats the start, the run keeps the starting
    weights and says so (a warning and ``adapt.json``: ``verdict: "kept start"``). ``last.pt`` holds the
    selected weights; the trained ones stay in ``step_*.pt`` and in ``last.pt``'s ``train_weights``.
@@ -196,8 +197,10 @@ def held_out_scores(
     ``sure``: mean over scored pixels of (f(y) − y)² − v + 2v·∂fᵢ/∂yᵢ (Stein's unbiased risk estimate of
     the true MSE at the files' noise, Gaussian approximation, per-pixel variance v from the neighbours;
     divergence by ``draws`` Rademacher probes, ε = 0.05·σ); ``sure_psnr`` = −10·log10(sure) (dB, [0, 1]);
-    ``r2r``: the clip-aware R2R loss averaged over ``draws`` recorruptions; ``scored``: fraction of pixels
-    clear of clipping. Pixels within 2.5σ of a clip level are not scored (the estimates assume unclipped
+    ``r2r``: the clip-aware R2R loss averaged over ``draws`` recorruptions; ``shadow``: mean of
+    :func:`shadow_bias` over the pixels near a clip level (reported, not used to choose: it separated a
+    clipping-biased model too little, docs/adaptation.md); ``scored``: fraction of pixels clear of
+    clipping. Pixels within 2.5σ of a clip level are not scored by SURE/R2R (the estimates assume unclipped
     Gaussian noise)."""
     model = model.eval()
     tot = {"sure": 0.0, "r2r": 0.0, "n": 0.0, "var": 0.0}
