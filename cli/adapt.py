@@ -12,7 +12,7 @@ METHODS = ["r2r", "r2r-plain", "n2s", "rcl"]
 
 @click.command("adapt")
 @click.argument("dng_dir", type=click.Path())
-@click.option("--out", required=True, type=click.Path(), help="run directory to create")
+@click.option("--out", default=None, type=click.Path(), help="run directory to create  [required]")
 @click.option(
     "--from",
     "source",
@@ -94,7 +94,11 @@ def adapt(
     starting weights when adaptation did not help (RUN/adapt.json says which). Use the result with
     ``rawrcl denoise --model RUN``.
     """
+    from rawrcl.errors import RawrclError
     from rawrcl.train.adapt import adapt as _adapt
+
+    if not out:
+        raise RawrclError("--out RUN is required: the run directory to create (or to --resume)")
 
     res = _adapt(
         dng_dir,

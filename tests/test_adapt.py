@@ -232,8 +232,7 @@ def test_adapt_bad_input_one_line_error(case, tmp_path, adapt_env):
     assert res.exit_code != 0
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert "Traceback" not in res.output
-    if case != "missing-out":
-        assert len(lines) == 1 and lines[0].startswith("rawrcl: error:"), res.output
+    assert len(lines) == 1 and lines[0].startswith("rawrcl: error:"), res.output
 
 
 def test_shadow_bias_zero_for_the_clean_signal_positive_for_brightened_shadows():
