@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "bench": "bench:bench",
     "export": "export:export",
     "demo": "demo:demo",
+    "adapt": "adapt:adapt",
 }
 
 

@@ -10,6 +10,7 @@
 | m2m        | m2m.py        | x_a, x_b packed RAW, JDD head                   |
 | simclr     | encoder.py    | x_a, x_b (trains the perceptual encoder)        |
 | supervised | supervised.py | input, target (fine-tuning; tasks engineer)     |
+| r2r        | r2r.py        | x_a (+x_b), noise, floor (rawrcl adapt)         |
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ _REGISTRY: dict[str, str] = {
     "m2m": "m2m:M2M",
     "simclr": "encoder:SimCLR",
     "supervised": "supervised:supervised",
+    "r2r": "r2r:R2R",
 }
 
 

@@ -1,0 +1,447 @@
+"""Label-free adaptation benchmark (issue 20): ``rawrcl adapt`` objectives side by side, same data and budget.
+
+Part ``burst`` (real noise): adapt the starting model on frames 01–08 of ``../shared/data/raw/hdrplus_burst2``
+(noise per file from ``file_noise(auto)``: these DNGs carry no NoiseProfile, so the single-image estimate),
+score the unseen frame 00 against the registered burst reference (``rawrcl.eval.burst``, strict mask, 32-px
+border: PSNR and the true-error equivalent). Also frame 01 alone (a user with one photo) and the
+transductive case (frames 00–08).
+
+Part ``synth`` (a camera the model never saw): 12-bit, black-clipped (black level 0) files with fixed
+Poisson–Gaussian noise outside the shipped model's training range (read noise beyond the camera sampler's
+cap λread ≤ 0.15·λshot), simulated from sunhays80 photos (unprocessed, phases cycling RGGB/GRBG/BGGR/GBRG):
+adapt on photos [0, 20), score on [60, 70) against their clean mosaics (PSNR, CFA domain, [0, 1]); a
+supervised reference (the start fine-tuned with L1 on the same noisy files' clean pairs, same steps and
+crops); and a forgetting check: the same test photos with in-range noise (preset L4, 14-bit, pedestal).
+
+For every run the held-out label-free scores (SURE, R2R) of each kept checkpoint are recorded next to the
+true PSNR of that checkpoint, for the signal-vs-truth figure.
+
+Usage: ``OMP_NUM_THREADS=1 nice python benchmarks/adapt.py --start CKPT --out DIR [--part burst,synth]
+[--steps 300] [--runs r2r,r2r-noanchor,...]``; ``--figures`` redraws the figures from ``DIR/results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+#: name -> adapt() options (the objectives side by side; the default is "r2r")
+RUNS: dict[str, dict] = {
+    "r2r": {"method": "r2r"},
+    "r2r-noanchor": {"method": "r2r", "anchor": 0.0},
+    "r2r-mix": {"method": "r2r", "mix": 0.5},
+    "r2r-plain": {"method": "r2r-plain", "anchor": 0.0},
+    "n2s": {"method": "n2s"},
+    "rcl": {"method": "rcl"},
+}
+#: the synthetic unseen camera: λshot, λread ([0, 1] units), 12 bits, black-clipped
+CAMERA = (2e-3, 2e-3)
+FORGET_PRESET = (2e-3, 8e-6)
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _save(path: Path, doc: dict) -> None:
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def checkpoints(run: Path, start: dict) -> list[tuple[int, dict]]:
+    """(step, state_dict) of the start, every kept checkpoint and the final trained weights."""
+    from rawrcl.models.registry import read_checkpoint
+
+    out = [(0, start)]
+    ck = run / "checkpoints"
+    steps = sorted(int(p.stem.split("_")[1]) for p in ck.glob("step_*.pt"))
+    for s in steps:
+        out.append((s, read_checkpoint(ck / f"step_{s:07d}.pt")["state_dict"]))
+    last = read_checkpoint(ck / "last.pt")
+    final = int(last["extra"]["step"])
+    if final not in steps:
+        out.append((final, last["extra"].get("train_weights", last["state_dict"])))
+    return out
+
+
+def run_adapt(name: str, files, out: Path, start_ckpt: str, steps: int, opts: dict, score, log) -> dict:
+    """Adapt, then score every checkpoint with ``score(model) -> dict``; returns the record."""
+    from rawrcl.models.registry import load_checkpoint
+    from rawrcl.train.adapt import adapt
+
+    t = time.perf_counter()
+    summ = adapt(files, out, source=start_ckpt, steps=steps, force=True, progress=False, **opts)
+    secs = time.perf_counter() - t
+    model, _ = load_checkpoint(start_ckpt)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    rows = []
+    held = {r["step"]: r for r in summ["held_out"]}
+    for s, sd in checkpoints(out, start):
+        model.load_state_dict(sd)
+        sc = score(model.eval())
+        rows.append({"step": s, **sc, **{f"held_{k}": v for k, v in held.get(s, {}).items() if k != "step"}})
+        log(f"  {name} step {s}: {json.dumps({k: round(v, 4) for k, v in rows[-1].items() if k != 'step'})}")
+    return {
+        "name": name,
+        "options": opts,
+        "seconds": round(secs, 1),
+        "selected_step": summ["selected_step"],
+        "verdict": summ["verdict"],
+        "rows": rows,
+        "n_files": len(summ["files"]),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- burst
+def part_burst(args, doc: dict, path: Path, log) -> None:
+    from rawrcl.data.noisy_crops import load_noise_files
+    from rawrcl.eval import burst as B
+    from rawrcl.eval import burst_score as S
+    from rawrcl.infer import TileOptions, denoise_cfa
+    from rawrcl.models.conditioning import WithNoise
+
+    t = time.perf_counter()
+    burst = B.load_burst(args.burst, "frame00.dng")
+    br = B.build_reference(burst)
+    paths = list(burst.paths)
+    files = load_noise_files(paths)
+    log(f"burst reference + noise of {len(paths)} files in {time.perf_counter() - t:.0f} s")
+    f00 = files[0]
+    summ = br.summary(B.BORDER)
+    doc.setdefault("burst", {})["info"] = {
+        "ceiling": summ["ceiling"]["psnr"],
+        "mask_fraction": summ["mask_fraction"],
+        "noise": [f.describe() for f in files],
+    }
+
+    def score(model) -> dict:
+        with torch.no_grad():
+            out = denoise_cfa(WithNoise(model, f00.noise, 4), br.target, burst.pattern, TileOptions())
+        sc = S.score_raw(br, out, B.BORDER)
+        lo = S.score_raw(br, out, B.BORDER, loose)
+        return {"psnr": sc["psnr"], "psnr_true": sc["psnr_true"], "psnr_loose": lo["psnr"]}
+
+    loose = br.valid & ~burst.clipped[0]  # as benchmarks/burst.py: keeps the shadows the strict mask drops
+    if args.rescore:  # add the scores of the existing runs' checkpoints (e.g. a metric added later)
+        from rawrcl.models.registry import load_checkpoint
+
+        for name, rec in doc["burst"].get("runs", {}).items():
+            model, _ = load_checkpoint(args.start)
+            start = {k: v.clone() for k, v in model.state_dict().items()}
+            run = Path(args.out) / "runs" / f"burst-{name}"
+            by_step = dict(checkpoints(run, start))
+            for r in rec["rows"]:
+                model.load_state_dict(by_step[r["step"]])
+                r.update(score(model.eval()))
+            log(f"rescored {name}")
+        _save(path, doc)
+        return
+
+    cases = [(n, files[1:], o) for n, o in RUNS.items() if n in args.runs]
+    if "single" in args.runs:
+        cases.append(("r2r-frame01-only", files[1:2], {"method": "r2r"}))
+    if "transductive" in args.runs:
+        cases.append(("r2r-transductive", files, {"method": "r2r"}))
+    for name, fl, opts in cases:
+        if name in doc["burst"].get("runs", {}) and not args.redo:
+            continue
+        rec = run_adapt(
+            name, fl, Path(args.out) / "runs" / f"burst-{name}", args.start, args.steps, opts, score, log
+        )
+        doc["burst"].setdefault("runs", {})[name] = rec
+        _save(path, doc)
+
+
+# ------------------------------------------------------------------------------------------ synthetic
+def simulate(photos, noise, seed: int, offset: int = 0):
+    """[(name, noisy cfa [0, 1], clean cfa [0, 1], pattern, black level DN)] with ``noise`` (+ readout)."""
+    from rawrcl.simulate import simulate_image
+
+    out = []
+    for i, (name, img) in enumerate(photos):
+        pattern = ("RGGB", "GRBG", "BGGR", "GBRG")[(i + offset) % 4]
+        rng = np.random.default_rng([seed, i + offset])
+        s = simulate_image(img, rng, lambda r: noise, pattern=pattern)
+        scale = float(s["white_level"] - s["black_level"])
+        noisy = (s["noisy"].astype(np.float32) - s["black_level"]) / scale
+        clean = (s["clean"].astype(np.float32) - s["black_level"]) / scale
+        out.append((name, noisy, clean, pattern))
+    return out
+
+
+def psnr_cfa(model, items, lam: torch.Tensor) -> float:
+    from rawrcl.infer import TileOptions, denoise_cfa
+    from rawrcl.models.conditioning import WithNoise
+
+    vals = []
+    with torch.no_grad():
+        for _, noisy, clean, pattern in items:
+            out = denoise_cfa(WithNoise(model, lam, 4), noisy, pattern, TileOptions())
+            mse = float(np.mean((np.clip(out, 0, 1) - clean) ** 2))
+            vals.append(-10 * math.log10(max(mse, 1e-12)))
+    return float(np.mean(vals))
+
+
+class PairedCrops(torch.utils.data.Dataset):
+    """Supervised reference data: the same noisy files' crops with their clean crops (packed, RGGB)."""
+
+    keyed = True
+
+    def __init__(self, pairs, crop: int, seed: int = 0) -> None:
+        from rawrcl.cfa import align_rggb, pack
+
+        self.items = []
+        for _, noisy, clean, pattern, lam in pairs:
+            a = [
+                pack(align_rggb(x, pattern)[0][: 2 * (x.shape[0] // 2), : 2 * (x.shape[1] // 2)], "RGGB")
+                for x in (noisy, clean)
+            ]
+            self.items.append((np.ascontiguousarray(a[0]), np.ascontiguousarray(a[1]), lam))
+        self.c, self.seed = crop // 2, seed
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, key) -> dict:
+        i, s = int(key[0]), int(key[1])
+        rng = np.random.default_rng([self.seed, i, s % 2**62])
+        n, c, lam = self.items[i]
+        y = int(rng.integers(0, n.shape[1] - self.c + 1))
+        x = int(rng.integers(0, n.shape[2] - self.c + 1))
+        sl = (slice(None), slice(y, y + self.c), slice(x, x + self.c))
+        return {
+            "input": torch.from_numpy(n[sl].copy()),
+            "target": torch.from_numpy(c[sl].copy()),
+            "noise": lam,
+        }
+
+
+def part_synth(args, doc: dict, path: Path, log) -> None:
+    from rawrcl.data.noisy_crops import pack_file
+    from rawrcl.eval import load_images
+    from rawrcl.methods.supervised import supervised
+    from rawrcl.models.registry import load_checkpoint
+    from rawrcl.noise import NoiseModel, Readout
+    from rawrcl.train import Trainer
+    from rawrcl.train.adapt import ADAPT_DEFAULTS
+
+    photos = load_images(Path(args.sunhays))
+    cam = NoiseModel(*CAMERA, poisson=True, readout=Readout(12, 0.0))
+    lam = cam.params(4)
+    train = simulate(photos[:20], cam, 1)
+    test = simulate(photos[60:70], cam, 2)
+    forget_nm = NoiseModel(*FORGET_PRESET, poisson=True, readout=Readout(14, 0.06))
+    forget = simulate(photos[60:70], forget_nm, 3)
+    flam = forget_nm.params(4)
+    files = [pack_file(n, noisy, p, lam, "given") for n, noisy, _, p in train]
+    clipped = float(np.mean([np.mean(x[1] == 0) for x in train]))
+    doc.setdefault("synth", {})["info"] = {
+        "camera": {"lambda_shot": CAMERA[0], "lambda_read": CAMERA[1], "bits": 12, "black": 0},
+        "clipped_fraction": clipped,
+        "adapt_photos": "sunhays80[0:20]",
+        "test_photos": "sunhays80[60:70]",
+        "forget_noise": {"lambda_shot": FORGET_PRESET[0], "lambda_read": FORGET_PRESET[1], "bits": 14},
+    }
+    log(f"synthetic camera λ {CAMERA}, 12-bit, black-clipped: {100 * clipped:.1f} % zeros")
+
+    def score(model) -> dict:
+        return {"psnr": psnr_cfa(model, test, lam), "psnr_forget": psnr_cfa(model, forget, flam)}
+
+    for name, opts in RUNS.items():
+        if name not in args.runs or (name in doc["synth"].get("runs", {}) and not args.redo):
+            continue
+        rec = run_adapt(
+            name, files, Path(args.out) / "runs" / f"synth-{name}", args.start, args.steps, opts, score, log
+        )
+        doc["synth"].setdefault("runs", {})[name] = rec
+        _save(path, doc)
+    if "supervised" in args.runs and ("supervised" not in doc["synth"].get("runs", {}) or args.redo):
+        model, _ = load_checkpoint(args.start)
+        model = model.float().train()
+        run = Path(args.out) / "runs" / "synth-supervised"
+        data = PairedCrops([(*t, lam) for t in train], ADAPT_DEFAULTS["crop"])
+        cfg = {
+            "steps": args.steps,
+            "batch_size": 2 * ADAPT_DEFAULTS["batch_size"],
+            "lr": args.sup_lr,
+            "grad_clip": 1.0,
+            "save_every": args.steps,
+            "keep_every": 0,
+            "force": True,
+            "progress": False,
+            "method": "supervised",
+        }
+        t = time.perf_counter()
+        Trainer(model, supervised, data, run, cfg).fit()
+        rec = {
+            "name": "supervised",
+            "seconds": round(time.perf_counter() - t, 1),
+            "rows": [{"step": args.steps, **score(model.eval())}],
+        }
+        log(f"  supervised: {rec['rows'][0]}")
+        doc["synth"].setdefault("runs", {})["supervised"] = rec
+        _save(path, doc)
+
+
+# ---------------------------------------------------------------------------------------------- speed
+def part_speed(args, doc: dict, path: Path, log) -> None:
+    """Wall time of ``adapt`` at the default settings on 10 generated 12 MP DNGs (4000×3000, 12-bit, with
+    a NoiseProfile), in this process's thread count."""
+    from rawrcl.io.dng import write_dng
+    from rawrcl.train.adapt import adapt
+
+    d = Path(args.out) / "speed_dngs"
+    d.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[0:3000, 0:4000].astype(np.float32) / 4000
+    for i in range(10):
+        p = d / f"img_{i:02d}.dng"
+        if p.exists():
+            continue
+        clean = 0.2 + 0.15 * np.sin(20 * xx + i) * np.cos(13 * yy)
+        noisy = clean + rng.standard_normal(clean.shape, dtype=np.float32) * np.sqrt(4e-3 * clean + 2e-4)
+        dn = np.clip(np.rint(noisy * 4095), 0, 4095).astype(np.uint16)
+        write_dng(p, dn, "RGGB", 0, 4095, iso=3200, noise_profile=[(4e-3, 2e-4)] * 3)
+    t = time.perf_counter()
+    summ = adapt(d, Path(args.out) / "runs" / "speed", source=args.start, force=True, progress=False)
+    secs = time.perf_counter() - t
+    doc["speed"] = {
+        "files": 10,
+        "megapixels": 12,
+        "seconds": round(secs, 1),
+        "train_seconds": summ["train"]["elapsed_s"],
+        "steps": summ["steps"],
+        "threads": torch.get_num_threads(),
+    }
+    log(f"speed: {doc['speed']}")
+    _save(path, doc)
+
+
+# -------------------------------------------------------------------------------------------- figures
+def figures(doc: dict, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    for part, key in (("burst", "psnr"), ("synth", "psnr")):
+        runs = doc.get(part, {}).get("runs", {})
+        runs = {k: v for k, v in runs.items() if k != "supervised"}
+        if not runs:
+            continue
+        fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+        for name, rec in runs.items():
+            rows = rec["rows"]
+            base = rows[0][key]
+            ax[0].plot([r["step"] for r in rows], [r[key] - base for r in rows], marker="o", label=name)
+            xs = [r.get("held_sure_psnr", math.nan) - rows[0].get("held_sure_psnr", math.nan) for r in rows]
+            ax[1].scatter(xs, [r[key] - base for r in rows], label=name)
+        low = [
+            (n, min(r[key] - rec["rows"][0][key] for r in rec["rows"]))
+            for n, rec in runs.items()
+            if min(r[key] - rec["rows"][0][key] for r in rec["rows"]) < -1.0
+        ]
+        if low:  # keep the scale on the runs that matter; name the collapsed ones
+            for a in ax:
+                a.set_ylim(-1.0, None)
+            note = ", ".join(f"{n}: {v:+.1f} dB" for n, v in low)
+            ax[0].text(0.02, 0.02, f"off scale: {note}", transform=ax[0].transAxes, fontsize=8)
+            ax[1].set_xlim(-0.5, None)
+        ax[0].axhline(0, color="k", lw=0.5)
+        ax[0].set_xlabel("step")
+        ax[0].set_ylabel(f"Δ true {key} vs start (dB)")
+        ax[0].set_title(f"{part}: test PSNR change during adaptation")
+        ax[0].legend(fontsize=7)
+        ax[1].axhline(0, color="k", lw=0.5)
+        ax[1].axvline(0, color="k", lw=0.5)
+        ax[1].set_xlabel("Δ held-out SURE PSNR (dB, label-free)")
+        ax[1].set_ylabel("Δ true PSNR (dB)")
+        ax[1].set_title("label-free signal vs truth (every kept checkpoint)")
+        fig.tight_layout()
+        p = out / f"adapt_{part}.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        made.append(p)
+    return made
+
+
+def table(doc: dict) -> str:
+    lines = []
+    for part in ("burst", "synth"):
+        runs = doc.get(part, {}).get("runs", {})
+        if not runs:
+            continue
+        extra = " | forget Δ" if part == "synth" else " | true-error Δ"
+        lines.append(f"\n{part}: | run | start | final Δ | best Δ (step) | selected Δ (step){extra} | s |")
+        for name, rec in runs.items():
+            rows = rec["rows"]
+            b = rows[0]
+            if name == "supervised":
+                start = doc[part]["runs"].get("r2r", {}).get("rows", [{}])[0]
+                d = rows[-1]["psnr"] - start.get("psnr", math.nan)
+                df = rows[-1]["psnr_forget"] - start.get("psnr_forget", math.nan)
+                p0 = start.get("psnr", math.nan)
+                lines.append(f"| supervised | {p0:.2f} | {d:+.2f} | | | {df:+.2f} | {rec['seconds']} |")
+                continue
+            best = max(rows, key=lambda r: r["psnr"])
+            sel = next(r for r in rows if r["step"] == rec["selected_step"])
+            col = "psnr_forget" if part == "synth" else "psnr_true"
+            lines.append(
+                f"| {name} | {b['psnr']:.2f} | {rows[-1]['psnr'] - b['psnr']:+.2f} | "
+                f"{best['psnr'] - b['psnr']:+.2f} ({best['step']}) | "
+                f"{sel['psnr'] - b['psnr']:+.2f} ({sel['step']}) | "
+                f"{sel[col] - b[col]:+.2f} | {rec['seconds']} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--start", help="starting checkpoint (noise-aware RAW denoiser)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--part", default="burst,synth")
+    ap.add_argument("--runs", default=",".join([*RUNS, "single", "transductive", "supervised"]))
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--sup-lr", type=float, default=1e-4)
+    ap.add_argument("--burst", default=str(SHARED / "data" / "raw" / "hdrplus_burst2"))
+    ap.add_argument("--sunhays", default=str(SHARED / "data" / "sunhays80"))
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--redo", action="store_true", help="rerun runs already in results.json")
+    ap.add_argument("--rescore", action="store_true", help="burst: rescore the existing runs' checkpoints")
+    ap.add_argument("--figures", action="store_true", help="only redraw figures / table from results.json")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.json"
+    doc = _load(path)
+    args.runs = set(args.runs.split(","))
+
+    def log(m: str) -> None:
+        print(m, file=sys.stderr, flush=True)
+
+    if not args.figures:
+        doc.setdefault("settings", {}).update({"start": args.start, "steps": args.steps})
+        if "burst" in args.part:
+            part_burst(args, doc, path, log)
+        if "synth" in args.part:
+            part_synth(args, doc, path, log)
+        if "speed" in args.part:
+            part_speed(args, doc, path, log)
+    for p in figures(doc, out):
+        log(f"figure: {p}")
+    print(table(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""``rawrcl adapt DNG_DIR --out RUN``: label-free fine-tuning of the RAW denoiser on noisy files."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rawrcl.cli.common import ema_option, user_errors
+
+METHODS = ["r2r", "r2r-plain", "n2s", "rcl"]
+
+
+@click.command("adapt")
+@click.argument("dng_dir", type=click.Path())
+@click.option("--out", default=None, type=click.Path(), help="run directory to create  [required]")
+@click.option(
+    "--from",
+    "source",
+    default="default",
+    show_default=True,
+    help="starting model: 'default' (the shipped noise-aware RAW denoiser), a checkpoint or a run directory",
+)
+@click.option("--task", default="raw-denoise", show_default=True, type=click.Choice(["raw-denoise"]))
+@click.option(
+    "--method",
+    default="r2r",
+    show_default=True,
+    type=click.Choice(METHODS),
+    help="r2r: clipping-aware Recorrupted-to-Recorrupted; r2r-plain: as published; n2s: Noise2Self; rcl: "
+    "the paper's residual contrastive loss (docs/adaptation.md compares them)",
+)
+@click.option("--steps", default=None, type=int, help="optimiser steps  [default: 400]")
+@click.option(
+    "--noise",
+    default="auto",
+    show_default=True,
+    help="each file's noise: auto (DNG NoiseProfile → --noise-profile → single-image estimate), metadata, "
+    "image, a preset, λshot,λread, PROFILE.json[:ISO]",
+)
+@click.option("--noise-profile", default=None, type=click.Path(), help="noise profile consulted by auto")
+@click.option("--noise-scale", default=1.0, show_default=True, type=float, help="multiplies both λ")
+@click.option("--batch-size", default=None, type=int, help="crop pairs per step  [default: 4, = 8 crops]")
+@click.option("--crop", default=None, type=int, help="crop side in mosaic pixels  [default: 128]")
+@click.option("--lr", default=None, type=float, help="learning rate  [default: 3e-5]")
+@click.option(
+    "--anchor", default=None, type=float, help="weight of Σ(θ − θ₀)² towards the start  [default: 0.05]"
+)
+@click.option(
+    "--mix",
+    default=None,
+    type=float,
+    help="weight of synthetic supervised crops (scikit-image photos, camera noise)  [default: 0 = off]",
+)
+@click.option(
+    "--select",
+    default=None,
+    type=click.Choice(["sure", "r2r", "last"]),
+    help="held-out score that picks the kept checkpoint (the start when none beats it)  [default: sure]",
+)
+@click.option("--evals", default=None, type=int, help="checkpoints scored on the held-out crops [default: 4]")
+@ema_option
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--resume", is_flag=True, help="continue the run in --out")
+@click.option("--force", is_flag=True, help="overwrite an existing run directory")
+@click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
+@user_errors
+def adapt(
+    dng_dir,
+    out,
+    source,
+    task,
+    method,
+    steps,
+    noise,
+    noise_profile,
+    noise_scale,
+    batch_size,
+    crop,
+    lr,
+    anchor,
+    mix,
+    select,
+    evals,
+    ema,
+    seed,
+    resume,
+    force,
+    as_json,
+):
+    """Fine-tune a noise-aware RAW denoiser on DNG_DIR's noisy files, with no clean reference.
+
+    Each file's noise comes from --noise (per file: folders mixing ISOs work). The bottom 1/8 of every
+    file is held out; the run keeps the checkpoint with the best held-out label-free score, or the
+    starting weights when adaptation did not help (RUN/adapt.json says which). Use the result with
+    ``rawrcl denoise --model RUN``.
+    """
+    from rawrcl.errors import RawrclError
+    from rawrcl.train.adapt import adapt as _adapt
+
+    if not out:
+        raise RawrclError("--out RUN is required: the run directory to create (or to --resume)")
+
+    res = _adapt(
+        dng_dir,
+        out,
+        source=source,
+        task=task,
+        method=method,
+        steps=steps,
+        noise=noise,
+        noise_profile=noise_profile,
+        noise_scale=noise_scale,
+        batch_size=batch_size,
+        crop=crop,
+        lr=lr,
+        anchor=anchor,
+        mix=mix,
+        evals=evals,
+        select=select,
+        ema=ema,
+        seed=seed,
+        resume=resume,
+        force=force,
+        progress=None if not as_json else False,
+        log=None if as_json else (lambda m: click.echo(m, err=True)),
+    )
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+        return
+    base, best = res["held_out"][0], next(r for r in res["held_out"] if r["step"] == res["selected_step"])
+    click.echo(
+        f"adapted {len(res['files'])} files with {res['method']} ({res['steps']} steps): {res['verdict']}; "
+        f"held-out SURE {base['sure_psnr']:.2f} → {best['sure_psnr']:.2f} dB → {res['checkpoint']}"
+    )

@@ -1,0 +1,252 @@
+"""``rawrcl adapt``: noisy-crop data, the (clipping-aware) R2R objective, the held-out signal, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+
+# ------------------------------------------------------------------------------------------ fixtures
+def _scene(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    """A smooth CFA scene in [0, 1] with dark regions (so black clipping happens)."""
+    yy, xx = np.mgrid[0:h, 0:w] / max(h, w)
+    base = 0.25 + 0.2 * np.sin(6 * xx + 2 * rng.random()) * np.cos(4 * yy) + 0.15 * xx
+    base[: h // 4, : w // 3] = 0.002  # a near-black patch
+    return np.clip(base, 0, 1)
+
+
+def _write(
+    path: Path, pattern: str, lam: tuple[float, float], black: int, rng, shape=(160, 176)
+) -> np.ndarray:
+    from rawrcl.io.dng import write_dng
+
+    white = 4095
+    clean = _scene(*shape, rng)
+    noisy = clean + rng.normal(size=shape) * np.sqrt(lam[0] * clean + lam[1])
+    dn = np.clip(np.rint(black + noisy * (white - black)), 0, white).astype(np.uint16)
+    write_dng(path, dn, pattern, black, white, iso=400, noise_profile=[lam] * 3, make="Test", model="Cam")
+    return clean
+
+
+@pytest.fixture(scope="module")
+def adapt_env(tmp_path_factory) -> dict:
+    """3 small 12-bit DNGs (RGGB; GRBG; black-clipped BGGR, black level 0) and a tiny noise-aware denoiser."""
+    from rawrcl.models import build_model, save_checkpoint
+
+    d = tmp_path_factory.mktemp("adapt")
+    dngs = d / "dngs"
+    dngs.mkdir()
+    rng = np.random.default_rng(3)
+    _write(dngs / "a.dng", "RGGB", (2e-3, 1e-5), 256, rng)
+    _write(dngs / "b.dng", "GRBG", (4e-3, 4e-5), 256, rng)
+    _write(dngs / "c.dng", "BGGR", (4e-3, 4e-5), 0, rng)  # black-subtracted file: clipped at 0
+    torch.manual_seed(0)
+    cfg = {"arch": "unet", "in_channels": 4, "head": "raw", "width": 4, "depth": 2, "skip": True}
+    model = build_model({**cfg, "noise_aware": True})
+    save_checkpoint(d / "tiny.pt", model)
+    return {"dir": d, "dngs": dngs, "ckpt": d / "tiny.pt"}
+
+
+def _cli(args: list):
+    from click.testing import CliRunner
+    from rawrcl.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+# ------------------------------------------------------------------------------------------ data
+def test_noisy_crops_any_phase_and_floor(adapt_env):
+    from rawrcl.cfa import pack
+    from rawrcl.data.noisy_crops import NoisyCrops, load_noise_files
+    from rawrcl.io.raw import read_raw
+
+    files = load_noise_files(sorted(adapt_env["dngs"].glob("*.dng")))
+    assert [f.name for f in files] == ["a.dng", "b.dng", "c.dng"]
+    assert [f.floor is not None for f in files] == [False, False, True]
+    assert all(f.source == "metadata" for f in files)
+    np.testing.assert_allclose(files[1].noise[0].numpy(), 4e-3, rtol=1e-3)
+    # GRBG → RGGB geometry: a 1-px reflection pad on the left, then packed; crops are offset in packed px
+    raw = read_raw(adapt_env["dngs"] / "b.dng", clip=False)
+    ref = pack(np.pad(raw.cfa, ((0, 0), (1, 0)), mode="reflect"), "RGGB")
+    np.testing.assert_array_equal(files[1].packed, ref[:, :, : files[1].packed.shape[2]])
+    ds = NoisyCrops(files, crop=32, seed=1)
+    it = ds[(2, 5)]
+    assert it["x_a"].shape == it["x_b"].shape == (4, 16, 16) and it["noise"].shape == (2, 4)
+    assert float(it["floor"]) == pytest.approx(files[2].floor)
+    assert torch.equal(ds[(2, 5)]["x_a"], it["x_a"])  # deterministic in the key
+    held = ds.held_out()
+    assert len(held) == 12 and torch.equal(held[0]["x"], ds.held_out()[0]["x"])
+
+
+# ------------------------------------------------------------------------------------------ R2R
+def test_r2r_target_unbiased_and_clip_aware_less_biased():
+    """Poisson–Gaussian noise without clipping: the mean over many recorruptions of the target y2 is the clean
+    signal x (and E[y2 | y1] = x since Cov(noise(y1), noise(y2)) = 0). With black clipping the plain target is
+    biased upwards in the shadows; the clip-aware loss scores only pixels clear of the floor: not biased."""
+    from rawrcl.methods.r2r import recorrupt
+
+    g = torch.Generator().manual_seed(0)
+    ls, lr = 4e-3, 4e-5
+    x = torch.linspace(0.0, 0.6, 64).view(1, 1, 1, 64).expand(1, 4, 32, 64).contiguous()
+    noise = torch.tensor([[[ls] * 4, [lr] * 4]])
+    n_draws = 400
+    y2_mean = torch.zeros_like(x)
+    y2_mean_c = torch.zeros_like(x)
+    cov = torch.zeros_like(x)
+    w_sum = torch.zeros_like(x)
+    bias_plain = torch.zeros_like(x)
+    for _ in range(n_draws):
+        y = x + torch.randn(x.shape, generator=g) * (ls * x + lr).sqrt()
+        r = recorrupt(y, noise, torch.tensor([-1.0]), 0.5, clip_aware=False, generator=g)
+        y2_mean += r["target"] / n_draws
+        cov += (r["input"] - x) * (r["target"] - x) / n_draws
+        yc = y.clamp_min(0.0)  # a black-clipped file
+        rp = recorrupt(yc, noise, torch.tensor([-1.0]), 0.5, clip_aware=False, generator=g)
+        bias_plain += rp["target"] / n_draws
+        rc = recorrupt(yc, noise, torch.tensor([0.0]), 0.5, clip_aware=True, generator=g)
+        y2_mean_c += rc["target"] * rc["weight"]
+        w_sum += rc["weight"]
+    sd = (ls * x + lr).sqrt()
+    # unbiased target: column means (32·4·400 samples each) within 4 standard errors of x
+    se = sd * (1 + 1 / 0.5**2) ** 0.5 / (32 * 4 * n_draws) ** 0.5
+    col = y2_mean.mean(dim=(0, 1, 2))
+    assert torch.all((col - x[0, 0, 0]).abs() < 4 * se[0, 0, 0] + 1e-6)
+    # input and target noise uncorrelated (relative to the noise variance)
+    assert float(cov.mean() / (sd**2).mean()) == pytest.approx(0.0, abs=0.05)
+    # clipping: the plain target is biased upwards in the darkest columns; clip-aware scored pixels are not
+    dark = x[0, 0, 0] < 2 * sd[0, 0, 0]
+    plain_bias = float((bias_plain.mean(dim=(0, 1, 2)) - x[0, 0, 0])[dark].mean())
+    scored = w_sum > n_draws / 2
+    ca = (y2_mean_c / w_sum.clamp_min(1) - x)[scored]
+    assert plain_bias > 0.1 * float(sd[0, 0, 0][dark].mean())
+    assert abs(float(ca.mean())) < 0.2 * abs(plain_bias)
+    assert scored.float().mean() > 0.5  # most of the ramp is still scored
+
+
+def test_r2r_method_runs_on_a_noise_aware_model():
+    from rawrcl.methods import make_method
+    from rawrcl.models import build_model
+
+    torch.manual_seed(0)
+    m = build_model({"in_channels": 4, "head": "raw", "width": 4, "depth": 2, "noise_aware": True})
+    batch = {
+        "x_a": torch.rand(2, 4, 16, 16),
+        "x_b": torch.rand(2, 4, 16, 16),
+        "noise": torch.tensor([[[1e-3] * 4, [1e-5] * 4]] * 2),
+        "floor": torch.tensor([-1.0, 0.0]),
+    }
+    out = make_method("r2r")(batch, m)
+    out["loss"].backward()
+    assert torch.isfinite(out["loss"]) and 0 < out["scored"] <= 1
+
+
+def test_held_out_sure_tracks_true_mse():
+    """SURE on fixed crops ranks an identity 'denoiser' far worse than a good one, close to their true MSE."""
+    from rawrcl.train.adapt import held_out_scores
+
+    class Blur(torch.nn.Module):
+        noise_aware = False
+
+        def forward(self, x):
+            return torch.nn.functional.avg_pool2d(
+                torch.nn.functional.pad(x, (2,) * 4, mode="replicate"), 5, 1
+            )
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.full((4, 32, 32), 0.3)
+    lam = torch.tensor([[2e-3] * 4, [1e-5] * 4])
+    crops = []
+    for _ in range(4):
+        y = x + torch.randn(x.shape, generator=g) * (2e-3 * x + 1e-5).sqrt()
+        crops.append({"x": y, "noise": lam, "floor": -1.0})
+    ident = held_out_scores(torch.nn.Identity(), crops)
+    blur = held_out_scores(Blur(), crops)
+    var = 2e-3 * 0.3 + 1e-5
+    assert ident["sure"] == pytest.approx(var, rel=0.1)  # identity: true MSE = the noise variance
+    assert blur["sure"] < 0.2 * var and blur["sure_psnr"] > ident["sure_psnr"] + 7
+
+
+# ------------------------------------------------------------------------------------------ adapt / CLI
+@pytest.mark.slow
+def test_adapt_cli_writes_a_run_denoise_accepts_and_resume(adapt_env, tmp_path):
+    run = tmp_path / "run"
+    args = ["adapt", adapt_env["dngs"], "--out", run, "--from", adapt_env["ckpt"], "--steps", 4, "--crop", 32]
+    res = _cli([*args, "--batch-size", 2, "--evals", 2, "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output[res.output.index("{") :])
+    assert summary["steps"] == 4 and [f["file"] for f in summary["files"]] == ["a.dng", "b.dng", "c.dng"]
+    assert summary["files"][2]["floor"] == 0.0 and summary["files"][0]["floor"] is None
+    assert [r["step"] for r in summary["held_out"]] == [0, 2, 4]
+    assert all(np.isfinite(r["sure"]) for r in summary["held_out"])
+    assert summary["verdict"].startswith(("kept start", "adapted"))
+    ck = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
+    assert ck["extra"]["adapt"]["files"][1]["file"] == "b.dng" and ck["config"]["noise_aware"]
+    assert json.loads((run / "adapt.json").read_text())["selected_step"] == summary["selected_step"]
+    # resume to more steps continues from step 4
+    res2 = _cli(
+        [*args[:-4], "--steps", 6, "--crop", 32, "--batch-size", 2, "--evals", 3, "--resume", "--json"]
+    )
+    assert res2.exit_code == 0, res2.output
+    s2 = json.loads(res2.output[res2.output.index("{") :])
+    assert s2["steps"] == 6
+    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[-1]["step"] == 6
+    # an existing run without --resume/--force is refused in one line
+    res3 = _cli(args)
+    assert res3.exit_code != 0 and "already holds a run" in res3.output
+
+    # the run is an ordinary checkpoint: the task loader takes it, and with the file's noise it denoises
+    from rawrcl.infer import denoise_cfa
+    from rawrcl.io.raw import read_raw
+    from rawrcl.models.conditioning import WithNoise
+    from rawrcl.models.loading import load_for_task
+
+    net, _ = load_for_task(run, "raw-denoise")
+    raw = read_raw(adapt_env["dngs"] / "b.dng", clip=False)
+    lam = torch.tensor([[4e-3] * 4, [4e-5] * 4])
+    assert denoise_cfa(WithNoise(net, lam, 4), raw.cfa, raw.pattern).shape == raw.cfa.shape
+    out = _cli(["denoise", adapt_env["dngs"] / "b.dng", "-o", tmp_path / "b_out.dng", "--model", run, "-q"])
+    if "noise-aware: it needs the noise parameters" in out.output:  # pragma: no cover - depends on infer
+        pytest.xfail("rawrcl denoise does not give noise-aware models the file's noise yet (rawrcl.infer)")
+    assert out.exit_code == 0, out.output
+    assert (tmp_path / "b_out.dng").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["empty", "not-dng", "missing-out", "missing-dir"],
+)
+def test_adapt_bad_input_one_line_error(case, tmp_path, adapt_env):
+    d = tmp_path / "in"
+    d.mkdir()
+    if case == "not-dng":
+        (d / "x.dng").write_bytes(b"not a raw file")
+    args = ["adapt", d if case != "missing-dir" else tmp_path / "nope", "--from", adapt_env["ckpt"]]
+    if case != "missing-out":
+        args += ["--out", tmp_path / "run"]
+    res = _cli(args)
+    assert res.exit_code != 0
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert "Traceback" not in res.output
+    assert len(lines) == 1 and lines[0].startswith("rawrcl: error:"), res.output
+
+
+def test_shadow_bias_zero_for_the_clean_signal_positive_for_brightened_shadows():
+    from rawrcl.methods.r2r import neighbour_mean, signal_variance
+    from rawrcl.train.adapt import censored_mean, shadow_bias
+
+    g = torch.Generator().manual_seed(2)
+    lam = torch.tensor([[[2e-3] * 4, [2e-3] * 4]])
+    x = torch.linspace(0.0, 0.3, 64).view(1, 1, 1, 64).expand(1, 4, 64, 64).contiguous()
+    v = signal_variance(x, lam)
+    y = (x + torch.randn(x.shape, generator=g) * v.sqrt()).clamp_min(0.0)
+    xhat = neighbour_mean(y)
+    var = signal_variance(xhat, lam)
+    s0, n0 = shadow_bias(x, y, lam, 0.0, xhat, var)
+    s1, n1 = shadow_bias(censored_mean(x, v, 0.0), y, lam, 0.0, xhat, var)  # learnt E[y_c] instead of x
+    assert n0 == n1 > 1000
+    assert abs(s0 / n0) < 0.02 and s1 / n1 > 0.04
