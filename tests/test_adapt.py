@@ -210,8 +210,6 @@ def test_adapt_cli_writes_a_run_denoise_accepts_and_resume(adapt_env, tmp_path):
     lam = torch.tensor([[4e-3] * 4, [4e-5] * 4])
     assert denoise_cfa(WithNoise(net, lam, 4), raw.cfa, raw.pattern).shape == raw.cfa.shape
     out = _cli(["denoise", adapt_env["dngs"] / "b.dng", "-o", tmp_path / "b_out.dng", "--model", run, "-q"])
-    if "noise-aware: it needs the noise parameters" in out.output:  # pragma: no cover - depends on infer
-        pytest.xfail("rawrcl denoise does not give noise-aware models the file's noise yet (rawrcl.infer)")
     assert out.exit_code == 0, out.output
     assert (tmp_path / "b_out.dng").stat().st_size > 0
 
