@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import click
-from rawrcl.cli.common import LazyChoice, user_errors
+from rawrcl.cli.common import NOISE_SYNTHETIC_HELP, LazyChoice, user_errors
 
 
 @click.command("bench")
@@ -27,6 +27,7 @@ from rawrcl.cli.common import LazyChoice, user_errors
 @click.option("--pretrain-steps", default=None, type=int, help="override the protocol's pre-training steps")
 @click.option("--finetune-steps", default=None, type=int, help="override the protocol's fine-tuning steps")
 @click.option("--device", default=None, help="override the protocol's device (cpu, cuda)")
+@click.option("--noise", default=None, help=NOISE_SYNTHETIC_HELP + "  [default: the protocol's, high]")
 @click.option(
     "--skip/--no-skip",
     default=None,
@@ -48,6 +49,7 @@ def bench(
     pretrain_steps,
     finetune_steps,
     device,
+    noise,
     skip,
     threads,
     resume,
@@ -70,6 +72,10 @@ def bench(
         overrides["device"] = device
     if skip is not None:
         overrides["skip"] = skip
+    if noise is not None:
+        from rawrcl.noise import parse_noise
+
+        overrides["noise"] = parse_noise(noise, option="--noise").text
     res = run_bench(
         protocol,
         train_dir,

@@ -80,3 +80,22 @@ def test_deprecated_amp_and_overlap_aliases(tmp_path):
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["precision"] == "fp32" and "amp" not in cfg
     assert cfg["data_options"]["overlap"] == 0.4
+
+
+def test_bench_takes_the_noise_grammar(tmp_path, monkeypatch):
+    import rawrcl.bench
+
+    seen = {}
+
+    def fake_run_bench(protocol, *args, overrides=None, **kwargs):
+        seen.update(overrides or {})
+        return {"records": [], "wall_s": 0.0}
+
+    monkeypatch.setattr(rawrcl.bench, "run_bench", fake_run_bench)
+    base = ["bench", "--train-dir", str(tmp_path), "--test-dir", str(tmp_path), "--out", str(tmp_path / "r")]
+    res = CliRunner().invoke(main, [*base, "--noise", "0.01, 0.0016"])
+    assert res.exit_code == 0, res.output
+    assert seen["noise"] == "0.01,0.0016"
+    res = CliRunner().invoke(main, [*base, "--noise", "metadata"])
+    assert res.exit_code != 0 and "--noise" in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1
