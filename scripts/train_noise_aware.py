@@ -55,6 +55,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--ema", type=float, default=0.999)
     ap.add_argument("--init", default=None, help="start from this checkpoint (a low-lr continuation)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--plane-p", type=float, default=0.0, help="share of crops with per-plane (white-balanced) noise"
+    )
     ap.add_argument("--save-every", type=int, default=250)
     ap.add_argument("--install", action="store_true", help="install the result into rawrcl/weights/")
     return ap.parse_args(argv)
@@ -88,7 +91,9 @@ def train_task(args) -> Path:
         source, task, "full", width=args.width, depth=args.depth, seed=args.seed, noise_aware=True
     )
     photos = training_photos(Path(args.data))
-    dataset = LabelledCrops(photos, task, crop=args.crop, seed=args.seed, noise=CameraSampler(), augment=True)
+    dataset = LabelledCrops(
+        photos, task, crop=args.crop, seed=args.seed, noise=CameraSampler(plane_p=args.plane_p), augment=True
+    )
     cfg = {
         "method": "supervised",
         "task": task.name,
@@ -100,7 +105,7 @@ def train_task(args) -> Path:
         "ema": args.ema,
         "grad_clip": 1.0,
         "seed": args.seed,
-        "noise": "camera",
+        "noise": "camera" if not args.plane_p else f"camera (plane_p {args.plane_p})",
         "source": info["source"],
         "recipe": "scripts/train_noise_aware.py",
         "train_photos": [n for n, _ in photos],

@@ -225,3 +225,20 @@ def test_std_map_is_the_nlf_at_the_local_mean():
     assert s.shape == x.shape
     assert torch.allclose(s[0], torch.tensor((1e-3 * 0.25 + 1e-5) ** 0.5))
     assert torch.allclose(s[1], torch.tensor(1e-4**0.5))
+
+
+def test_camera_sampler_per_plane_noise_follows_white_balance_gains():
+    """plane_p = 1: R and B planes get λshot·g and λread·g² (g their gain), the greens the base pair."""
+    import numpy as np
+
+    from rawrcl.noise import CameraSampler
+
+    assert np.ndim(CameraSampler()(np.random.default_rng(0)).lambda_shot) == 0  # default: one pair
+    sampler = CameraSampler(plane_p=1.0, plane_spread=2.5)
+    for seed in range(20):
+        m = sampler(np.random.default_rng(seed))
+        shot, read = np.asarray(m.lambda_shot), np.asarray(m.lambda_read)
+        assert shot.shape == read.shape == (4,) and shot[1] == shot[2] and read[1] == read[2]
+        gains = shot / shot[1]
+        assert np.all((gains >= 1 / 2.5 - 1e-12) & (gains <= 2.5 + 1e-12))
+        np.testing.assert_allclose(read / read[1], gains**2, rtol=1e-9)

@@ -88,7 +88,11 @@ class CameraSampler:
     ``read_cap``·λshot). Shot noise is Poisson. The readout (:class:`Readout`) is drawn too: bit depth
     from ``bits`` with probabilities ``bits_p``; with probability ``black_subtracted`` the file is clipped
     at 0 (black level subtracted before writing), otherwise it keeps a pedestal of U(``pedestal_min``,
-    ``pedestal_max``) of white. [0, 1] units throughout.
+    ``pedestal_max``) of white. With probability ``plane_p`` the R and B planes get their own parameters,
+    as in files whose planes were scaled by white-balance gains before writing (phone DNGs): a gain g per
+    plane, log-uniform in [1/``plane_spread``, ``plane_spread``] (G1 = G2 = 1), gives λshot·g and λread·g²
+    (per-plane values in the order R, G1, G2, B). ``plane_p = 0``: one pair for all planes. [0, 1] units
+    throughout.
     """
 
     shot_min: float = 3e-6
@@ -103,6 +107,8 @@ class CameraSampler:
     black_subtracted: float = 0.35
     pedestal_min: float = 0.02
     pedestal_max: float = 0.13
+    plane_p: float = 0.0
+    plane_spread: float = 2.5
 
     def __call__(self, rng: np.random.Generator) -> NoiseModel:
         def log_uniform(lo: float, hi: float) -> float:
@@ -115,6 +121,12 @@ class CameraSampler:
         black = 0.0
         if rng.random() >= self.black_subtracted:
             black = float(rng.uniform(self.pedestal_min, self.pedestal_max))
+        if self.plane_p > 0 and rng.random() < self.plane_p:
+            lo, hi = 1 / self.plane_spread, self.plane_spread
+            g = [log_uniform(lo, hi), 1.0, 1.0, log_uniform(lo, hi)]
+            shots = tuple(shot * k for k in g)
+            reads = tuple(read * k * k for k in g)
+            return NoiseModel(shots, reads, poisson=True, readout=Readout(bits, black))
         return NoiseModel(shot, read, poisson=True, readout=Readout(bits, black))
 
 
