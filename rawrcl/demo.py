@@ -95,6 +95,7 @@ def run_demo(
     jdd_model, denoise_model : checkpoints to use instead of the shipped default weights.
     """
     from rawrcl.infer import TileOptions, denoise_cfa, jdd_cfa, write_denoised_dng, write_image
+    from rawrcl.infer.noise import raw_model_for
     from rawrcl.io.raw import read_raw
     from rawrcl.isp import render_srgb
     from rawrcl.models.loading import load_for_task
@@ -153,6 +154,9 @@ def run_demo(
     results: dict[str, dict[str, float]] = {"jdd": {}, "raw-denoise": {}}
     outputs: list[str] = []
     for label, (m_jdd, m_den) in models.items():
+        # noise-aware models get the file's noise exactly as `rawrcl jdd/denoise` (default --noise auto)
+        m_jdd = raw_model_for(m_jdd, raw, dng, None, echo if label == "default" else None)
+        m_den = None if m_den is None else raw_model_for(m_den, raw, dng, None, None)
         rgb = jdd_cfa(m_jdd, raw.cfa, raw.pattern, opts)
         results["jdd"][f"rawrcl jdd ({label})"] = psnr01(rgb, clean_rgb)
         tag = "" if label == "default" else "_pretrained"

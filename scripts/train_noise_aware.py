@@ -60,6 +60,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--save-every", type=int, default=250)
     ap.add_argument("--install", action="store_true", help="install the result into rawrcl/weights/")
+    ap.add_argument(
+        "--install-only",
+        nargs="+",
+        metavar="RUN",
+        help="no training: install the last of these stage runs (first → last) into rawrcl/weights/",
+    )
     return ap.parse_args(argv)
 
 
@@ -122,40 +128,53 @@ def train_task(args) -> Path:
     return run_dir
 
 
-def install(run_dir: Path, args) -> Path:
+def _stage(run_dir: Path) -> dict:
+    """What one training stage was: its settings from the run's config.json (no machine paths)."""
+    cfg = json.loads((run_dir / "config.json").read_text())
+    keep = ("task", "steps", "batch_size", "crop", "lr", "lr_schedule", "ema", "grad_clip", "seed", "noise")
+    stage = {k: cfg.get(k) for k in keep}
+    stage.update(task_options=cfg.get("task_options"), model=cfg.get("model"))
+    stage["init"] = "scratch" if cfg.get("source") == "scratch" else "the previous stage's EMA weights"
+    return stage
+
+
+def install(run_dirs: list[Path], task: str) -> Path:
+    """Install the last stage's EMA weights (float16) as the task's shipped default, with the provenance
+    of every stage (``run_dirs``: first → last)."""
     import torch
 
     from rawrcl.models.registry import atomic_torch_save
     from rawrcl.tasks import get_task
 
-    raw = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)
+    raw = torch.load(run_dirs[-1] / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)
     git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    commit = git.stdout.strip()
-    cfg = json.loads((run_dir / "config.json").read_text())
+    first = json.loads((run_dirs[0] / "config.json").read_text())
     prov = {
-        "recipe": "scripts/train_noise_aware.py " + " ".join(sys.argv[1:]),
-        "commit": commit,
+        "recipe": "scripts/train_noise_aware.py",
+        "commit": git.stdout.strip(),
         "date": dt.date.today().isoformat(),
-        "train_photos": cfg.get("train_photos"),
-        "settings": {k: v for k, v in vars(args).items() if k not in ("install", "data", "work")},
+        "stages": [_stage(d) for d in run_dirs],
+        "train_photos": first.get("train_photos"),
         "held_out": ["cbsd68[58:]", "urban100[90:]", "sunhays80 (all)"],
     }
     extra = {"provenance": prov, "weights_dtype": "float16"}
     state = {k: (v.half() if v.is_floating_point() else v) for k, v in raw["state_dict"].items()}
-    dst = REPO / "rawrcl" / "weights" / get_task(args.task).default_weights
-    atomic_torch_save(
-        {"config": raw["config"], "state_dict": state, "extra": extra},
-        dst,
-    )
+    dst = REPO / "rawrcl" / "weights" / get_task(task).default_weights
+    atomic_torch_save({"config": raw["config"], "state_dict": state, "extra": extra}, dst)
     print(f"installed {dst} ({dst.stat().st_size / 1e6:.2f} MB)", file=sys.stderr)
     return dst
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
+    if args.install_only:
+        install([Path(d) for d in args.install_only], args.task)
+        return
     run_dir = train_task(args)
     if args.install:
-        install(run_dir, args)
+        init = Path(args.init) if args.init else None
+        stages = [init.parents[1]] if init is not None and init.parent.name == "checkpoints" else []
+        install([*stages, run_dir], args.task)
 
 
 if __name__ == "__main__":
