@@ -296,7 +296,11 @@ class Models:
         from rawrcl.models.loading import load_for_task
 
         torch.set_num_threads(1)
-        self.raw = load_for_task(None, "raw-denoise")[0]
+        from rawrcl.infer.noise import bind_noise
+        from rawrcl.noise import NoiseModel
+
+        # the shipped RAW denoiser is noise-aware: bound to a fixed level (the estimator is not under test)
+        self.raw = bind_noise(load_for_task(None, "raw-denoise")[0], NoiseModel(4e-3, 3e-5))
         torch.manual_seed(0)
         self.rgb = build_model(
             {"arch": "unet", "in_channels": 3, "head": "rgb", "width": 8, "depth": 2}

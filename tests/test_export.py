@@ -8,6 +8,7 @@ darktable 5.6's Bayer raw-denoise path (darktable itself cannot be installed her
 from __future__ import annotations
 
 import json
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -182,8 +183,13 @@ def _real_tiles(side: int) -> list[np.ndarray]:
 @pytest.mark.parametrize("task", ["jdd", "raw-denoise"])
 def test_onnxruntime_equals_torch_fp32(task):
     """On-the-fly export (dynamic shapes), random tiles with values outside [0, 1] and real tiles."""
-    torch_model = load_for_task(None, task)[0]
-    ort_model = OrtModel(cached_export(None, task))
+    from rawrcl.infer.noise import bind_noise
+    from rawrcl.noise import NoiseModel
+
+    # the shipped RAW denoiser is noise-aware: its on-the-fly graph takes the noise as a second input
+    level = NoiseModel(4e-3, 3e-5)
+    torch_model = bind_noise(load_for_task(None, task)[0], level)
+    ort_model = bind_noise(OrtModel(cached_export(None, task)), level)
     g = torch.Generator().manual_seed(5)
     # sizes that are not multiples of the U-Net's 8: the graph pads itself as torch does (--tta makes them)
     xs = [torch.rand(2, 4, 96, 136, generator=g) * 1.3 - 0.15, torch.rand(1, 4, 57, 83, generator=g)]
@@ -242,8 +248,13 @@ def test_cli_denoise_runs_an_exported_onnx_file(tmp_path):
         main, ["denoise", str(dng), "-o", str(tmp_path / "o.dng"), "--model", str(onnx_path), "-q"]
     )
     assert res.exit_code == 0, res.output  # a .onnx --model picks the onnxruntime backend
+    from rawrcl.infer.noise import raw_model_for
+
     got = read_raw(tmp_path / "o.dng", clip=False).cfa
-    ref = denoise_cfa(load_for_task(None, "raw-denoise")[0], read_raw(dng, clip=False).cfa, "BGGR", WHOLE)
+    raw = read_raw(dng, clip=False)  # the same noise as the command: --noise auto (here the image estimate)
+    ref = denoise_cfa(
+        raw_model_for(load_for_task(None, "raw-denoise")[0], raw, dng, None), raw.cfa, "BGGR", WHOLE
+    )
     want = (requantize_cfa(ref, "BGGR", (BLACK,) * 4, WHITE) - BLACK) / (WHITE - BLACK)
     assert np.abs(got - want).max() * (WHITE - BLACK) <= 1.01  # requantised to DN: at most one code apart
 
@@ -285,11 +296,17 @@ def test_darktable_emulation_single_512_tile_grbg(dt512):
 
 def test_darktable_raw_denoiser_lands_on_cfa_sites(tmp_path):
     """A RAW denoiser exported for darktable: at the CFA sites darktable keeps rawrcl denoise's values."""
+    from rawrcl.export.noise import BakedNLF
+    from rawrcl.models.conditioning import WithNoise
+
     model, cfg = load_checkpoint(default_weights_path("raw-denoise"))
-    info = write_package(prepare(model, cfg, head="jdd"), tmp_path, "rawdenoise-test-raw", tile=192)
+    nlf = BakedNLF((4e-3,) * 4, (3e-5,) * 4)  # the shipped denoiser is noise-aware: one camera level baked in
+    info = write_package(
+        prepare(model, cfg, head="jdd", noise=nlf), tmp_path, "rawdenoise-test-raw", tile=192
+    )
     cfa = mosaic(500, 520, "RGGB", seed=4)
     got, _, st = emulate(Path(info["path"]), cfa, "RGGB")
-    ref = denoise_cfa(model, cfa, "RGGB", WHOLE)
+    ref = denoise_cfa(WithNoise(model, nlf.tensor(), 4).eval(), cfa, "RGGB", WHOLE)
     own = st["weight"] == 1
     own[:100] = own[-100:] = False
     own[:, :100] = own[:, -100:] = False
@@ -516,8 +533,13 @@ def test_raw_denoiser_as_jdd_same_result_on_both_backends():
     """``rawrcl jdd --model RAW_DENOISER``: the on-the-fly export is the same denoise → demosaic module and
     tiles the frame the same way (same size multiple) as torch."""
     from rawrcl.infer import task_model
+    from rawrcl.models import build_model, save_checkpoint
 
-    ckpt = default_weights_path("raw-denoise")
+    torch.manual_seed(8)  # a blind RAW denoiser (the shipped one is noise-aware: its JDD graph needs --noise)
+    ckpt = Path(tempfile.mkdtemp()) / "blind_raw.pt"
+    save_checkpoint(
+        ckpt, build_model({"arch": "unet", "in_channels": 4, "head": "raw", "width": 8, "depth": 3})
+    )
     cfa = mosaic(150, 171, "GRBG", seed=8)
     out = {}
     for backend in ("torch", "onnxruntime"):

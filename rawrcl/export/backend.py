@@ -61,7 +61,7 @@ def cached_export(model_path: str | os.PathLike | None, task: str) -> Path:
     target = cache_dir() / f"{sha[:24]}-{task}-op{OPSET}-v{EXPORT_VERSION}.onnx"
     if not target.is_file():
         model, cfg = load_checkpoint(ckpt)
-        prep = prepare(model, cfg, head=get_task(task).head, allow_noise_input=False, name=str(ckpt))
+        prep = prepare(model, cfg, head=get_task(task).head, name=str(ckpt))  # noise-aware: a noise input
         export_prepared(prep, target, tile=None, checkpoint=ckpt, name=str(ckpt))
     return target
 
