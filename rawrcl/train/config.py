@@ -22,6 +22,21 @@ from rawrcl.errors import RawrclError
 from rawrcl.noise import SYNTHETIC, parse_noise
 
 
+def check_numbers(cfg: dict) -> None:
+    """Refuse a learning rate or gradient cap that is not a finite number ≥ 0 (e.g. ``--lr nan``); a
+    missing ``grad_clip`` (None) is allowed. One home for the trainer and the run configuration."""
+    for key, option in (("lr", "--lr"), ("grad_clip", "--grad-clip")):
+        value = cfg.get(key)
+        if value is None and key == "grad_clip":
+            continue
+        try:
+            ok = math.isfinite(float(value)) and float(value) >= 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise RawrclError(f"{option} must be a finite number ≥ 0, got {value!r}")
+
+
 @dataclass(frozen=True)
 class DataConfig:
     """The pair dataset (:func:`rawrcl.train.build_dataset`). ``crop`` is in file pixels (CFA pixels for
@@ -103,15 +118,7 @@ class TrainingConfig:
     def __post_init__(self) -> None:
         if int(self.steps) < 0 or int(self.batch_size) < 1:
             raise RawrclError("--steps must be ≥ 0 and --batch-size ≥ 1")
-        for value, option in ((self.lr, "--lr"), (self.grad_clip, "--grad-clip")):
-            if value is None and option == "--grad-clip":
-                continue
-            try:
-                ok = math.isfinite(float(value)) and float(value) >= 0
-            except (TypeError, ValueError):
-                ok = False
-            if not ok:
-                raise RawrclError(f"{option} must be a finite number ≥ 0, got {value!r}")
+        check_numbers({"lr": self.lr, "grad_clip": self.grad_clip})
         if self.ema is not None and not 0.0 < float(self.ema) < 1.0:
             raise RawrclError(f"--ema must lie in (0, 1) (a decay such as 0.999), got {self.ema}")
         if self.lr_schedule not in ("constant", "cosine"):

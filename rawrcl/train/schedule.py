@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 
 from rawrcl.errors import RawrclError
+from rawrcl.train.config import check_numbers
 
 
 def step_seed(seed: int, step: int, rank: int = 0) -> int:
@@ -65,18 +66,7 @@ def lr_schedule(lr: float, kind: str, steps: int) -> Callable[[int], float]:
     raise RawrclError(f"--lr-schedule {kind!r}: expected constant or cosine")
 
 
-def _check_numbers(cfg: dict) -> None:
-    """Refuse a learning rate or gradient cap that is not a finite number ≥ 0 (e.g. ``--lr nan``)."""
-    for key, option in (("lr", "--lr"), ("grad_clip", "--grad-clip")):
-        value = cfg.get(key)
-        if value is None and key == "grad_clip":
-            continue
-        try:
-            ok = math.isfinite(float(value)) and float(value) >= 0
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            raise RawrclError(f"{option} must be a finite number ≥ 0, got {value!r}")
+_check_numbers = check_numbers  # the one check lives in rawrcl.train.config
 
 
 class WeightEMA:
