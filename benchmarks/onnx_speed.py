@@ -61,8 +61,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from rawrcl.export.darktable import write_package
     from rawrcl.export.ort import OrtModel
     from rawrcl.infer import TileOptions, denoise_cfa, jdd_cfa
+    from rawrcl.infer.noise import bind_noise
     from rawrcl.models import load_checkpoint
     from rawrcl.models.loading import default_weights_path, load_for_task
+    from rawrcl.noise import NoiseModel
 
     cfa = _synthetic_cfa(args.mp)
     h, w = cfa.shape
@@ -78,6 +80,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for task in args.tasks.split(","):
         fn = jdd_cfa if task == "jdd" else denoise_cfa
         engines = {"torch": load_for_task(None, task)[0], "onnxruntime": OrtModel(cached_export(None, task))}
+        # noise-aware models (the shipped RAW denoiser) run bound to one level, as `rawrcl denoise` does
+        engines = {k: bind_noise(m, NoiseModel(2e-3, 5e-5)) for k, m in engines.items()}
         if task == "jdd":
             model, cfg = load_checkpoint(default_weights_path("jdd"))
             tmp = tempfile.mkdtemp(prefix="rawrcl-dt-")
