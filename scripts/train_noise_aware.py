@@ -135,6 +135,10 @@ def _stage(run_dir: Path) -> dict:
     stage = {k: cfg.get(k) for k in keep}
     stage.update(task_options=cfg.get("task_options"), model=cfg.get("model"))
     stage["init"] = "scratch" if cfg.get("source") == "scratch" else "the previous stage's EMA weights"
+    metrics = run_dir / "metrics.jsonl"
+    lines = metrics.read_text().splitlines() if metrics.exists() else []
+    if lines:  # a stage may be stopped early (SIGTERM saves last.pt): record where it ended
+        stage["steps_done"] = json.loads(lines[-1]).get("step")
     return stage
 
 
