@@ -86,6 +86,15 @@ DEMOSAIC_CHOICE = LazyChoice("rawrcl.models.heads:DEMOSAICS")
 PRECISION_CHOICE = LazyChoice("rawrcl.device:PRECISIONS")
 
 #: ``--ema DECAY`` of ``pretrain`` and ``finetune`` (``rawrcl.train.WeightEMA``)
+#: ``--precision`` of the training commands (pretrain, finetune)
+train_precision_option = click.option(
+    "--precision",
+    type=PRECISION_CHOICE,
+    default="auto",
+    show_default=True,
+    help="Autocast precision of training; auto = bf16/fp16 on CUDA, else fp32.",
+)
+
 ema_option = click.option(
     "--ema",
     default=None,

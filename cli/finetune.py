@@ -8,9 +8,9 @@ import click
 from rawrcl.cli.common import (
     DEMOSAIC_CHOICE,
     NOISE_SYNTHETIC_HELP,
-    PRECISION_CHOICE,
     LazyChoice,
     ema_option,
+    train_precision_option,
     user_errors,
 )
 
@@ -71,13 +71,7 @@ from rawrcl.cli.common import (
 )
 @ema_option
 @click.option("--device", default=None)
-@click.option(
-    "--precision",
-    type=PRECISION_CHOICE,
-    default="auto",
-    show_default=True,
-    help="Autocast precision of training; auto = bf16/fp16 on CUDA, else fp32.",
-)
+@train_precision_option
 @click.option("--force", is_flag=True, help="overwrite an existing run directory")
 @click.option("--json", "as_json", is_flag=True)
 @user_errors

@@ -11,10 +11,10 @@ import click
 from rawrcl.cli.common import (
     DEMOSAIC_CHOICE,
     NOISE_SYNTHETIC_HELP,
-    PRECISION_CHOICE,
     LazyChoice,
     deprecated,
     ema_option,
+    train_precision_option,
     user_errors,
 )
 
@@ -119,13 +119,7 @@ from rawrcl.cli.common import (
     "$XDG_CACHE_HOME/rawrcl or ~/.cache/rawrcl].",
 )
 @click.option("--device", default="auto", show_default=True)
-@click.option(
-    "--precision",
-    type=PRECISION_CHOICE,
-    default="auto",
-    show_default=True,
-    help="Autocast precision of training; auto = bf16/fp16 on CUDA, else fp32.",
-)
+@train_precision_option
 @click.option("--amp", type=click.Choice(["auto", "bf16", "fp16", "off"]), default=None, hidden=True)
 @click.option("--compile/--no-compile", "compile_", default=False, help="torch.compile the model.")
 @click.option(

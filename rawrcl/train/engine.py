@@ -39,11 +39,11 @@ from torch.nn.utils import clip_grad_norm_
 from rawrcl.device import autocast, normalize_precision, resolve_precision, select_device
 from rawrcl.errors import RawrclError
 from rawrcl.models.registry import read_checkpoint, unwrap
+from rawrcl.train.config import check_numbers
 from rawrcl.train.rundir import RunDirectory
 from rawrcl.train.runlock import RunLock
 from rawrcl.train.schedule import (
     WeightEMA,
-    _check_numbers,
     _ema_decay,
     _set_rng_state,
     lr_schedule,
@@ -168,7 +168,7 @@ class Trainer(RunDirectory):
             raise RawrclError("--steps must be ≥ 0 and --batch-size ≥ 1")
         if cfg.get("ema") is not None:
             _ema_decay(cfg["ema"])  # refused before the run directory is touched
-        _check_numbers(cfg)
+        check_numbers(cfg)
         _precision(cfg)
         lr_schedule(float(cfg["lr"]), cfg.get("lr_schedule") or "constant", steps)  # refused early too
 

@@ -13,7 +13,6 @@ import torch
 import torch.nn as nn
 
 from rawrcl.errors import RawrclError
-from rawrcl.train.config import check_numbers
 
 
 def step_seed(seed: int, step: int, rank: int = 0) -> int:
@@ -64,9 +63,6 @@ def lr_schedule(lr: float, kind: str, steps: int) -> Callable[[int], float]:
     if kind == "cosine":
         return lambda t: lr * (0.01 + 0.99 * 0.5 * (1.0 + math.cos(math.pi * min(t, steps) / max(steps, 1))))
     raise RawrclError(f"--lr-schedule {kind!r}: expected constant or cosine")
-
-
-_check_numbers = check_numbers  # the one check lives in rawrcl.train.config
 
 
 class WeightEMA:
