@@ -132,9 +132,10 @@ def measure(args) -> list[dict]:
                             continue
                         out = fn(s["input"].float(), meta)
                         per[k].append(psnr_float(torch.as_tensor(out).float(), s["target"], border))
-                        if k in CACHED and cache_path:
+                        if k in CACHED:
                             cache[key] = per[k][-1]
-                            cache_path.write_text(json.dumps(cache))
+                if cache_path:  # once per row (a killed run keeps every finished row)
+                    cache_path.write_text(json.dumps(cache))
                 row = {"task": task_name, "domain": domain, "noise": level, "n": len(photos)}
                 row.update({k: float(np.mean(v)) for k, v in per.items()})
                 row["seconds"] = round(time.perf_counter() - t0, 1)
