@@ -82,6 +82,22 @@ def _gat_bm3d(raw, path: Path) -> np.ndarray:
     return np.asarray(unpack(den, raw.pattern, raw.cfa.shape))
 
 
+def _menon_nlm(raw, path: Path) -> np.ndarray:
+    """Menon demosaicing + NLM in the rendered image (the eval's ``menon+nlm``), with the file's own
+    white balance and colour matrix and the noise ``rawrcl jdd`` would use: (3, H, W) linear camera RGB."""
+    import torch
+
+    from rawrcl.calibration.resolve import file_noise
+    from rawrcl.demosaic import demosaic
+    from rawrcl.eval.baselines import nlm_after_demosaic
+
+    rgb = torch.from_numpy(demosaic(np.clip(raw.cfa, 0, 1), raw.pattern, "menon"))
+    meta = {"noise": file_noise(raw, "auto", path=path).model}
+    if raw.wb is not None and raw.ccm is not None:
+        meta["isp"] = {"wb": raw.wb, "ccm": raw.ccm, "gain": 1.0}
+    return nlm_after_demosaic(rgb, meta).numpy()
+
+
 def run_demo(
     out: str | Path = "rawrcl-demo",
     *,
@@ -185,6 +201,7 @@ def run_demo(
             )
     for name, rgb in _classical(np.clip(raw.cfa, 0, 1), raw.pattern).items():
         results["jdd"][f"{name} demosaic of the noisy mosaic"] = psnr01(rgb, clean_rgb)
+    results["jdd"]["Menon + NLM (classical pipeline)"] = psnr01(_menon_nlm(raw, dng), clean_rgb)
     results["raw-denoise"]["noisy input"] = psnr01(raw.cfa, clean_cfa)
     results["raw-denoise"]["GAT+BM3D (classical gold standard)"] = psnr01(_gat_bm3d(raw, dng), clean_cfa)
     echo(f"[4/4] jdd + denoise on {dng.name} ({raw.width}×{raw.height}):")

@@ -46,6 +46,9 @@ def test_demo_reduced(tmp_path: Path, tiny_models):
     assert 10 < den["noisy input"] < 40
     jdd = s["psnr_db"]["jdd"]
     assert jdd["menon demosaic of the noisy mosaic"] > 10 and np.isfinite(jdd["rawrcl jdd (default)"])
+    # the classical baselines the models are compared with denoise: above their noisy inputs
+    assert jdd["Menon + NLM (classical pipeline)"] > jdd["menon demosaic of the noisy mosaic"] + 0.5
+    assert den["GAT+BM3D (classical gold standard)"] > den["noisy input"] + 1.0
     for p in s["outputs"]:
         assert Path(p).is_file()
     dng = [p for p in s["outputs"] if p.endswith(".dng")][0]

@@ -8,7 +8,7 @@ output`` in the task's target domain; ``meta["noise"]`` is the sample's true noi
   image's mean level from the *known* noise model of the sample (an oracle-noise-level baseline). ``NLM_K``
   was tuned on 6 CBSD68 images at the ``high`` preset (see ``docs/benchmarks.md``). With ``--unprocess``
   the NLM runs on the rendered 8-bit sRGB image instead (h from a blind MAD noise estimate there) and the
-  result is mapped back to linear camera RGB (:func:`_nlm_after_demosaic`).
+  result is mapped back to linear camera RGB (:func:`nlm_after_demosaic`).
 - ``nlm``: RGB tasks, the same NLM on the noisy RGB input; ``raw-denoise``, RAW-domain NLM in the GAT domain
   with the true noise (:func:`rawrcl.eval.raw_baselines.nlm_raw`).
 - ``gat+bm3d`` (``raw-denoise``): generalised Anscombe transform + BM3D + exact unbiased inverse with the true
@@ -97,7 +97,7 @@ def nlm_rgb(x: torch.Tensor, sigma8: float, k: float | None = None) -> torch.Ten
     return _hwc_to_chw(out[..., ::-1].astype(np.float64) / 255.0)
 
 
-def _nlm_after_demosaic(rgb: torch.Tensor, meta: dict) -> torch.Tensor:
+def nlm_after_demosaic(rgb: torch.Tensor, meta: dict) -> torch.Tensor:
     """NLM for the ``menon+nlm`` pipeline, in the domain a camera pipeline denoises: the 8-bit display image.
 
     Photo-valued samples are already display-referred: NLM with h from the known noise level. Unprocessed
@@ -145,7 +145,7 @@ def _baseline(name: str) -> Baseline:
                 raise RawrclError(f"baseline {name!r} does not apply to RAW task {task.name!r}")
             rgb = _demosaic(demosaicer, inp)
             if name == "menon+nlm":
-                rgb = _nlm_after_demosaic(rgb, meta)
+                rgb = nlm_after_demosaic(rgb, meta)
             return _upsample(rgb, task.scale // 2)
         # RGB-input tasks
         if name in ("noisy", "bicubic"):
