@@ -21,6 +21,14 @@ from rawrcl.noise.spec import PER_FILE, NoiseSpec, parse_noise
 from .metadata import metadata_from_tags
 from .single_image import estimate_mosaic
 
+#: ``FileNoise.source`` → what the log says
+SOURCES = {
+    "metadata": "DNG NoiseProfile",
+    "profile": "noise profile",
+    "image": "image estimate",
+    "given": "--noise",
+}
+
 
 @dataclass(frozen=True)
 class FileNoise:
@@ -38,13 +46,27 @@ class FileNoise:
     source: str
     scale: float = 1.0
 
-    def describe(self) -> str:
-        s = self.model.lambda_shot
-        r = self.model.lambda_read
+    @property
+    def source_text(self) -> str:
+        """Where the noise came from, for people: e.g. ``"DNG NoiseProfile"``, ``"image estimate"``."""
+        return SOURCES.get(self.source, self.source)
+
+    def describe(
+        self, name: str | None = None, asked: str | None = None, seconds: float | None = None
+    ) -> str:
+        """The one log line of a file's noise, e.g. ``frame00.dng: noise from image estimate (no
+        NoiseProfile): λshot 0.0012, λread 0.00013 (plane mean; 0.8 s)``; ``asked`` the ``--noise`` kind
+        (``"auto"`` explains a missing NoiseProfile), ``seconds`` the time an image estimate took."""
+        s, r = self.model.lambda_shot, self.model.lambda_read
         ms = sum(s) / len(s) if isinstance(s, tuple | list) else float(s)
         mr = sum(r) / len(r) if isinstance(r, tuple | list) else float(r)
-        extra = f", ×{self.scale:g}" if self.scale != 1.0 else ""
-        return f"noise from {self.source}: λshot {ms:.3g}, λread {mr:.3g} (plane mean{extra})"
+        why = " (no NoiseProfile)" if self.source in ("image", "profile") and asked == "auto" else ""
+        extra = [f"×{self.scale:g}"] if self.scale != 1.0 else []
+        if seconds is not None and self.source == "image":
+            extra.append(f"{seconds:.1f} s")
+        head = f"{name}: " if name else ""
+        tail = "; ".join(["plane mean", *extra])
+        return f"{head}noise from {self.source_text}{why}: λshot {ms:.3g}, λread {mr:.3g} ({tail})"
 
 
 def _planes(per_plane: dict[str, tuple[float, float]], scale: float) -> NoiseModel:

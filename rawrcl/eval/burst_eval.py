@@ -74,10 +74,9 @@ def _resolve_noise(
     if parsed.kind == "image" and image_est is not None and scale == 1.0:
         return image_est.model, "image estimate"
     from rawrcl.calibration.resolve import file_noise
-    from rawrcl.infer.noise import SOURCES
 
     fn = file_noise(raw, parsed, path=path, profile=profile, scale=scale)
-    return fn.model, SOURCES.get(fn.source, fn.source)
+    return fn.model, fn.source_text
 
 
 def _load_model(name: str, task: str | None, opts):

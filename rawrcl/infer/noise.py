@@ -30,12 +30,6 @@ from rawrcl.noise import NoiseModel
 from rawrcl.noise.spec import PER_FILE, NoiseSpec, parse_noise
 
 #: how each :class:`~rawrcl.calibration.resolve.FileNoise` source reads in the log
-SOURCES = {
-    "metadata": "DNG NoiseProfile",
-    "profile": "noise profile",
-    "image": "image estimate",
-    "given": "--noise",
-}
 
 
 @dataclass
@@ -74,22 +68,6 @@ class NoiseOptions:
             )
 
 
-def describe(name: str, fn, asked: str, seconds: float | None = None) -> str:
-    """The log line of one file's noise, e.g. ``frame00.dng: noise from image estimate (no NoiseProfile):
-    λshot 1.2e-03, λread 1.3e-04 (plane mean; 0.8 s)``."""
-    ls, lr = (
-        sum(v) / len(v) if isinstance(v, tuple | list) else float(v)
-        for v in (fn.model.lambda_shot, fn.model.lambda_read)
-    )
-    src = SOURCES.get(fn.source, fn.source)
-    why = " (no NoiseProfile)" if fn.source in ("image", "profile") and asked == "auto" else ""
-    extra = [f"×{fn.scale:g}"] if fn.scale != 1.0 else []
-    if seconds is not None and fn.source == "image":
-        extra.append(f"{seconds:.1f} s")
-    tail = "; ".join(["plane mean", *extra])
-    return f"{name}: noise from {src}{why}: λshot {ls:.3g}, λread {lr:.3g} ({tail})"
-
-
 def bind_noise(model: nn.Module, noise: NoiseModel | None, channels: int = 4) -> nn.Module:
     """``model`` as a one-argument module: bound to ``noise`` when noise-aware (refused without it),
     unchanged when blind."""
@@ -121,7 +99,7 @@ def raw_model_for(
     seconds = time.perf_counter() - t0
     if log is not None:
         name = Path(path).name if path is not None else "image"
-        log(describe(name, fn, opts.parsed.kind, seconds))
+        log(fn.describe(name, opts.parsed.kind, seconds))
     return bind_noise(model, fn.model, 4)
 
 
