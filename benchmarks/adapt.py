@@ -39,6 +39,9 @@ RUNS: dict[str, dict] = {
     "r2r": {"method": "r2r"},
     "r2r-noanchor": {"method": "r2r", "anchor": 0.0},
     "r2r-mix": {"method": "r2r", "mix": 0.5},
+    "r2r-mix-camera": {"method": "r2r", "mix": 0.5, "mix_own": 0.0},
+    "r2r-lr1e-4": {"method": "r2r", "lr": 1e-4},
+    "r2r-mix-lr1e-4": {"method": "r2r", "mix": 0.5, "lr": 1e-4},
     "r2r-plain": {"method": "r2r-plain", "anchor": 0.0},
     "n2s": {"method": "n2s"},
     "rcl": {"method": "rcl"},
@@ -234,7 +237,8 @@ def part_synth(args, doc: dict, path: Path, log) -> None:
     from rawrcl.train.adapt import ADAPT_DEFAULTS
 
     photos = load_images(Path(args.sunhays))
-    cam = NoiseModel(*CAMERA, poisson=True, readout=Readout(12, 0.0))
+    camera = tuple(float(v) for v in args.camera.split(","))
+    cam = NoiseModel(*camera, poisson=True, readout=Readout(12, 0.0))
     lam = cam.params(4)
     train = simulate(photos[:20], cam, 1)
     test = simulate(photos[60:70], cam, 2)
@@ -244,13 +248,13 @@ def part_synth(args, doc: dict, path: Path, log) -> None:
     files = [pack_file(n, noisy, p, lam, "given") for n, noisy, _, p in train]
     clipped = float(np.mean([np.mean(x[1] == 0) for x in train]))
     doc.setdefault("synth", {})["info"] = {
-        "camera": {"lambda_shot": CAMERA[0], "lambda_read": CAMERA[1], "bits": 12, "black": 0},
+        "camera": {"lambda_shot": camera[0], "lambda_read": camera[1], "bits": 12, "black": 0},
         "clipped_fraction": clipped,
         "adapt_photos": "sunhays80[0:20]",
         "test_photos": "sunhays80[60:70]",
         "forget_noise": {"lambda_shot": FORGET_PRESET[0], "lambda_read": FORGET_PRESET[1], "bits": 14},
     }
-    log(f"synthetic camera λ {CAMERA}, 12-bit, black-clipped: {100 * clipped:.1f} % zeros")
+    log(f"synthetic camera λ {camera}, 12-bit, black-clipped: {100 * clipped:.1f} % zeros")
 
     def score(model) -> dict:
         return {"psnr": psnr_cfa(model, test, lam), "psnr_forget": psnr_cfa(model, forget, flam)}
@@ -411,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--part", default="burst,synth")
     ap.add_argument("--runs", default=",".join([*RUNS, "single", "transductive", "supervised"]))
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--camera", default=",".join(map(str, CAMERA)), help="synth: λshot,λread of the camera")
     ap.add_argument("--sup-lr", type=float, default=1e-4)
     ap.add_argument("--burst", default=str(SHARED / "data" / "raw" / "hdrplus_burst2"))
     ap.add_argument("--sunhays", default=str(SHARED / "data" / "sunhays80"))

@@ -248,3 +248,26 @@ def test_shadow_bias_zero_for_the_clean_signal_positive_for_brightened_shadows()
     s1, n1 = shadow_bias(censored_mean(x, v, 0.0), y, lam, 0.0, xhat, var)  # learnt E[y_c] instead of x
     assert n0 == n1 > 1000
     assert abs(s0 / n0) < 0.02 and s1 / n1 > 0.04
+
+
+def test_mix_draws_the_files_own_noise_and_clipping(adapt_env):
+    """``--mix``: with ``own = 1`` every synthetic crop carries one of the files' own per-plane λ, and a
+    black-clipped file's synthetic crops are clipped at 0 like the file; with ``own = 0`` the camera
+    sampler's (other levels)."""
+    from rawrcl.data.noisy_crops import load_noise_files
+    from rawrcl.train.adapt import synthetic_mix
+
+    files = load_noise_files(sorted(adapt_env["dngs"].glob("*.dng")), "auto")
+    own = {tuple(np.round(f.noise.numpy().ravel(), 9)) for f in files}
+    clipped = next(f for f in files if f.floor is not None)
+    draw = synthetic_mix(64, [clipped], own=1.0, photos=2)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        s = draw(rng)
+        assert s["input"].shape == (4, 32, 32) and s["target"].shape == (4, 32, 32)
+        assert torch.allclose(s["noise"], clipped.noise, rtol=1e-5)
+        assert float(s["input"].min()) >= 0.0  # clipped at black like the file
+    mixed = synthetic_mix(64, files, own=1.0, photos=2)
+    assert tuple(np.round(mixed(rng)["noise"].numpy().ravel(), 9)) in own
+    cam = synthetic_mix(64, files, own=0.0, photos=2)
+    assert all(tuple(np.round(cam(rng)["noise"].numpy().ravel(), 9)) not in own for _ in range(3))

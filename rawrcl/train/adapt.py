@@ -57,6 +57,7 @@ ADAPT_DEFAULTS: dict = {
     "lr": 3e-5,
     "anchor": 0.05,
     "mix": 0.0,
+    "mix_own": 0.5,  # share of the mix's synthetic crops made with the files' own noise
     "evals": 4,
     "select": "sure",
     "alpha": 0.5,
@@ -136,21 +137,42 @@ def make_objective(name: str, alpha: float = 0.5) -> Callable:
     raise RawrclError(f"--method {name!r}: expected one of {', '.join(METHOD_CHOICES)}")
 
 
-def synthetic_mix(crop: int, photos: int = 8) -> Callable[[np.random.Generator], dict]:
-    """Synthetic supervised packed-RAW samples from the photos bundled with scikit-image, with the camera
-    sampler (the shipped model's training noise): ``f(rng) -> {"input", "target", "noise"}``."""
+def synthetic_mix(
+    crop: int, files: Sequence[NoiseFile] = (), own: float = 0.5, photos: int = 8
+) -> Callable[[np.random.Generator], dict]:
+    """Synthetic supervised packed-RAW samples from the photos bundled with scikit-image:
+    ``f(rng) -> {"input", "target", "noise"}``. With probability ``own`` the noise is one of ``files``' own
+    (its per-plane λ, Poisson shot noise, clipped at 0 when the file is black-clipped, else a pedestal: the
+    user's camera, including the shadows the clip-aware objective cannot score), otherwise a draw of the
+    camera sampler the shipped model was trained with (what it already does well: the forgetting guard)."""
     from dataclasses import replace
 
-    from rawrcl.noise import CameraSampler
+    from rawrcl.noise import CameraSampler, NoiseModel, Readout
     from rawrcl.sample_data import bundled_photos
     from rawrcl.tasks import get_task
     from rawrcl.train.finetuning import LabelledCrops
+
+    camera = CameraSampler(plane_p=0.5)
+    own_models = [
+        NoiseModel(
+            tuple(float(v) for v in f.noise[0]),
+            tuple(float(v) for v in f.noise[1]),
+            poisson=True,
+            readout=Readout(14, 0.0 if f.floor is not None else 0.06),
+        )
+        for f in files
+    ]
+
+    def noise(rng: np.random.Generator):
+        if own_models and rng.random() < own:
+            return own_models[int(rng.integers(0, len(own_models)))]
+        return camera(rng)
 
     task = replace(
         get_task("raw-denoise", unprocess=True), unprocess_mix=0.5, exposure=(0.02, 1.0), exposure_mix=0.6
     )
     imgs = [(n, np.moveaxis(a, -1, 0).astype(np.float32) / 255.0) for n, a in bundled_photos(photos)]
-    ds = LabelledCrops(imgs, task, crop=crop, noise=CameraSampler(), augment=True)
+    ds = LabelledCrops(imgs, task, crop=crop, noise=noise, augment=True)
 
     def sample(rng: np.random.Generator) -> dict:
         it = ds[(int(rng.integers(0, len(ds))), int(rng.integers(0, 2**62)))]
@@ -310,6 +332,7 @@ def adapt(
     lr: float | None = None,
     anchor: float | None = None,
     mix: float | None = None,
+    mix_own: float | None = None,
     alpha: float | None = None,
     evals: int | None = None,
     select: str | None = None,
@@ -330,6 +353,7 @@ def adapt(
     lr = d["lr"] if lr is None else float(lr)
     anchor = d["anchor"] if anchor is None else float(anchor)
     mix = d["mix"] if mix is None else float(mix)
+    mix_own = d["mix_own"] if mix_own is None else float(mix_own)
     alpha = d["alpha"] if alpha is None else float(alpha)
     evals = d["evals"] if evals is None else max(1, int(evals))
     select = d["select"] if select is None else select
@@ -364,7 +388,9 @@ def adapt(
         )
     model, src = start_model(source, task)
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    data = NoisyCrops(nfiles, crop=crop, seed=seed, mix=synthetic_mix(crop) if mix > 0 else None)
+    data = NoisyCrops(
+        nfiles, crop=crop, seed=seed, mix=synthetic_mix(crop, nfiles, mix_own) if mix > 0 else None
+    )
     held = data.held_out()
     objective = Guarded(method, make_objective(method, alpha), start, anchor, mix)
     keep = max(1, steps // evals)
@@ -380,7 +406,14 @@ def adapt(
         "ema": ema,
         "noise": noise,
         "source": src,
-        "adapt": {"method": method, "anchor": anchor, "mix": mix, "alpha": alpha, "select": select},
+        "adapt": {
+            "method": method,
+            "anchor": anchor,
+            "mix": mix,
+            "mix_own": mix_own,
+            "alpha": alpha,
+            "select": select,
+        },
         "save_every": keep,
         "keep_every": keep,
         "log_every": 10,
