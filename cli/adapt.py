@@ -49,7 +49,8 @@ METHODS = ["r2r", "r2r-plain", "n2s", "rcl"]
     "--mix",
     default=None,
     type=float,
-    help="weight of synthetic supervised crops (scikit-image photos, camera noise)  [default: 0 = off]",
+    help="weight of synthetic supervised crops (scikit-image photos; half with the files' own noise and "
+    "clipping, half with the training cameras')  [default: 0.5; 0 = off]",
 )
 @click.option(
     "--select",
@@ -58,6 +59,12 @@ METHODS = ["r2r", "r2r-plain", "n2s", "rcl"]
     help="held-out score that picks the kept checkpoint (the start when none beats it)  [default: sure]",
 )
 @click.option("--evals", default=None, type=int, help="checkpoints scored on the held-out crops [default: 4]")
+@click.option(
+    "--forget-tol",
+    default=None,
+    type=float,
+    help="dB a kept checkpoint may lose on any condition of the forgetting check  [default: 0.1]",
+)
 @ema_option
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--resume", is_flag=True, help="continue the run in --out")
@@ -81,6 +88,7 @@ def adapt(
     mix,
     select,
     evals,
+    forget_tol,
     ema,
     seed,
     resume,
@@ -117,6 +125,7 @@ def adapt(
         mix=mix,
         evals=evals,
         select=select,
+        forget_tol=forget_tol,
         ema=ema,
         seed=seed,
         resume=resume,

@@ -146,7 +146,7 @@ def test_r2r_method_runs_on_a_noise_aware_model():
 
 def test_held_out_sure_tracks_true_mse():
     """SURE on fixed crops ranks an identity 'denoiser' far worse than a good one, close to their true MSE."""
-    from rawrcl.train.adapt import held_out_scores
+    from rawrcl.train.adapt_signal import held_out_scores
 
     class Blur(torch.nn.Module):
         noise_aware = False
@@ -182,6 +182,7 @@ def test_adapt_cli_writes_a_run_denoise_accepts_and_resume(adapt_env, tmp_path):
     assert summary["files"][2]["floor"] == 0.0 and summary["files"][0]["floor"] is None
     assert [r["step"] for r in summary["held_out"]] == [0, 2, 4]
     assert all(np.isfinite(r["sure"]) for r in summary["held_out"])
+    assert summary["held_out"][0]["forget_db"] == 0 and all("forget_at" in r for r in summary["held_out"])
     assert summary["verdict"].startswith(("kept start", "adapted"))
     ck = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
     assert ck["extra"]["adapt"]["files"][1]["file"] == "b.dng" and ck["config"]["noise_aware"]
@@ -235,7 +236,7 @@ def test_adapt_bad_input_one_line_error(case, tmp_path, adapt_env):
 
 def test_shadow_bias_zero_for_the_clean_signal_positive_for_brightened_shadows():
     from rawrcl.methods.r2r import neighbour_mean, signal_variance
-    from rawrcl.train.adapt import censored_mean, shadow_bias
+    from rawrcl.train.adapt_signal import censored_mean, shadow_bias
 
     g = torch.Generator().manual_seed(2)
     lam = torch.tensor([[[2e-3] * 4, [2e-3] * 4]])
@@ -255,7 +256,7 @@ def test_mix_draws_the_files_own_noise_and_clipping(adapt_env):
     black-clipped file's synthetic crops are clipped at 0 like the file; with ``own = 0`` the camera
     sampler's (other levels)."""
     from rawrcl.data.noisy_crops import load_noise_files
-    from rawrcl.train.adapt import synthetic_mix
+    from rawrcl.train.adapt_objective import synthetic_mix
 
     files = load_noise_files(sorted(adapt_env["dngs"].glob("*.dng")), "auto")
     own = {tuple(np.round(f.noise.numpy().ravel(), 9)) for f in files}
@@ -271,3 +272,32 @@ def test_mix_draws_the_files_own_noise_and_clipping(adapt_env):
     assert tuple(np.round(mixed(rng)["noise"].numpy().ravel(), 9)) in own
     cam = synthetic_mix(64, files, own=0.0, photos=2)
     assert all(tuple(np.round(cam(rng)["noise"].numpy().ravel(), 9)) not in own for _ in range(3))
+
+
+def test_forgetting_check_scores_and_guard(adapt_env, tmp_path):
+    """The forgetting check is fixed across calls, ranks a biased model below an unbiased one on every
+    condition, and an impossible tolerance (every condition must gain 1 dB) makes ``adapt`` keep the start."""
+    from rawrcl.train.adapt import adapt
+    from rawrcl.train.adapt_signal import CHECK_LEVELS, check_crops, check_scores
+
+    a, b = check_crops(crop=32, per_photo=1, photos=2), check_crops(crop=32, per_photo=1, photos=2)
+    assert len(a) == 2 * len(CHECK_LEVELS) and a[0]["input"].shape == (2, 4, 16, 16)
+    assert all(torch.equal(x["input"], y["input"]) for x, y in zip(a, b, strict=True))
+
+    class Shift(torch.nn.Module):
+        noise_aware = True
+
+        def __init__(self, d: float):
+            super().__init__()
+            self.d = d
+
+        def forward(self, x, noise):
+            return x + self.d
+
+    good, bad = check_scores(Shift(0.0), a), check_scores(Shift(0.1), a)
+    assert all(bad[k] < good[k] - 1 for k in good)
+    summ = adapt(
+        adapt_env["dngs"], tmp_path / "r", source=adapt_env["ckpt"], steps=2, crop=32, batch_size=2,
+        evals=1, forget_tol=-1.0, progress=False,
+    )  # fmt: skip
+    assert summ["selected_step"] == 0 and summ["verdict"] == "kept start" and summ["final_forgot"]

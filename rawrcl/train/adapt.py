@@ -12,20 +12,25 @@ Pipeline (:func:`adapt`)
    ``n2s`` (Noise2Self masking), ``rcl`` (the paper's residual contrastive loss + residual L1 consistency).
    n2s and rcl are the library's methods given each sample's noise (:class:`NoiseBound`). Guards against
    forgetting (:class:`Guarded`): ``anchor`` μ·Σ(θ − θ₀)² towards the starting weights, and ``mix``
-   synthetic supervised crops made on the fly from the photos bundled with scikit-image with the camera
-   sampler (MSE normalised by the crop's noise variance, weight ``mix``).
+   (default 0.5): synthetic supervised crops made on the fly from the photos bundled with scikit-image,
+   half with the files' own noise, half with the camera sampler the shipped model was trained with (MSE
+   normalised by each crop's noise variance, weight ``mix``). Without it adaptation on the HDR+ burst lost
+   up to 6 dB on base-ISO photos (docs/adaptation.md).
 4. Training: :class:`rawrcl.train.Trainer` (progress bar with the loss and ETA, ``--resume``, checkpoints
    every ``steps/evals`` steps kept as ``checkpoints/step_*.pt``).
-5. Keep-or-discard (:func:`held_out_scores`): on fixed held-out crops, for the start and every kept
-   checkpoint, (a) SURE — Stein's unbiased estimate of the true MSE at the files' own noise, on pixels
-   clear of clipping (Monte-Carlo divergence), (b) the held-out clip-aware R2R loss and (c, reported only)
-   the shadow-brightness check :func:`shadow_bias`. The checkpoint
-   with the lowest ``select`` score wins; when no checkpoint beats the start, the run keeps the starting
-   weights and says so (a warning and ``adapt.json``: ``verdict: "kept start"``). ``last.pt`` holds the
-   selected weights; the trained ones stay in ``step_*.pt`` and in ``last.pt``'s ``train_weights``.
+5. Keep-or-discard, for the start and every kept checkpoint: (a) does it help on the user's camera —
+   :func:`rawrcl.train.adapt_signal.held_out_scores` on fixed held-out crops of the files: SURE (Stein's
+   unbiased estimate of the true MSE at the files' own noise, on pixels clear of clipping), the held-out
+   clip-aware R2R loss, the shadow check (reported only); (b) did it forget — PSNR on the forgetting
+   check's synthetic mosaics (:func:`~rawrcl.train.adapt_signal.check_crops`: bundled photos never mixed
+   in, the camera noise ladder, photo-valued and unprocessed). Among the checkpoints that lose at most
+   ``forget_tol`` dB (0.1) on every check condition, the one with the lowest ``select`` score wins; the
+   start when none beats it (a warning and ``adapt.json``: ``verdict: "kept start"``). ``last.pt`` holds
+   the selected weights; the trained ones stay in ``step_*.pt`` and in ``last.pt``'s ``train_weights``.
 
 ``adapt.json`` / ``last.pt`` ``extra["adapt"]``: files (name, λ per plane, noise source, clip floor),
-method, settings, the held-out table, the selected step and the verdict.
+method, settings, the held-out table (with each checkpoint's worst forgetting-check loss), the selected step
+and the verdict. The objective and its guards live in :mod:`rawrcl.train.adapt_objective`.
 """
 
 from __future__ import annotations
@@ -37,18 +42,17 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn as nn
 
 from rawrcl.data.noisy_crops import NoiseFile, NoisyCrops, load_noise_files
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_write_text
-from rawrcl.methods.r2r import R2R, neighbour_mean, recorrupt, scored_mask, signal_variance
-from rawrcl.models.conditioning import call, is_noise_aware
-from rawrcl.models.registry import read_checkpoint, save_checkpoint, unwrap
+from rawrcl.models.conditioning import is_noise_aware
+from rawrcl.models.registry import read_checkpoint, save_checkpoint
+from rawrcl.train.adapt_objective import METHOD_CHOICES, Guarded, make_objective, synthetic_mix
+from rawrcl.train.adapt_signal import check_crops, check_scores, held_out_scores
 
-METHOD_CHOICES = ("r2r", "r2r-plain", "n2s", "rcl")
 #: defaults of ``rawrcl adapt`` (measured in docs/adaptation.md)
 ADAPT_DEFAULTS: dict = {
     "steps": 400,
@@ -56,222 +60,13 @@ ADAPT_DEFAULTS: dict = {
     "crop": 128,
     "lr": 3e-5,
     "anchor": 0.05,
-    "mix": 0.0,
+    "mix": 0.5,
     "mix_own": 0.5,  # share of the mix's synthetic crops made with the files' own noise
     "evals": 4,
     "select": "sure",
     "alpha": 0.5,
+    "forget_tol": 0.1,  # dB: the most a kept checkpoint may lose on any forgetting-check condition
 }
-
-
-# ----------------------------------------------------------------------------------------- objectives
-class NoiseBound(nn.Module):
-    """``model(x)`` → ``model(x, noise)`` with per-sample ``noise`` (B, 2, C) fixed; for methods that call the
-    model with one argument. The batch of ``x`` must be a multiple of the noise's (crops are repeated)."""
-
-    def __init__(self, model: nn.Module, noise: torch.Tensor) -> None:
-        super().__init__()
-        self.model, self.noise = model, noise
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n = self.noise
-        if x.shape[0] != n.shape[0]:
-            if x.shape[0] % n.shape[0]:
-                raise RawrclError(f"batch of {x.shape[0]} crops with noise for {n.shape[0]}")
-            n = n.repeat(x.shape[0] // n.shape[0], 1, 1)
-        return call(self.model, x, n.to(x.device, x.dtype))
-
-
-class Guarded:
-    """``method`` + ``anchor``·Σ(θ − θ₀)² (θ₀ the starting weights) + ``mix``·(normalised supervised MSE on
-    the batch's synthetic crops). n2s / rcl get each sample's noise through :class:`NoiseBound`."""
-
-    def __init__(
-        self, name: str, method: Callable, start: dict[str, torch.Tensor], anchor: float, mix: float
-    ):
-        self.name, self.method = name, method
-        self.start = {k: v.detach().clone().float() for k, v in start.items()}
-        self.anchor, self.mix = float(anchor), float(mix)
-        self.bind = name in ("n2s", "rcl")
-
-    def config(self) -> dict:
-        inner = self.method.config() if hasattr(self.method, "config") else {"method": self.name}
-        return {**inner, "method": self.name, "anchor": self.anchor, "mix": self.mix}
-
-    def __call__(self, batch: dict, model: nn.Module) -> dict:
-        net = NoiseBound(model, batch["noise"]) if self.bind and is_noise_aware(model) else model
-        out = dict(self.method(batch, net))
-        loss = out["loss"]
-        if self.anchor > 0:
-            pen = 0.0
-            for name, p in unwrap(model).named_parameters():
-                if p.requires_grad and name in self.start:
-                    ref = self.start[name]
-                    if ref.device != p.device:
-                        ref = self.start[name] = ref.to(p.device)
-                    pen = pen + ((p - ref) ** 2).sum()
-            loss = loss + self.anchor * pen
-            out["anchor"] = float(pen.detach()) if torch.is_tensor(pen) else 0.0
-        if self.mix > 0 and "input" in batch:
-            pred = call(model, batch["input"].float(), batch["sup_noise"].float()).float()
-            tgt = batch["target"].float()
-            n = batch["sup_noise"].float()
-            var = (n[:, 0, :, None, None] * tgt.clamp_min(0) + n[:, 1, :, None, None]).mean()
-            sup = ((pred - tgt) ** 2).mean() / var.clamp_min(1e-10)
-            loss = loss + self.mix * sup
-            out["sup"] = float(sup.detach())
-        out["loss"] = loss
-        return out
-
-
-def make_objective(name: str, alpha: float = 0.5) -> Callable:
-    """The self-supervised objective ``name`` (:data:`METHOD_CHOICES`)."""
-    if name == "r2r":
-        return R2R(alpha=alpha, clip_aware=True)
-    if name == "r2r-plain":
-        return R2R(alpha=alpha, clip_aware=False)
-    if name in ("n2s", "rcl"):
-        from rawrcl.methods import make_method
-
-        return make_method(name)
-    raise RawrclError(f"--method {name!r}: expected one of {', '.join(METHOD_CHOICES)}")
-
-
-def synthetic_mix(
-    crop: int, files: Sequence[NoiseFile] = (), own: float = 0.5, photos: int = 8
-) -> Callable[[np.random.Generator], dict]:
-    """Synthetic supervised packed-RAW samples from the photos bundled with scikit-image:
-    ``f(rng) -> {"input", "target", "noise"}``. With probability ``own`` the noise is one of ``files``' own
-    (its per-plane λ, Poisson shot noise, clipped at 0 when the file is black-clipped, else a pedestal: the
-    user's camera, including the shadows the clip-aware objective cannot score), otherwise a draw of the
-    camera sampler the shipped model was trained with (what it already does well: the forgetting guard)."""
-    from dataclasses import replace
-
-    from rawrcl.noise import CameraSampler, NoiseModel, Readout
-    from rawrcl.sample_data import bundled_photos
-    from rawrcl.tasks import get_task
-    from rawrcl.train.finetuning import LabelledCrops
-
-    camera = CameraSampler(plane_p=0.5)
-    own_models = [
-        NoiseModel(
-            tuple(float(v) for v in f.noise[0]),
-            tuple(float(v) for v in f.noise[1]),
-            poisson=True,
-            readout=Readout(14, 0.0 if f.floor is not None else 0.06),
-        )
-        for f in files
-    ]
-
-    def noise(rng: np.random.Generator):
-        if own_models and rng.random() < own:
-            return own_models[int(rng.integers(0, len(own_models)))]
-        return camera(rng)
-
-    task = replace(
-        get_task("raw-denoise", unprocess=True), unprocess_mix=0.5, exposure=(0.02, 1.0), exposure_mix=0.6
-    )
-    imgs = [(n, np.moveaxis(a, -1, 0).astype(np.float32) / 255.0) for n, a in bundled_photos(photos)]
-    ds = LabelledCrops(imgs, task, crop=crop, noise=noise, augment=True)
-
-    def sample(rng: np.random.Generator) -> dict:
-        it = ds[(int(rng.integers(0, len(ds))), int(rng.integers(0, 2**62)))]
-        return {"input": it["input"], "target": it["target"], "noise": it["noise"]}
-
-    return sample
-
-
-# ------------------------------------------------------------------------------------ held-out signal
-def censored_mean(x: torch.Tensor, var: torch.Tensor, floor: float) -> torch.Tensor:
-    """E[max(x + n, floor)] for n ~ N(0, var): what a file clipped at ``floor`` stores on average."""
-    sd = var.clamp_min(1e-12).sqrt()
-    u = (x - floor) / sd
-    normal = torch.distributions.Normal(0.0, 1.0)
-    return floor + (x - floor) * normal.cdf(u) + sd * normal.log_prob(u).exp()
-
-
-def shadow_bias(
-    fy: torch.Tensor,
-    y: torch.Tensor,
-    noise: torch.Tensor,
-    floor: float,
-    xhat: torch.Tensor,
-    var: torch.Tensor,
-) -> tuple[float, float]:
-    """(sum, count) over the shadow pixels (local signal < 2.5σ above ``floor``) of
-    (E[max(f(y) + n, floor)] − y)/σ: 0 on average when the model's output is the clean signal; > 0 when it
-    brightens the shadows (what a clipping-biased objective teaches), < 0 when it darkens them. SURE does not
-    score these pixels; this is the label-free check that does."""
-    dark = (xhat - floor) < 2.5 * var.sqrt()
-    if not bool(dark.any()):
-        return 0.0, 0.0
-    v_out = signal_variance(fy, noise)
-    r = (censored_mean(fy, v_out, floor) - y) / v_out.sqrt()
-    return float(r[dark].sum()), float(dark.sum())
-
-
-@torch.no_grad()
-def held_out_scores(
-    model: nn.Module, crops: Sequence[dict], alpha: float = 0.5, draws: int = 2, seed: int = 0
-) -> dict:
-    """Label-free scores of ``model`` on fixed crops (lower is better), common random numbers across models.
-
-    ``sure``: mean over scored pixels of (f(y) − y)² − v + 2v·∂fᵢ/∂yᵢ (Stein's unbiased risk estimate of
-    the true MSE at the files' noise, Gaussian approximation, per-pixel variance v from the neighbours;
-    divergence by ``draws`` Rademacher probes, ε = 0.05·σ); ``sure_psnr`` = −10·log10(sure) (dB, [0, 1]);
-    ``r2r``: the clip-aware R2R loss averaged over ``draws`` recorruptions; ``shadow``: mean of
-    :func:`shadow_bias` over the pixels near a clip level (reported, not used to choose: it separated a
-    clipping-biased model too little, docs/adaptation.md); ``scored``: fraction of pixels clear of
-    clipping. Pixels within 2.5σ of a clip level are not scored by SURE/R2R (the estimates assume unclipped
-    Gaussian noise)."""
-    model = model.eval()
-    tot = {"sure": 0.0, "r2r": 0.0, "n": 0.0, "var": 0.0}
-    for k, c in enumerate(crops):
-        y = c["x"][None].float()
-        noise = c["noise"][None].float()
-        floor = torch.tensor([float(c["floor"])])
-        xhat = neighbour_mean(y)
-        var = signal_variance(xhat, noise)
-        w = scored_mask(xhat, var, floor, 2.5)
-        n = float(w.sum())
-        if n < 1:
-            continue
-        g = torch.Generator().manual_seed(int(seed) * 100003 + k)
-        fy = call(model, y, noise).float()
-        eps = 0.05 * float(var.mean().sqrt())
-        div = torch.zeros_like(y)
-        for _ in range(draws):
-            b = torch.randint(0, 2, y.shape, generator=g).float() * 2 - 1
-            div += b * (call(model, y + eps * b, noise).float() - fy) / eps
-        div /= draws
-        sure = ((fy - y) ** 2 - var + 2 * var * div) * w
-        r2r = 0.0
-        for _ in range(draws):
-            r = recorrupt(y, noise, floor, alpha, True, 2.5, generator=g)
-            out = call(model, r["input"], r["noise"]).float()
-            r2r += float((((out - r["target"]) ** 2) * w).sum()) / draws
-        if float(c["floor"]) > -0.5:  # shadows of a clipped file: censored-mean consistency
-            b, nd = shadow_bias(fy, y, noise, float(c["floor"]), xhat, var)
-            tot["shadow"] = tot.get("shadow", 0.0) + b
-            tot["shadow_n"] = tot.get("shadow_n", 0.0) + nd
-        tot["sure"] += float(sure.sum())
-        tot["r2r"] += r2r
-        tot["n"] += n
-        tot["var"] += float((var * w).sum())
-        tot.setdefault("px", 0.0)
-        tot["px"] += float(w.numel())
-    if tot["n"] < 1:
-        return {"sure": math.nan, "sure_psnr": math.nan, "r2r": math.nan, "scored": 0.0}
-    sure = tot["sure"] / tot["n"]
-    shadow = tot["shadow"] / tot["shadow_n"] if tot.get("shadow_n", 0) >= 1 else 0.0
-    r2r = tot["r2r"] / tot["n"] / ((1 + 1 / alpha**2) * tot["var"] / tot["n"])
-    return {
-        "sure": sure,
-        "sure_psnr": -10 * math.log10(sure) if sure > 0 else math.inf,
-        "r2r": r2r,
-        "shadow": shadow,
-        "scored": tot["n"] / tot["px"],
-    }
 
 
 # ------------------------------------------------------------------------------------------- the entry
@@ -336,6 +131,7 @@ def adapt(
     alpha: float | None = None,
     evals: int | None = None,
     select: str | None = None,
+    forget_tol: float | None = None,
     ema: float | None = None,
     seed: int = 0,
     resume: bool = False,
@@ -357,6 +153,7 @@ def adapt(
     alpha = d["alpha"] if alpha is None else float(alpha)
     evals = d["evals"] if evals is None else max(1, int(evals))
     select = d["select"] if select is None else select
+    forget_tol = d["forget_tol"] if forget_tol is None else float(forget_tol)
     say = log or (lambda m: None)
     if task != "raw-denoise":
         raise RawrclError(
@@ -413,6 +210,7 @@ def adapt(
             "mix_own": mix_own,
             "alpha": alpha,
             "select": select,
+            "forget_tol": forget_tol,
         },
         "save_every": keep,
         "keep_every": keep,
@@ -433,6 +231,7 @@ def adapt(
         cands.append((steps, None))  # the trained weights (in last.pt's train_weights or state_dict)
     last = read_checkpoint(ck / "last.pt")
     trained = last["extra"].get("train_weights", last["state_dict"])
+    checks = check_crops()
     table = []
     for s, p in cands:
         if s == 0:
@@ -443,15 +242,27 @@ def adapt(
             sd = read_checkpoint(p)["state_dict"]
         model.load_state_dict(sd)
         sc = held_out_scores(model, held, alpha=alpha, seed=seed)
-        table.append({"step": s, **{k: round(v, 8) for k, v in sc.items()}})
-        say(f"held-out step {s}: SURE {sc['sure']:.4g} ({sc['sure_psnr']:.2f} dB), R2R {sc['r2r']:.4f}")
+        fc = check_scores(model, checks)
+        row = {"step": s, **{k: round(v, 8) for k, v in sc.items()}}
+        if s == 0:
+            base_check = fc
+        drop = {k: fc[k] - base_check[k] for k in fc}
+        worst = min(drop, key=drop.get)
+        row.update({"forget_db": round(drop[worst], 4), "forget_at": worst})
+        table.append(row)
+        say(
+            f"held-out step {s}: SURE {sc['sure']:.4g} ({sc['sure_psnr']:.2f} dB), R2R {sc['r2r']:.4f}; "
+            f"forgetting check: worst {drop[worst]:+.2f} dB ({worst})"
+        )
     base = table[0]
+    allowed = [r for r in table if r["step"] == 0 or r["forget_db"] >= -forget_tol]
     if select == "last":
-        best = table[-1]
+        best = allowed[-1]
     else:
-        best = min(table, key=lambda r: (r[select] if math.isfinite(r[select]) else math.inf, r["step"]))
+        best = min(allowed, key=lambda r: (r[select] if math.isfinite(r[select]) else math.inf, r["step"]))
     final = table[-1]
     worse = final[select if select != "last" else "sure"] > base[select if select != "last" else "sure"]
+    forgot = final["forget_db"] < -forget_tol
     verdict = "kept start" if best["step"] == 0 else f"adapted (step {best['step']})"
     summary = {
         "run_dir": str(out),
@@ -466,17 +277,26 @@ def adapt(
         "selected_step": best["step"],
         "verdict": verdict,
         "final_worse_than_start": bool(worse),
+        "final_forgot": bool(forgot),
         "delta_sure_db": round(best["sure_psnr"] - base["sure_psnr"], 4),
         "train": {k: fit.get(k) for k in ("first_loss", "last_loss", "elapsed_s")},
     }
+    kept = "kept the starting weights" if best["step"] == 0 else f"kept step {best['step']}"
+    msgs = []
     if worse:
-        msg = (
+        msgs.append(
             f"adaptation made the held-out {select} score worse at the end (start {base[select]:.4g}, "
-            f"final {final[select]:.4g}); "
-            + ("kept the starting weights" if best["step"] == 0 else f"kept step {best['step']}")
+            f"final {final[select]:.4g}); {kept}"
         )
+    if forgot:
+        msgs.append(
+            f"the adapted weights lost {-final['forget_db']:.2f} dB at {final['forget_at']} on the "
+            f"forgetting check (more than {forget_tol:g} dB); {kept}"
+        )
+    for msg in msgs:
         warnings.warn(msg, stacklevel=2)
-        summary["warning"] = msg
+    if msgs:
+        summary["warning"] = " / ".join(msgs)
     # last.pt: the selected weights; the trained ones stay in train_weights for --resume
     chosen = start if best["step"] == 0 else (trained if best["step"] == steps else None)
     if chosen is None:

@@ -1,0 +1,148 @@
+"""The training objective of ``rawrcl adapt``: the self-supervised method and the guards against forgetting.
+
+:func:`make_objective` builds the method (:data:`METHOD_CHOICES`); :class:`Guarded` adds the anchor
+μ·Σ(θ − θ₀)² towards the starting weights and the synthetic supervised crops of :func:`synthetic_mix`
+(bundled scikit-image photos, above :data:`CHECK_BAND` of their rows: the band below is the forgetting
+check's, :mod:`rawrcl.train.adapt_signal`). Shapes: packed RAW crops (B, 4, h, w), noise (B, 2, 4)
+[λshot; λread] per plane, [0, 1] units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from rawrcl.data.noisy_crops import NoiseFile
+from rawrcl.errors import RawrclError
+from rawrcl.methods.r2r import R2R
+from rawrcl.models.conditioning import call, is_noise_aware
+from rawrcl.models.registry import unwrap
+
+METHOD_CHOICES = ("r2r", "r2r-plain", "n2s", "rcl")
+#: the bottom fraction of every bundled photo's rows kept out of the mix for the forgetting check
+CHECK_BAND = 0.25
+
+
+class NoiseBound(nn.Module):
+    """``model(x)`` → ``model(x, noise)`` with per-sample ``noise`` (B, 2, C) fixed; for methods that call the
+    model with one argument. The batch of ``x`` must be a multiple of the noise's (crops are repeated)."""
+
+    def __init__(self, model: nn.Module, noise: torch.Tensor) -> None:
+        super().__init__()
+        self.model, self.noise = model, noise
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = self.noise
+        if x.shape[0] != n.shape[0]:
+            if x.shape[0] % n.shape[0]:
+                raise RawrclError(f"batch of {x.shape[0]} crops with noise for {n.shape[0]}")
+            n = n.repeat(x.shape[0] // n.shape[0], 1, 1)
+        return call(self.model, x, n.to(x.device, x.dtype))
+
+
+class Guarded:
+    """``method`` + ``anchor``·Σ(θ − θ₀)² (θ₀ the starting weights) + ``mix``·(supervised MSE on the
+    batch's synthetic crops, each crop's normalised by its own mean noise variance). n2s / rcl get each
+    sample's noise through :class:`NoiseBound`."""
+
+    def __init__(
+        self, name: str, method: Callable, start: dict[str, torch.Tensor], anchor: float, mix: float
+    ):
+        self.name, self.method = name, method
+        self.start = {k: v.detach().clone().float() for k, v in start.items()}
+        self.anchor, self.mix = float(anchor), float(mix)
+        self.bind = name in ("n2s", "rcl")
+
+    def config(self) -> dict:
+        inner = self.method.config() if hasattr(self.method, "config") else {"method": self.name}
+        return {**inner, "method": self.name, "anchor": self.anchor, "mix": self.mix}
+
+    def __call__(self, batch: dict, model: nn.Module) -> dict:
+        net = NoiseBound(model, batch["noise"]) if self.bind and is_noise_aware(model) else model
+        out = dict(self.method(batch, net))
+        loss = out["loss"]
+        if self.anchor > 0:
+            pen = 0.0
+            for name, p in unwrap(model).named_parameters():
+                if p.requires_grad and name in self.start:
+                    ref = self.start[name]
+                    if ref.device != p.device:
+                        ref = self.start[name] = ref.to(p.device)
+                    pen = pen + ((p - ref) ** 2).sum()
+            loss = loss + self.anchor * pen
+            out["anchor"] = float(pen.detach()) if torch.is_tensor(pen) else 0.0
+        if self.mix > 0 and "input" in batch:
+            pred = call(model, batch["input"].float(), batch["sup_noise"].float()).float()
+            tgt = batch["target"].float()
+            n = batch["sup_noise"].float()
+            # per crop: a base-ISO crop weighs as much as a high-ISO one (a batch mean would let the noisiest
+            # crops drown it — the low-noise behaviour is what adaptation forgets first)
+            var = (n[:, 0, :, None, None] * tgt.clamp_min(0) + n[:, 1, :, None, None]).mean((1, 2, 3))
+            sup = (((pred - tgt) ** 2).mean((1, 2, 3)) / var.clamp_min(1e-10)).mean()
+            loss = loss + self.mix * sup
+            out["sup"] = float(sup.detach())
+        out["loss"] = loss
+        return out
+
+
+def make_objective(name: str, alpha: float = 0.5) -> Callable:
+    """The self-supervised objective ``name`` (:data:`METHOD_CHOICES`)."""
+    if name == "r2r":
+        return R2R(alpha=alpha, clip_aware=True)
+    if name == "r2r-plain":
+        return R2R(alpha=alpha, clip_aware=False)
+    if name in ("n2s", "rcl"):
+        from rawrcl.methods import make_method
+
+        return make_method(name)
+    raise RawrclError(f"--method {name!r}: expected one of {', '.join(METHOD_CHOICES)}")
+
+
+def synthetic_mix(
+    crop: int, files: Sequence[NoiseFile] = (), own: float = 0.5, photos: int = 8
+) -> Callable[[np.random.Generator], dict]:
+    """Synthetic supervised packed-RAW samples from the photos bundled with scikit-image:
+    ``f(rng) -> {"input", "target", "noise"}``. With probability ``own`` the noise is one of ``files``' own
+    (its per-plane λ, Poisson shot noise, clipped at 0 when the file is black-clipped, else a pedestal: the
+    user's camera, including the shadows the clip-aware objective cannot score), otherwise a draw of the
+    camera sampler the shipped model was trained with (what it already does well: the forgetting guard)."""
+    from dataclasses import replace
+
+    from rawrcl.noise import CameraSampler, NoiseModel, Readout
+    from rawrcl.sample_data import bundled_photos
+    from rawrcl.tasks import get_task
+    from rawrcl.train.finetuning import LabelledCrops
+
+    camera = CameraSampler(plane_p=0.5)
+    own_models = [
+        NoiseModel(
+            tuple(float(v) for v in f.noise[0]),
+            tuple(float(v) for v in f.noise[1]),
+            poisson=True,
+            readout=Readout(14, 0.0 if f.floor is not None else 0.06),
+        )
+        for f in files
+    ]
+
+    def noise(rng: np.random.Generator):
+        if own_models and rng.random() < own:
+            return own_models[int(rng.integers(0, len(own_models)))]
+        return camera(rng)
+
+    task = replace(
+        get_task("raw-denoise", unprocess=True), unprocess_mix=0.5, exposure=(0.02, 1.0), exposure_mix=0.6
+    )
+    imgs = [
+        (n, np.moveaxis(a[: int(a.shape[0] * (1 - CHECK_BAND))], -1, 0).astype(np.float32) / 255.0)
+        for n, a in bundled_photos(photos)
+    ]
+    ds = LabelledCrops(imgs, task, crop=crop, noise=noise, augment=True)
+
+    def sample(rng: np.random.Generator) -> dict:
+        it = ds[(int(rng.integers(0, len(ds))), int(rng.integers(0, 2**62)))]
+        return {"input": it["input"], "target": it["target"], "noise": it["noise"]}
+
+    return sample

@@ -1,0 +1,177 @@
+"""The label-free keep-or-discard signals of ``rawrcl adapt``.
+
+- :func:`held_out_scores`: SURE, the held-out clip-aware R2R loss and the shadow check on fixed crops of the
+  user's files (never trained on) — does adaptation help on the user's camera?
+- :func:`check_crops` / :func:`check_scores`: the forgetting check — PSNR on synthetic mosaics of the
+  bottom :data:`rawrcl.train.adapt_objective.CHECK_BAND` of the bundled scikit-image photos (never in the
+  mix) across the camera noise ladder, photo-valued and unprocessed, with the true noise — does it still do
+  what it did well?
+
+Shapes: packed RAW (B, 4, h, w), noise (B, 2, 4) [λshot; λread] per plane, [0, 1] units.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from rawrcl.methods.r2r import neighbour_mean, recorrupt, scored_mask, signal_variance
+from rawrcl.models.conditioning import call
+
+#: the forgetting check's levels (``rawrcl.noise.PRESETS``): base ISO … phone high ISO, and low/high
+CHECK_LEVELS = ("L1", "L2", "L3", "L4", "L5", "L6", "L7", "low", "high")
+
+
+def censored_mean(x: torch.Tensor, var: torch.Tensor, floor: float) -> torch.Tensor:
+    """E[max(x + n, floor)] for n ~ N(0, var): what a file clipped at ``floor`` stores on average."""
+    sd = var.clamp_min(1e-12).sqrt()
+    u = (x - floor) / sd
+    normal = torch.distributions.Normal(0.0, 1.0)
+    return floor + (x - floor) * normal.cdf(u) + sd * normal.log_prob(u).exp()
+
+
+def shadow_bias(
+    fy: torch.Tensor,
+    y: torch.Tensor,
+    noise: torch.Tensor,
+    floor: float,
+    xhat: torch.Tensor,
+    var: torch.Tensor,
+) -> tuple[float, float]:
+    """(sum, count) over the shadow pixels (local signal < 2.5σ above ``floor``) of
+    (E[max(f(y) + n, floor)] − y)/σ: 0 on average when the model's output is the clean signal; > 0 when it
+    brightens the shadows (what a clipping-biased objective teaches), < 0 when it darkens them. SURE does not
+    score these pixels; this is the label-free check that does."""
+    dark = (xhat - floor) < 2.5 * var.sqrt()
+    if not bool(dark.any()):
+        return 0.0, 0.0
+    v_out = signal_variance(fy, noise)
+    r = (censored_mean(fy, v_out, floor) - y) / v_out.sqrt()
+    return float(r[dark].sum()), float(dark.sum())
+
+
+@torch.no_grad()
+def held_out_scores(
+    model: nn.Module, crops: Sequence[dict], alpha: float = 0.5, draws: int = 2, seed: int = 0
+) -> dict:
+    """Label-free scores of ``model`` on fixed crops (lower is better), common random numbers across models.
+
+    ``sure``: mean over scored pixels of (f(y) − y)² − v + 2v·∂fᵢ/∂yᵢ (Stein's unbiased risk estimate of
+    the true MSE at the files' noise, Gaussian approximation, per-pixel variance v from the neighbours;
+    divergence by ``draws`` Rademacher probes, ε = 0.05·σ); ``sure_psnr`` = −10·log10(sure) (dB, [0, 1]);
+    ``r2r``: the clip-aware R2R loss averaged over ``draws`` recorruptions; ``shadow``: mean of
+    :func:`shadow_bias` over the pixels near a clip level (reported, not used to choose: it separated a
+    clipping-biased model too little, docs/adaptation.md); ``scored``: fraction of pixels clear of
+    clipping. Pixels within 2.5σ of a clip level are not scored by SURE/R2R (the estimates assume unclipped
+    Gaussian noise)."""
+    model = model.eval()
+    tot = {"sure": 0.0, "r2r": 0.0, "n": 0.0, "var": 0.0}
+    for k, c in enumerate(crops):
+        y = c["x"][None].float()
+        noise = c["noise"][None].float()
+        floor = torch.tensor([float(c["floor"])])
+        xhat = neighbour_mean(y)
+        var = signal_variance(xhat, noise)
+        w = scored_mask(xhat, var, floor, 2.5)
+        n = float(w.sum())
+        if n < 1:
+            continue
+        g = torch.Generator().manual_seed(int(seed) * 100003 + k)
+        fy = call(model, y, noise).float()
+        eps = 0.05 * float(var.mean().sqrt())
+        div = torch.zeros_like(y)
+        for _ in range(draws):
+            b = torch.randint(0, 2, y.shape, generator=g).float() * 2 - 1
+            div += b * (call(model, y + eps * b, noise).float() - fy) / eps
+        div /= draws
+        sure = ((fy - y) ** 2 - var + 2 * var * div) * w
+        r2r = 0.0
+        for _ in range(draws):
+            r = recorrupt(y, noise, floor, alpha, True, 2.5, generator=g)
+            out = call(model, r["input"], r["noise"]).float()
+            r2r += float((((out - r["target"]) ** 2) * w).sum()) / draws
+        if float(c["floor"]) > -0.5:  # shadows of a clipped file: censored-mean consistency
+            b, nd = shadow_bias(fy, y, noise, float(c["floor"]), xhat, var)
+            tot["shadow"] = tot.get("shadow", 0.0) + b
+            tot["shadow_n"] = tot.get("shadow_n", 0.0) + nd
+        tot["sure"] += float(sure.sum())
+        tot["r2r"] += r2r
+        tot["n"] += n
+        tot["var"] += float((var * w).sum())
+        tot.setdefault("px", 0.0)
+        tot["px"] += float(w.numel())
+    if tot["n"] < 1:
+        return {"sure": math.nan, "sure_psnr": math.nan, "r2r": math.nan, "scored": 0.0}
+    sure = tot["sure"] / tot["n"]
+    shadow = tot["shadow"] / tot["shadow_n"] if tot.get("shadow_n", 0) >= 1 else 0.0
+    r2r = tot["r2r"] / tot["n"] / ((1 + 1 / alpha**2) * tot["var"] / tot["n"])
+    return {
+        "sure": sure,
+        "sure_psnr": -10 * math.log10(sure) if sure > 0 else math.inf,
+        "r2r": r2r,
+        "shadow": shadow,
+        "scored": tot["n"] / tot["px"],
+    }
+
+
+def check_crops(crop: int = 64, per_photo: int = 2, photos: int = 8, seed: int = 0) -> list[dict]:
+    """The forgetting check's fixed synthetic inputs: for each of :data:`CHECK_LEVELS` × (photo-valued,
+    unprocessed), ``per_photo`` crops of ``crop`` mosaic px from the bottom band of each bundled photo.
+
+    Returns ``[{"key": "photo L1", "input": (n, 4, c/2, c/2), "target": (n, 4, c/2, c/2),
+    "noise": (n, 2, 4)}]`` (Gaussian heteroscedastic noise at the level's true λ, as ``rawrcl eval``; the
+    same on every call)."""
+    from rawrcl.noise import PRESETS
+    from rawrcl.sample_data import bundled_photos
+    from rawrcl.tasks import get_task
+    from rawrcl.train.adapt_objective import CHECK_BAND
+
+    clean = []
+    for _, a in bundled_photos(photos):
+        h, w = a.shape[:2]
+        top = int(h * (1 - CHECK_BAND))
+        band = np.moveaxis(a[top:], -1, 0).astype(np.float32) / 255.0
+        c = min(crop, (band.shape[1] // 2) * 2)
+        for j in range(per_photo):
+            x0 = int(round((w - c) * (j + 0.5) / per_photo)) // 2 * 2
+            clean.append(band[:, :c, x0 : x0 + c])
+    out = []
+    for d, (domain, unprocess) in enumerate((("photo", False), ("unproc", True))):
+        task = get_task("raw-denoise", unprocess=unprocess)
+        for k, level in enumerate(CHECK_LEVELS):
+            xs, ys, ns = [], [], []
+            for i, img in enumerate(clean):
+                s = task.sample(img, np.random.default_rng([seed, d, k, i]), PRESETS[level])
+                xs.append(s["input"])
+                ys.append(s["target"])
+                ns.append(s["meta"]["noise"].params(4))
+            if len({tuple(x.shape) for x in xs}) > 1:  # photos of different sizes: keep the common crop
+                hh = min(x.shape[1] for x in xs)
+                ww = min(x.shape[2] for x in xs)
+                xs = [x[:, :hh, :ww] for x in xs]
+                ys = [y[:, :hh, :ww] for y in ys]
+            out.append(
+                {
+                    "key": f"{domain} {level}",
+                    "input": torch.stack(xs),
+                    "target": torch.stack(ys),
+                    "noise": torch.stack(ns).float(),
+                }
+            )
+    return out
+
+
+@torch.no_grad()
+def check_scores(model: nn.Module, crops: Sequence[dict]) -> dict[str, float]:
+    """PSNR (dB, packed RAW, [0, 1], peak 1) of ``model`` on each :func:`check_crops` condition."""
+    model = model.eval()
+    res = {}
+    for c in crops:
+        out = call(model, c["input"], c["noise"]).float()
+        mse = float(((out - c["target"]) ** 2).mean())
+        res[c["key"]] = -10 * math.log10(max(mse, 1e-20))
+    return res
