@@ -42,6 +42,13 @@ RUNS: dict[str, dict] = {
     "r2r-mix-camera": {"method": "r2r", "mix": 0.5, "mix_own": 0.0},
     "r2r-lr1e-4": {"method": "r2r", "lr": 1e-4},
     "r2r-mix-lr1e-4": {"method": "r2r", "mix": 0.5, "lr": 1e-4},
+    "r2r-mix1": {"method": "r2r", "mix": 1.0},
+    "r2r-mix2": {"method": "r2r", "mix": 2.0},
+    "r2r-anchor1": {"method": "r2r", "anchor": 1.0},
+    "r2r-mix2-camera": {"method": "r2r", "mix": 2.0, "mix_own": 0.0},
+    "r2r-mix-own": {"method": "r2r", "mix": 0.5, "mix_own": 1.0},
+    "r2r-mix1-own": {"method": "r2r", "mix": 1.0, "mix_own": 1.0},
+    "r2r-mix1-own-lr1e-4": {"method": "r2r", "mix": 1.0, "mix_own": 1.0, "lr": 1e-4},
     "r2r-plain": {"method": "r2r-plain", "anchor": 0.0},
     "n2s": {"method": "n2s"},
     "rcl": {"method": "rcl"},
@@ -91,7 +98,8 @@ def run_adapt(name: str, files, out: Path, start_ckpt: str, steps: int, opts: di
         model.load_state_dict(sd)
         sc = score(model.eval())
         rows.append({"step": s, **sc, **{f"held_{k}": v for k, v in held.get(s, {}).items() if k != "step"}})
-        log(f"  {name} step {s}: {json.dumps({k: round(v, 4) for k, v in rows[-1].items() if k != 'step'})}")
+        shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in rows[-1].items() if k != "step"}
+        log(f"  {name} step {s}: {json.dumps(shown)}")
     return {
         "name": name,
         "options": opts,

@@ -280,9 +280,10 @@ def test_forgetting_check_scores_and_guard(adapt_env, tmp_path):
     from rawrcl.train.adapt import adapt
     from rawrcl.train.adapt_signal import CHECK_LEVELS, check_crops, check_scores
 
-    a, b = check_crops(crop=32, per_photo=1, photos=2), check_crops(crop=32, per_photo=1, photos=2)
-    assert len(a) == 2 * len(CHECK_LEVELS) and a[0]["input"].shape == (2, 4, 16, 16)
-    assert all(torch.equal(x["input"], y["input"]) for x, y in zip(a, b, strict=True))
+    a = check_crops(crop=32, per_photo=1, draws=2, photos=2)
+    b = check_crops(crop=32, per_photo=1, draws=2, photos=2)
+    assert len(a) == 2 * len(CHECK_LEVELS) and a[0]["batches"][0][0].shape == (4, 4, 16, 16)
+    assert all(torch.equal(x["batches"][0][0], y["batches"][0][0]) for x, y in zip(a, b, strict=True))
 
     class Shift(torch.nn.Module):
         noise_aware = True

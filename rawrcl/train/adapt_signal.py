@@ -118,13 +118,16 @@ def held_out_scores(
     }
 
 
-def check_crops(crop: int = 64, per_photo: int = 2, photos: int = 8, seed: int = 0) -> list[dict]:
+def check_crops(
+    crop: int = 96, per_photo: int = 5, draws: int = 2, photos: int = 8, seed: int = 0
+) -> list[dict]:
     """The forgetting check's fixed synthetic inputs: for each of :data:`CHECK_LEVELS` × (photo-valued,
-    unprocessed), ``per_photo`` crops of ``crop`` mosaic px from the bottom band of each bundled photo.
+    unprocessed), ``per_photo`` crops (≤ ``crop`` mosaic px, a multiple of 16) across the bottom band of
+    each bundled photo, ``draws`` noise draws each.
 
-    Returns ``[{"key": "photo L1", "input": (n, 4, c/2, c/2), "target": (n, 4, c/2, c/2),
-    "noise": (n, 2, 4)}]`` (Gaussian heteroscedastic noise at the level's true λ, as ``rawrcl eval``; the
-    same on every call)."""
+    Returns ``[{"key": "photo L1", "batches": [(input, target, noise), …]}]``, one batch per crop size:
+    input/target (n, 4, h, w) packed RGGB, noise (n, 2, 4) (Gaussian heteroscedastic noise at the level's
+    true λ, as ``rawrcl eval``; the same on every call)."""
     from rawrcl.noise import PRESETS
     from rawrcl.sample_data import bundled_photos
     from rawrcl.tasks import get_task
@@ -133,9 +136,8 @@ def check_crops(crop: int = 64, per_photo: int = 2, photos: int = 8, seed: int =
     clean = []
     for _, a in bundled_photos(photos):
         h, w = a.shape[:2]
-        top = int(h * (1 - CHECK_BAND))
-        band = np.moveaxis(a[top:], -1, 0).astype(np.float32) / 255.0
-        c = min(crop, (band.shape[1] // 2) * 2)
+        band = np.moveaxis(a[int(h * (1 - CHECK_BAND)) :], -1, 0).astype(np.float32) / 255.0
+        c = min(crop, band.shape[1], w) // 16 * 16
         for j in range(per_photo):
             x0 = int(round((w - c) * (j + 0.5) / per_photo)) // 2 * 2
             clean.append(band[:, :c, x0 : x0 + c])
@@ -143,35 +145,30 @@ def check_crops(crop: int = 64, per_photo: int = 2, photos: int = 8, seed: int =
     for d, (domain, unprocess) in enumerate((("photo", False), ("unproc", True))):
         task = get_task("raw-denoise", unprocess=unprocess)
         for k, level in enumerate(CHECK_LEVELS):
-            xs, ys, ns = [], [], []
+            groups: dict[tuple, list] = {}
             for i, img in enumerate(clean):
-                s = task.sample(img, np.random.default_rng([seed, d, k, i]), PRESETS[level])
-                xs.append(s["input"])
-                ys.append(s["target"])
-                ns.append(s["meta"]["noise"].params(4))
-            if len({tuple(x.shape) for x in xs}) > 1:  # photos of different sizes: keep the common crop
-                hh = min(x.shape[1] for x in xs)
-                ww = min(x.shape[2] for x in xs)
-                xs = [x[:, :hh, :ww] for x in xs]
-                ys = [y[:, :hh, :ww] for y in ys]
-            out.append(
-                {
-                    "key": f"{domain} {level}",
-                    "input": torch.stack(xs),
-                    "target": torch.stack(ys),
-                    "noise": torch.stack(ns).float(),
-                }
-            )
+                for r in range(draws):
+                    s = task.sample(img, np.random.default_rng([seed, d, k, i, r]), PRESETS[level])
+                    g = groups.setdefault(tuple(s["input"].shape), [[], [], []])
+                    g[0].append(s["input"])
+                    g[1].append(s["target"])
+                    g[2].append(s["meta"]["noise"].params(4).float())
+            batches = [tuple(torch.stack(v) for v in g) for g in groups.values()]
+            out.append({"key": f"{domain} {level}", "batches": batches})
     return out
 
 
 @torch.no_grad()
 def check_scores(model: nn.Module, crops: Sequence[dict]) -> dict[str, float]:
-    """PSNR (dB, packed RAW, [0, 1], peak 1) of ``model`` on each :func:`check_crops` condition."""
+    """PSNR (dB, packed RAW, [0, 1], peak 1; MSE over all the condition's pixels) of ``model`` on each
+    :func:`check_crops` condition."""
     model = model.eval()
     res = {}
     for c in crops:
-        out = call(model, c["input"], c["noise"]).float()
-        mse = float(((out - c["target"]) ** 2).mean())
-        res[c["key"]] = -10 * math.log10(max(mse, 1e-20))
+        se, n = 0.0, 0
+        for x, y, noise in c["batches"]:
+            out = call(model, x, noise).float()
+            se += float(((out - y) ** 2).sum())
+            n += y.numel()
+        res[c["key"]] = -10 * math.log10(max(se / n, 1e-20))
     return res
