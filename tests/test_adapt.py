@@ -302,3 +302,28 @@ def test_forgetting_check_scores_and_guard(adapt_env, tmp_path):
         evals=1, forget_tol=-1.0, progress=False,
     )  # fmt: skip
     assert summ["selected_step"] == 0 and summ["verdict"] == "kept start" and summ["final_forgot"]
+
+
+def test_train_only_changes_only_the_named_parameters(adapt_env, tmp_path):
+    from rawrcl.errors import RawrclError
+    from rawrcl.models.registry import load_checkpoint, read_checkpoint
+    from rawrcl.train.adapt import adapt
+
+    adapt(
+        adapt_env["dngs"], tmp_path / "r", source=adapt_env["ckpt"], steps=2, crop=32, batch_size=2, evals=1,
+        lr=1e-2, mix=0.0, train_only=["head."], progress=False,
+    )  # fmt: skip
+    start = load_checkpoint(adapt_env["ckpt"])[0].state_dict()
+    last = read_checkpoint(tmp_path / "r" / "checkpoints" / "last.pt")
+    trained = last["extra"].get("train_weights", last["state_dict"])
+    changed = {k for k in start if not torch.equal(start[k], trained[k])}
+    assert changed and all(k.startswith("head.") for k in changed)
+    with pytest.raises(RawrclError, match="matches no parameter"):
+        adapt(
+            adapt_env["dngs"],
+            tmp_path / "r2",
+            source=adapt_env["ckpt"],
+            steps=1,
+            crop=32,
+            train_only=["nope"],
+        )

@@ -132,6 +132,7 @@ def adapt(
     evals: int | None = None,
     select: str | None = None,
     forget_tol: float | None = None,
+    train_only: Sequence[str] | None = None,
     ema: float | None = None,
     seed: int = 0,
     resume: bool = False,
@@ -185,6 +186,11 @@ def adapt(
         )
     model, src = start_model(source, task)
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if train_only:  # adapt only the parameters whose names contain one of these strings
+        for name, prm in model.named_parameters():
+            prm.requires_grad_(any(t in name for t in train_only))
+        if not any(prm.requires_grad for prm in model.parameters()):
+            raise RawrclError(f"train_only {list(train_only)}: matches no parameter of the model")
     data = NoisyCrops(
         nfiles, crop=crop, seed=seed, mix=synthetic_mix(crop, nfiles, mix_own) if mix > 0 else None
     )
@@ -211,6 +217,7 @@ def adapt(
             "alpha": alpha,
             "select": select,
             "forget_tol": forget_tol,
+            "train_only": list(train_only) if train_only else None,
         },
         "save_every": keep,
         "keep_every": keep,
