@@ -82,6 +82,13 @@ def _noise_options(func):
             show_default=True,
             help="Multiply λshot and λread by this (> 1: smoother, < 1: keeps more grain).",
         ),
+        click.option(
+            "--hot-pixels",
+            is_flag=True,
+            default=False,
+            help="Replace isolated hot/dead pixels (far beyond all 8 same-colour neighbours for the file's "
+            "noise) by their neighbours' median before inference; the log says how many.",
+        ),
     ]
     for opt in reversed(opts):
         func = opt(func)
@@ -105,6 +112,7 @@ def _run(
     noise_spec=None,
     noise_profile=None,
     noise_scale=1.0,
+    hot_pixels=False,
     **kw,
 ) -> None:
     """Call ``rawrcl.infer.<runner_name>`` with the options of :func:`_tile_options` (tiling, device,
@@ -112,7 +120,7 @@ def _run(
     still written)."""
     from rawrcl import infer
 
-    noise = infer.NoiseOptions(noise_spec, noise_profile, noise_scale)
+    noise = infer.NoiseOptions(noise_spec, noise_profile, noise_scale, hot_pixels)
     opts = infer.TileOptions(
         tile, overlap, batch_tiles, device, precision, progress=not quiet, self_ensemble=tta, backend=backend
     )

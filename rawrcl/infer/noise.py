@@ -29,8 +29,6 @@ from rawrcl.models.conditioning import WithNoise, is_noise_aware
 from rawrcl.noise import NoiseModel
 from rawrcl.noise.spec import PER_FILE, NoiseSpec, parse_noise
 
-#: how each :class:`~rawrcl.calibration.resolve.FileNoise` source reads in the log
-
 
 @dataclass
 class NoiseOptions:
@@ -38,12 +36,14 @@ class NoiseOptions:
 
     ``spec``: a per-file kind of the noise grammar (None: ``auto``, not given by the user);
     ``profile``: a noise profile file consulted by ``auto`` before the single-image estimate;
-    ``scale``: multiplies λshot and λread (> 0).
+    ``scale``: multiplies λshot and λread (> 0); ``hot_pixels``: replace isolated hot/dead pixels
+    before inference (:func:`prepare_raw`).
     """
 
     spec: str | NoiseSpec | None = None
     profile: str | os.PathLike | None = None
     scale: float = 1.0
+    hot_pixels: bool = False
 
     def __post_init__(self) -> None:
         self.parsed = parse_noise(self.spec if self.spec is not None else "auto", PER_FILE, "--noise")
@@ -78,28 +78,56 @@ def bind_noise(model: nn.Module, noise: NoiseModel | None, channels: int = 4) ->
     return WithNoise(model, noise, channels).eval()
 
 
+def resolve_noise(raw, path: str | os.PathLike | None, opts: NoiseOptions, log: Callable[[str], None] | None):
+    """The file's noise as ``opts`` says (:func:`rawrcl.calibration.resolve.file_noise`), with the one log
+    line saying where it came from."""
+    from rawrcl.calibration.resolve import file_noise
+
+    t0 = time.perf_counter()
+    fn = file_noise(raw, opts.parsed, path=path, profile=opts.profile, scale=opts.scale)
+    if log is not None:
+        name = Path(path).name if path is not None else "image"
+        log(fn.describe(name, opts.parsed.kind, time.perf_counter() - t0))
+    return fn
+
+
+def prepare_raw(raw, path: str | os.PathLike | None, opts: NoiseOptions | None, log=None):
+    """``(raw, noise)`` before inference: with ``opts.hot_pixels`` the file's hot/dead pixels are replaced
+    (:func:`rawrcl.defects.repair_hot_pixels`, threshold from the file's noise, one log line) and the
+    resolved :class:`~rawrcl.calibration.resolve.FileNoise` is returned for :func:`raw_model_for` to
+    reuse; otherwise ``(raw, None)`` unchanged."""
+    opts = opts or NoiseOptions()
+    if not opts.hot_pixels:
+        return raw, None
+    from dataclasses import replace
+
+    from rawrcl.defects import repair_hot_pixels
+
+    fn = resolve_noise(raw, path, opts, log)
+    cfa, n = repair_hot_pixels(raw.cfa, raw.pattern, fn.model.lambda_shot, fn.model.lambda_read)
+    if log is not None:
+        name = Path(path).name if path is not None else "image"
+        log(f"{name}: {n} hot/dead pixel{'s' if n != 1 else ''} replaced by their neighbours' median")
+    return replace(raw, cfa=cfa), fn
+
+
 def raw_model_for(
     model: nn.Module,
     raw,
     path: str | os.PathLike | None,
     opts: NoiseOptions | None,
     log: Callable[[str], None] | None = None,
+    noise=None,
 ) -> nn.Module:
-    """``model`` ready for one RAW file: bound to the file's noise (resolved by
-    :func:`rawrcl.calibration.resolve.file_noise`; one log line saying where it came from) when
-    noise-aware, else unchanged (and a one-time warning when the user gave noise options)."""
+    """``model`` ready for one RAW file: bound to the file's noise (``noise``, a resolved ``FileNoise``,
+    else :func:`resolve_noise`) when noise-aware, else unchanged (and a one-time warning when the user gave
+    noise options that only a noise-aware model uses)."""
     opts = opts or NoiseOptions()
     if not is_noise_aware(model):
-        opts.warn_blind()
+        if not opts.hot_pixels:
+            opts.warn_blind()
         return model
-    from rawrcl.calibration.resolve import file_noise
-
-    t0 = time.perf_counter()
-    fn = file_noise(raw, opts.parsed, path=path, profile=opts.profile, scale=opts.scale)
-    seconds = time.perf_counter() - t0
-    if log is not None:
-        name = Path(path).name if path is not None else "image"
-        log(fn.describe(name, opts.parsed.kind, seconds))
+    fn = noise if noise is not None else resolve_noise(raw, path, opts, log)
     return bind_noise(model, fn.model, 4)
 
 
