@@ -299,6 +299,11 @@ def adapt(
         msgs.append(
             f"the adapted weights lost {-final['forget_db']:.2f} dB at {final['forget_at']} on the "
             f"forgetting check (more than {forget_tol:g} dB); {kept}"
+            + (
+                "; a larger --mix (e.g. 2) replays more of what the model did well"
+                if best["step"] == 0
+                else ""
+            )
         )
     for msg in msgs:
         warnings.warn(msg, stacklevel=2)
