@@ -7,7 +7,7 @@ import json
 import click
 from rawrcl.cli.common import ema_option, user_errors
 
-METHODS = ["r2r", "r2r-plain", "n2s", "rcl"]
+METHODS = ["r2r", "r2r-plain", "n2s", "rcl"]  # rawrcl.train.config.ADAPT_METHODS (no torch at --help)
 
 
 @click.command("adapt")
@@ -23,11 +23,10 @@ METHODS = ["r2r", "r2r-plain", "n2s", "rcl"]
 @click.option("--task", default="raw-denoise", show_default=True, type=click.Choice(["raw-denoise"]))
 @click.option(
     "--method",
-    default="r2r",
-    show_default=True,
+    default=None,
     type=click.Choice(METHODS),
     help="r2r: clipping-aware Recorrupted-to-Recorrupted; r2r-plain: as published; n2s: Noise2Self; rcl: "
-    "the paper's residual contrastive loss (docs/adaptation.md compares them)",
+    "the paper's residual contrastive loss (docs/adaptation.md compares them)  [default: r2r]",
 )
 @click.option("--steps", default=None, type=int, help="optimiser steps  [default: 400]")
 @click.option(
@@ -66,7 +65,7 @@ METHODS = ["r2r", "r2r-plain", "n2s", "rcl"]
     help="dB a kept checkpoint may lose on any condition of the forgetting check  [default: 0.1]",
 )
 @ema_option
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=None, type=int, help="random seed  [default: 0]")
 @click.option("--resume", is_flag=True, help="continue the run in --out")
 @click.option("--force", is_flag=True, help="overwrite an existing run directory")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
@@ -97,10 +96,11 @@ def adapt(
 ):
     """Fine-tune a noise-aware RAW denoiser on DNG_DIR's noisy files, with no clean reference.
 
-    Each file's noise comes from --noise (per file: folders mixing ISOs work). The bottom 1/8 of every
-    file is held out; the run keeps the checkpoint with the best held-out label-free score, or the
-    starting weights when adaptation did not help (RUN/adapt.json says which). Use the result with
-    ``rawrcl denoise --model RUN``.
+    The options not given keep their defaults (with --resume: the run's saved configuration, which
+    RUN/config.json holds as run_config). Each file's noise comes from --noise (per file: folders
+    mixing ISOs work). The bottom 1/8 of every file is held out; the run keeps, among the checkpoints
+    within --forget-tol on the forgetting check, the one with the best held-out label-free score, or
+    the starting weights (RUN/adapt.json says which). Use the result with ``rawrcl denoise --model RUN``.
     """
     from rawrcl.errors import RawrclError
     from rawrcl.train.adapt import adapt as _adapt

@@ -327,3 +327,31 @@ def test_train_only_changes_only_the_named_parameters(adapt_env, tmp_path):
             crop=32,
             train_only=["nope"],
         )
+
+
+def test_adapt_config_validates_and_resume_keeps_it(adapt_env, tmp_path):
+    from rawrcl.errors import RawrclError
+    from rawrcl.train.adapt import adapt
+    from rawrcl.train.config import AdaptConfig
+
+    c = AdaptConfig.from_options(mix=2, steps=10, train_only=["head."])
+    assert AdaptConfig(**c.to_dict()) == c and c.mix == 2.0 and c.lr == AdaptConfig().lr
+    for bad, match in (
+        ({"mix": -1}, "--mix"), ({"mix_own": 1.5}, "--mix-own"), ({"lr": float("nan")}, "--lr"),
+        ({"steps": 0}, "--steps"), ({"crop": 15}, "--crop"), ({"select": "psnr"}, "--select"),
+        ({"method": "n2n"}, "--method"), ({"alpha": 0}, "--alpha"),
+        ({"bogus": 1}, "unknown adaptation option"),
+    ):  # fmt: skip
+        with pytest.raises(RawrclError, match=match):
+            AdaptConfig.from_options(**bad)
+    run = tmp_path / "r"
+    common = {"source": adapt_env["ckpt"], "crop": 32, "batch_size": 2, "evals": 1, "progress": False}
+    adapt(adapt_env["dngs"], run, steps=2, mix=0.0, anchor=0.2, **common)
+    adapt(adapt_env["dngs"], run, steps=3, resume=True, **common)
+    saved = json.loads((run / "config.json").read_text())["run_config"]
+    assert saved["steps"] == 3 and saved["mix"] == 0.0 and saved["anchor"] == 0.2
+    assert json.loads((run / "adapt.json").read_text())["settings"] == saved
+    res = _cli(
+        ["adapt", adapt_env["dngs"], "--out", tmp_path / "r2", "--from", adapt_env["ckpt"], "--mix", -1]
+    )
+    assert res.exit_code != 0 and "--mix must be" in res.output and "Traceback" not in res.output

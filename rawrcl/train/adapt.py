@@ -50,23 +50,12 @@ from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_write_text
 from rawrcl.models.conditioning import is_noise_aware
 from rawrcl.models.registry import read_checkpoint, save_checkpoint
-from rawrcl.train.adapt_objective import METHOD_CHOICES, Guarded, make_objective, synthetic_mix
+from rawrcl.train.adapt_objective import Guarded, make_objective, synthetic_mix
 from rawrcl.train.adapt_signal import check_crops, check_scores, held_out_scores
+from rawrcl.train.config import AdaptConfig
 
-#: defaults of ``rawrcl adapt`` (measured in docs/adaptation.md)
-ADAPT_DEFAULTS: dict = {
-    "steps": 400,
-    "batch_size": 4,  # pairs: 8 crops per step
-    "crop": 128,
-    "lr": 3e-5,
-    "anchor": 0.05,
-    "mix": 0.5,
-    "mix_own": 0.5,  # share of the mix's synthetic crops made with the files' own noise
-    "evals": 4,
-    "select": "sure",
-    "alpha": 0.5,
-    "forget_tol": 0.1,  # dB: the most a kept checkpoint may lose on any forgetting-check condition
-}
+#: the defaults of ``rawrcl adapt`` (:class:`~rawrcl.train.config.AdaptConfig`; docs/adaptation.md)
+ADAPT_DEFAULTS: dict = AdaptConfig().to_dict()
 
 
 # ------------------------------------------------------------------------------------------- the entry
@@ -117,61 +106,40 @@ def adapt(
     *,
     source: str | os.PathLike | nn.Module | None = "default",
     task: str = "raw-denoise",
-    method: str = "r2r",
-    steps: int | None = None,
     noise: str = "auto",
     noise_profile: str | os.PathLike | None = None,
     noise_scale: float = 1.0,
-    batch_size: int | None = None,
-    crop: int | None = None,
-    lr: float | None = None,
-    anchor: float | None = None,
-    mix: float | None = None,
-    mix_own: float | None = None,
-    alpha: float | None = None,
-    evals: int | None = None,
-    select: str | None = None,
-    forget_tol: float | None = None,
-    train_only: Sequence[str] | None = None,
-    ema: float | None = None,
-    seed: int = 0,
+    config: AdaptConfig | None = None,
     resume: bool = False,
     force: bool = False,
     progress: bool | None = None,
     log: Callable[[str], None] | None = None,
+    **options,
 ) -> dict:
-    """Adapt ``source`` to the noisy files; returns the summary written to ``out/adapt.json``."""
+    """Adapt ``source`` to the noisy files; returns the summary written to ``out/adapt.json``.
+
+    The run's settings are ``config`` (default: the defaults) with ``options`` (the
+    :class:`~rawrcl.train.config.AdaptConfig` fields, e.g. ``steps=800, mix=2``; None = keep) on top; with
+    ``resume`` the saved configuration is the base. Saved as ``run_config`` in ``config.json``."""
     from rawrcl.train import Trainer
 
-    d = ADAPT_DEFAULTS
-    steps = d["steps"] if steps is None else int(steps)
-    batch_size = d["batch_size"] if batch_size is None else int(batch_size)
-    crop = d["crop"] if crop is None else int(crop)
-    lr = d["lr"] if lr is None else float(lr)
-    anchor = d["anchor"] if anchor is None else float(anchor)
-    mix = d["mix"] if mix is None else float(mix)
-    mix_own = d["mix_own"] if mix_own is None else float(mix_own)
-    alpha = d["alpha"] if alpha is None else float(alpha)
-    evals = d["evals"] if evals is None else max(1, int(evals))
-    select = d["select"] if select is None else select
-    forget_tol = d["forget_tol"] if forget_tol is None else float(forget_tol)
     say = log or (lambda m: None)
     if task != "raw-denoise":
         raise RawrclError(
             f"--task {task}: adapt supports raw-denoise (JDD: adapt the RAW denoiser and run it as "
             "denoise → demosaic)"
         )
-    if select not in ("sure", "r2r", "last"):
-        raise RawrclError(f"--select {select!r}: expected sure, r2r or last")
-    if method not in METHOD_CHOICES:
-        raise RawrclError(f"--method {method!r}: expected one of {', '.join(METHOD_CHOICES)}")
-    if steps < 1:
-        raise RawrclError("--steps must be ≥ 1")
     out = Path(out)
     if resume and not (out / "config.json").exists():
         raise RawrclError(f"{out}: --resume given but there is no run to resume")
     if not resume and not force and (out / "config.json").exists():
         raise RawrclError(f"{out}: run directory already holds a run; use --resume to continue or --force")
+    if resume and config is None:
+        saved = json.loads((out / "config.json").read_text()).get("run_config")
+        config = AdaptConfig(**saved) if saved else None
+    c = AdaptConfig.from_options(config, **options)
+    method, steps, crop, alpha, seed = c.method, c.steps, c.crop, c.alpha, c.seed
+    select, forget_tol = c.select, c.forget_tol
 
     if isinstance(files, (list, tuple)) and files and isinstance(files[0], NoiseFile):
         nfiles = list(files)
@@ -186,39 +154,30 @@ def adapt(
         )
     model, src = start_model(source, task)
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    if train_only:  # adapt only the parameters whose names contain one of these strings
+    if c.train_only:  # adapt only the parameters whose names contain one of these strings
         for name, prm in model.named_parameters():
-            prm.requires_grad_(any(t in name for t in train_only))
+            prm.requires_grad_(any(t in name for t in c.train_only))
         if not any(prm.requires_grad for prm in model.parameters()):
-            raise RawrclError(f"train_only {list(train_only)}: matches no parameter of the model")
+            raise RawrclError(f"train_only {list(c.train_only)}: matches no parameter of the model")
     data = NoisyCrops(
-        nfiles, crop=crop, seed=seed, mix=synthetic_mix(crop, nfiles, mix_own) if mix > 0 else None
+        nfiles, crop=crop, seed=seed, mix=synthetic_mix(crop, nfiles, c.mix_own) if c.mix > 0 else None
     )
     held = data.held_out()
-    objective = Guarded(method, make_objective(method, alpha), start, anchor, mix)
-    keep = max(1, steps // evals)
+    objective = Guarded(method, make_objective(method, alpha), start, c.anchor, c.mix)
+    keep = max(1, steps // c.evals)
     cfg = {
         "task": task,
         "steps": steps,
-        "batch_size": batch_size,
+        "batch_size": c.batch_size,
         "crop": data.crop,
-        "lr": lr,
+        "lr": c.lr,
         "lr_schedule": "constant",
         "seed": seed,
         "grad_clip": 1.0,
-        "ema": ema,
+        "ema": c.ema,
         "noise": noise,
         "source": src,
-        "adapt": {
-            "method": method,
-            "anchor": anchor,
-            "mix": mix,
-            "mix_own": mix_own,
-            "alpha": alpha,
-            "select": select,
-            "forget_tol": forget_tol,
-            "train_only": list(train_only) if train_only else None,
-        },
+        "run_config": c.to_dict(),
         "save_every": keep,
         "keep_every": keep,
         "log_every": 10,
@@ -229,6 +188,10 @@ def adapt(
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     fit = Trainer(model, objective, data, out, cfg).fit()
+    run_cfg = json.loads((out / "config.json").read_text())
+    if run_cfg.get("run_config") != c.to_dict():  # a resume with new options: record what ran
+        run_cfg["run_config"] = c.to_dict()
+        atomic_write_text(out / "config.json", json.dumps(run_cfg, indent=2) + "\n")
 
     # -- keep or discard
     ck = out / "checkpoints"
@@ -277,7 +240,7 @@ def adapt(
         "source": src,
         "method": method,
         "steps": steps,
-        "settings": {k: cfg[k] for k in ("batch_size", "crop", "lr", "seed", "ema")} | cfg["adapt"],
+        "settings": c.to_dict(),
         "files": [f.describe() for f in nfiles],
         "held_out_crops": len(held),
         "held_out": table,

@@ -20,8 +20,10 @@ from rawrcl.errors import RawrclError
 from rawrcl.methods.r2r import R2R
 from rawrcl.models.conditioning import call, is_noise_aware
 from rawrcl.models.registry import unwrap
+from rawrcl.train.config import ADAPT_METHODS
 
-METHOD_CHOICES = ("r2r", "r2r-plain", "n2s", "rcl")
+METHOD_CHOICES = ADAPT_METHODS  # the objectives make_objective builds
+
 #: the bottom fraction of every bundled photo's rows kept out of the mix for the forgetting check
 CHECK_BAND = 0.25
 

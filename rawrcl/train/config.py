@@ -1,4 +1,5 @@
-"""One validated configuration per pre-training run: :class:`PretrainConfig`.
+"""One validated configuration per run: :class:`PretrainConfig` (pre-training), :class:`AdaptConfig`
+(label-free adaptation, ``rawrcl adapt``).
 
 ``rawrcl pretrain`` builds it from its options, :func:`rawrcl.train.pretrain` builds it from its keyword
 arguments, and ``rawrcl bench`` builds it for its grid. All three run it with
@@ -191,3 +192,88 @@ class PretrainConfig:
             if key in d:
                 d[key] = kind(**d[key])
         return cls(**d)
+
+
+#: ``rawrcl adapt``'s objectives (:func:`rawrcl.train.adapt_objective.make_objective`) and selection scores
+ADAPT_METHODS = ("r2r", "r2r-plain", "n2s", "rcl")
+ADAPT_SELECT = ("sure", "r2r", "last")
+
+
+@dataclass(frozen=True)
+class AdaptConfig:
+    """One label-free adaptation run (``rawrcl adapt`` and :func:`rawrcl.train.adapt.adapt` build it from
+    their options; saved in the run's ``config.json`` under ``"run_config"`` and in ``adapt.json``).
+
+    ``method``: the self-supervised objective; ``steps`` × ``batch_size`` crop pairs of ``crop`` mosaic
+    px; Adam at constant ``lr``; guards against forgetting: ``anchor`` (weight of Σ(θ − θ₀)²), ``mix``
+    (weight of the synthetic supervised crops; ``mix_own`` of them with the files' own noise);
+    ``alpha`` the recorruption strength of R2R; ``evals`` checkpoints scored on the held-out crops;
+    ``select`` the score that picks among those within ``forget_tol`` dB on the forgetting check;
+    ``train_only`` name fragments of the only parameters adapted (None: all); ``ema`` weight averaging.
+    Measured defaults: docs/adaptation.md.
+    """
+
+    method: str = "r2r"
+    steps: int = 400
+    batch_size: int = 4
+    crop: int = 128
+    lr: float = 3e-5
+    anchor: float = 0.05
+    mix: float = 0.5
+    mix_own: float = 0.5
+    alpha: float = 0.5
+    evals: int = 4
+    select: str = "sure"
+    forget_tol: float = 0.1
+    train_only: tuple[str, ...] | None = None
+    ema: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.method not in ADAPT_METHODS:
+            raise RawrclError(f"--method {self.method!r}: expected one of {', '.join(ADAPT_METHODS)}")
+        if self.select not in ADAPT_SELECT:
+            raise RawrclError(f"--select {self.select!r}: expected {', '.join(ADAPT_SELECT)}")
+        for key in ("steps", "batch_size", "evals"):
+            if int(getattr(self, key)) < 1:
+                raise RawrclError(f"--{key.replace('_', '-')} must be ≥ 1")
+            object.__setattr__(self, key, int(getattr(self, key)))
+        if int(self.crop) < 16 or int(self.crop) % 2:
+            raise RawrclError(f"--crop must be an even number ≥ 16, got {self.crop}")
+        object.__setattr__(self, "crop", int(self.crop))
+        check_numbers({"lr": self.lr})
+        for key, lo, hi in (
+            ("anchor", 0, math.inf),
+            ("mix", 0, math.inf),
+            ("mix_own", 0, 1),
+            ("alpha", 0, 10),
+        ):
+            v = float(getattr(self, key))
+            if not (math.isfinite(v) and lo <= v <= hi) or (key == "alpha" and v == 0):
+                raise RawrclError(
+                    f"--{key.replace('_', '-')} must be a finite number in [{lo}, {hi}], got {v}"
+                )
+            object.__setattr__(self, key, v)
+        if not math.isfinite(float(self.forget_tol)):
+            raise RawrclError(f"--forget-tol must be a finite number, got {self.forget_tol}")
+        if self.train_only is not None:
+            object.__setattr__(self, "train_only", tuple(str(t) for t in self.train_only) or None)
+
+    @classmethod
+    def from_options(cls, base: AdaptConfig | None = None, **options) -> AdaptConfig:
+        """``base`` (default: the defaults) with every option that is not None; unknown names refused."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise RawrclError(
+                f"unknown adaptation option {unknown[0]!r}; expected one of {', '.join(sorted(known))}"
+            )
+        d = asdict(base or cls())
+        d.update({k: v for k, v in options.items() if v is not None})
+        return cls(**d)
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (``AdaptConfig(**to_dict())`` gives the same configuration)."""
+        d = asdict(self)
+        d["train_only"] = list(self.train_only) if self.train_only else None
+        return d
