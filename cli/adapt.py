@@ -139,5 +139,6 @@ def adapt(
     base, best = res["held_out"][0], next(r for r in res["held_out"] if r["step"] == res["selected_step"])
     click.echo(
         f"adapted {len(res['files'])} files with {res['method']} ({res['steps']} steps): {res['verdict']}; "
-        f"held-out SURE {base['sure_psnr']:.2f} → {best['sure_psnr']:.2f} dB → {res['checkpoint']}"
+        f"held-out SURE {base['sure_psnr']:.2f} → {best['sure_psnr']:.2f} dB, forgetting check "
+        f"{best['forget_db']:+.2f} dB ({best['forget_at']}) → {res['checkpoint']}"
     )
