@@ -47,6 +47,10 @@ RUNS: dict[str, dict] = {
     "r2r-bias-nomix": {"method": "r2r", "train_only": ["bias"], "lr": 1e-3, "mix": 0.0},
     "r2r-last-nomix": {"method": "r2r", "train_only": ["dec.2.", "up.2.", "head."], "mix": 0.0},
     "r2r-last": {"method": "r2r", "train_only": ["dec.2.", "up.2.", "head."]},
+    "r2r-alpha0.3": {"method": "r2r", "alpha": 0.3},
+    "r2r-alpha1": {"method": "r2r", "alpha": 1.0},
+    "r2r-alpha1.5": {"method": "r2r", "alpha": 1.5},
+    "r2r-alpha2": {"method": "r2r", "alpha": 2.0},
     "r2r-anchor1": {"method": "r2r", "anchor": 1.0},
     "r2r-mix2-camera": {"method": "r2r", "mix": 2.0, "mix_own": 0.0},
     "r2r-mix-own": {"method": "r2r", "mix": 0.5, "mix_own": 1.0},
@@ -168,7 +172,14 @@ def part_burst(args, doc: dict, path: Path, log) -> None:
         if name in doc["burst"].get("runs", {}) and not args.redo:
             continue
         rec = run_adapt(
-            name, fl, Path(args.out) / "runs" / f"burst-{name}", args.start, args.steps, opts, score, log
+            name,
+            fl,
+            Path(args.out) / "runs" / f"burst-{name}",
+            args.start,
+            args.steps,
+            {**opts, **args.extra},
+            score,
+            log,
         )
         doc["burst"].setdefault("runs", {})[name] = rec
         _save(path, doc)
@@ -274,7 +285,14 @@ def part_synth(args, doc: dict, path: Path, log) -> None:
         if name not in args.runs or (name in doc["synth"].get("runs", {}) and not args.redo):
             continue
         rec = run_adapt(
-            name, files, Path(args.out) / "runs" / f"synth-{name}", args.start, args.steps, opts, score, log
+            name,
+            files,
+            Path(args.out) / "runs" / f"synth-{name}",
+            args.start,
+            args.steps,
+            {**opts, **args.extra},
+            score,
+            log,
         )
         doc["synth"].setdefault("runs", {})[name] = rec
         _save(path, doc)
@@ -427,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", default=",".join([*RUNS, "single", "transductive", "supervised"]))
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--camera", default=",".join(map(str, CAMERA)), help="synth: λshot,λread of the camera")
+    ap.add_argument("--extra", default="{}", help="adapt options added to every run, e.g. '{\"alpha\": 1}'")
     ap.add_argument("--sup-lr", type=float, default=1e-4)
     ap.add_argument("--burst", default=str(SHARED / "data" / "raw" / "hdrplus_burst2"))
     ap.add_argument("--sunhays", default=str(SHARED / "data" / "sunhays80"))
@@ -441,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     path = out / "results.json"
     doc = _load(path)
     args.runs = set(args.runs.split(","))
+    args.extra = json.loads(args.extra)
 
     def log(m: str) -> None:
         print(m, file=sys.stderr, flush=True)
