@@ -118,6 +118,12 @@ def run_adapt(name: str, files, out: Path, start_ckpt: str, steps: int, opts: di
     }
 
 
+def run_case(args, part: str, name: str, files, opts: dict, score, log) -> dict:
+    """One row of ``part``: :func:`run_adapt` in ``OUT/runs/<part>-<name>`` with ``--extra`` on top."""
+    out = Path(args.out) / "runs" / f"{part}-{name}"
+    return run_adapt(name, files, out, args.start, args.steps, {**opts, **args.extra}, score, log)
+
+
 # ---------------------------------------------------------------------------------------------- burst
 def part_burst(args, doc: dict, path: Path, log) -> None:
     from rawrcl.data.noisy_crops import load_noise_files
@@ -171,17 +177,7 @@ def part_burst(args, doc: dict, path: Path, log) -> None:
     for name, fl, opts in cases:
         if name in doc["burst"].get("runs", {}) and not args.redo:
             continue
-        rec = run_adapt(
-            name,
-            fl,
-            Path(args.out) / "runs" / f"burst-{name}",
-            args.start,
-            args.steps,
-            {**opts, **args.extra},
-            score,
-            log,
-        )
-        doc["burst"].setdefault("runs", {})[name] = rec
+        doc["burst"].setdefault("runs", {})[name] = run_case(args, "burst", name, fl, opts, score, log)
         _save(path, doc)
 
 
@@ -284,17 +280,7 @@ def part_synth(args, doc: dict, path: Path, log) -> None:
     for name, opts in RUNS.items():
         if name not in args.runs or (name in doc["synth"].get("runs", {}) and not args.redo):
             continue
-        rec = run_adapt(
-            name,
-            files,
-            Path(args.out) / "runs" / f"synth-{name}",
-            args.start,
-            args.steps,
-            {**opts, **args.extra},
-            score,
-            log,
-        )
-        doc["synth"].setdefault("runs", {})[name] = rec
+        doc["synth"].setdefault("runs", {})[name] = run_case(args, "synth", name, files, opts, score, log)
         _save(path, doc)
     if "supervised" in args.runs and ("supervised" not in doc["synth"].get("runs", {}) or args.redo):
         model, _ = load_checkpoint(args.start)
