@@ -252,7 +252,7 @@ def part_synth(args, doc: dict, path: Path, log) -> None:
     from rawrcl.models.registry import load_checkpoint
     from rawrcl.noise import NoiseModel, Readout
     from rawrcl.train import Trainer
-    from rawrcl.train.adapt import ADAPT_DEFAULTS
+    from rawrcl.train.config import AdaptConfig
 
     photos = load_images(Path(args.sunhays))
     camera = tuple(float(v) for v in args.camera.split(","))
@@ -286,10 +286,11 @@ def part_synth(args, doc: dict, path: Path, log) -> None:
         model, _ = load_checkpoint(args.start)
         model = model.float().train()
         run = Path(args.out) / "runs" / "synth-supervised"
-        data = PairedCrops([(*t, lam) for t in train], ADAPT_DEFAULTS["crop"])
+        defaults = AdaptConfig()
+        data = PairedCrops([(*t, lam) for t in train], defaults.crop)
         cfg = {
             "steps": args.steps,
-            "batch_size": 2 * ADAPT_DEFAULTS["batch_size"],
+            "batch_size": 2 * defaults.batch_size,
             "lr": args.sup_lr,
             "grad_clip": 1.0,
             "save_every": args.steps,

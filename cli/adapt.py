@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 
 import click
-from rawrcl.cli.common import ema_option, user_errors
-
-METHODS = ["r2r", "r2r-plain", "n2s", "rcl"]  # rawrcl.train.config.ADAPT_METHODS (no torch at --help)
+from rawrcl.cli.common import LazyChoice, ema_option, user_errors
 
 
 @click.command("adapt")
@@ -24,7 +22,7 @@ METHODS = ["r2r", "r2r-plain", "n2s", "rcl"]  # rawrcl.train.config.ADAPT_METHOD
 @click.option(
     "--method",
     default=None,
-    type=click.Choice(METHODS),
+    type=LazyChoice("rawrcl.train.config:ADAPT_METHODS"),
     help="r2r: clipping-aware Recorrupted-to-Recorrupted; r2r-plain: as published; n2s: Noise2Self; rcl: "
     "the paper's residual contrastive loss (docs/adaptation.md compares them)  [default: r2r]",
 )

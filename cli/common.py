@@ -85,7 +85,6 @@ DEMOSAIC_CHOICE = LazyChoice("rawrcl.models.heads:DEMOSAICS")
 #: ``--precision`` of every command that runs a model (rawrcl.device; "off" of the old --amp is "fp32")
 PRECISION_CHOICE = LazyChoice("rawrcl.device:PRECISIONS")
 
-#: ``--ema DECAY`` of ``pretrain`` and ``finetune`` (``rawrcl.train.WeightEMA``)
 #: ``--precision`` of the training commands (pretrain, finetune)
 train_precision_option = click.option(
     "--precision",
@@ -95,6 +94,7 @@ train_precision_option = click.option(
     help="Autocast precision of training; auto = bf16/fp16 on CUDA, else fp32.",
 )
 
+#: ``--ema DECAY`` of ``pretrain``, ``finetune`` and ``adapt`` (``rawrcl.train.WeightEMA``)
 ema_option = click.option(
     "--ema",
     default=None,

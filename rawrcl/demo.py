@@ -71,28 +71,25 @@ def _classical(cfa: np.ndarray, pattern: str) -> dict[str, np.ndarray]:
     return {name: demosaic(cfa, pattern, name) for name in ("bilinear", "menon")}
 
 
-def _gat_bm3d(raw, path: Path) -> np.ndarray:
-    """GAT+BM3D of the file's mosaic with the noise ``rawrcl denoise`` would use (``--noise auto``)."""
-    from rawrcl.calibration.resolve import file_noise
+def _gat_bm3d(raw, nm) -> np.ndarray:
+    """GAT+BM3D of the file's mosaic with its noise ``nm`` (a NoiseModel, as ``rawrcl denoise`` uses)."""
     from rawrcl.cfa import pack, unpack
     from rawrcl.eval.raw_baselines import gat_bm3d
 
-    nm = file_noise(raw, "auto", path=path).model
     den = gat_bm3d(pack(raw.cfa, raw.pattern), nm.lambda_shot, nm.lambda_read)
     return np.asarray(unpack(den, raw.pattern, raw.cfa.shape))
 
 
-def _menon_nlm(raw, path: Path) -> np.ndarray:
+def _menon_nlm(raw, nm) -> np.ndarray:
     """Menon demosaicing + NLM in the rendered image (the eval's ``menon+nlm``), with the file's own
-    white balance and colour matrix and the noise ``rawrcl jdd`` would use: (3, H, W) linear camera RGB."""
+    white balance and colour matrix and its noise ``nm``: (3, H, W) linear camera RGB."""
     import torch
 
-    from rawrcl.calibration.resolve import file_noise
     from rawrcl.demosaic import demosaic
     from rawrcl.eval.baselines import nlm_after_demosaic
 
     rgb = torch.from_numpy(demosaic(np.clip(raw.cfa, 0, 1), raw.pattern, "menon"))
-    meta = {"noise": file_noise(raw, "auto", path=path).model}
+    meta = {"noise": nm}
     if raw.wb is not None and raw.ccm is not None:
         meta["isp"] = {"wb": raw.wb, "ccm": raw.ccm, "gain": 1.0}
     return nlm_after_demosaic(rgb, meta).numpy()
@@ -123,7 +120,7 @@ def run_demo(
     jdd_model, denoise_model : checkpoints to use instead of the shipped default weights.
     """
     from rawrcl.infer import TileOptions, denoise_cfa, jdd_cfa, write_denoised_dng, write_image
-    from rawrcl.infer.noise import raw_model_for
+    from rawrcl.infer.noise import raw_model_for, resolve_noise
     from rawrcl.io.raw import read_raw
     from rawrcl.isp import render_srgb
     from rawrcl.models.loading import load_for_task
@@ -181,10 +178,11 @@ def run_demo(
     res_dir = out / "outputs"
     results: dict[str, dict[str, float]] = {"jdd": {}, "raw-denoise": {}}
     outputs: list[str] = []
+    # the file's noise, resolved once as `rawrcl jdd/denoise` do (--noise auto), for models and baselines
+    fn = resolve_noise(raw, dng, None, echo)
     for label, (m_jdd, m_den) in models.items():
-        # noise-aware models get the file's noise exactly as `rawrcl jdd/denoise` (default --noise auto)
-        m_jdd = raw_model_for(m_jdd, raw, dng, None, None)
-        m_den = None if m_den is None else raw_model_for(m_den, raw, dng, None, echo)
+        m_jdd = raw_model_for(m_jdd, raw, dng, None, resolved=fn)
+        m_den = None if m_den is None else raw_model_for(m_den, raw, dng, None, resolved=fn)
         rgb = jdd_cfa(m_jdd, raw.cfa, raw.pattern, opts)
         results["jdd"][f"rawrcl jdd ({label})"] = psnr01(rgb, clean_rgb)
         tag = "" if label == "default" else "_pretrained"
@@ -201,9 +199,9 @@ def run_demo(
             )
     for name, rgb in _classical(np.clip(raw.cfa, 0, 1), raw.pattern).items():
         results["jdd"][f"{name} demosaic of the noisy mosaic"] = psnr01(rgb, clean_rgb)
-    results["jdd"]["Menon + NLM (classical pipeline)"] = psnr01(_menon_nlm(raw, dng), clean_rgb)
+    results["jdd"]["Menon + NLM (classical pipeline)"] = psnr01(_menon_nlm(raw, fn.model), clean_rgb)
     results["raw-denoise"]["noisy input"] = psnr01(raw.cfa, clean_cfa)
-    results["raw-denoise"]["GAT+BM3D (classical gold standard)"] = psnr01(_gat_bm3d(raw, dng), clean_cfa)
+    results["raw-denoise"]["GAT+BM3D (classical gold standard)"] = psnr01(_gat_bm3d(raw, fn.model), clean_cfa)
     echo(f"[4/4] jdd + denoise on {dng.name} ({raw.width}×{raw.height}):")
     for task, rows in results.items():
         echo(f"  {task}: PSNR against the clean reference (linear, dB)")

@@ -75,7 +75,7 @@ def jdd_file(
         raise RawrclError(f"{dst}: exists (use --force to overwrite)")
     raw = read_raw(src, clip=False)  # keep noise below black: models are trained unclipped
     raw, fn = prepare_raw(raw, src, noise, log)
-    net = raw_model_for(model, raw, src, noise, log, fn)
+    net = raw_model_for(model, raw, src, noise, log, resolved=fn)
     rgb = jdd_cfa(net, raw.cfa, raw.pattern, opts)
     img = _render(raw, rgb, render)
     bits = 8 if (dst.suffix.lower() == ".png" and render == "srgb") else 16
@@ -120,7 +120,7 @@ def denoise_file(
     net = model() if not isinstance(model, nn.Module) else model
     raw = read_raw(src, clip=False)  # keep noise below black: models are trained unclipped
     raw, fn = prepare_raw(raw, src, noise, log)
-    net = raw_model_for(net, raw, src, noise, log, fn)
+    net = raw_model_for(net, raw, src, noise, log, resolved=fn)
     cfa = denoise_cfa(net, raw.cfa, raw.pattern, opts)
     suffix = dst.suffix.lower()
     if suffix == ".dng":

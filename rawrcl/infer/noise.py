@@ -78,16 +78,22 @@ def bind_noise(model: nn.Module, noise: NoiseModel | None, channels: int = 4) ->
     return WithNoise(model, noise, channels).eval()
 
 
-def resolve_noise(raw, path: str | os.PathLike | None, opts: NoiseOptions, log: Callable[[str], None] | None):
-    """The file's noise as ``opts`` says (:func:`rawrcl.calibration.resolve.file_noise`), with the one log
-    line saying where it came from."""
+def _name(path: str | os.PathLike | None) -> str:
+    return Path(path).name if path is not None else "image"
+
+
+def resolve_noise(
+    raw, path: str | os.PathLike | None, opts: NoiseOptions | None, log: Callable[[str], None] | None
+):
+    """The file's noise (a :class:`~rawrcl.calibration.resolve.FileNoise`) as ``opts`` says (default
+    ``auto``), with the one log line saying where it came from."""
     from rawrcl.calibration.resolve import file_noise
 
+    opts = opts or NoiseOptions()
     t0 = time.perf_counter()
     fn = file_noise(raw, opts.parsed, path=path, profile=opts.profile, scale=opts.scale)
     if log is not None:
-        name = Path(path).name if path is not None else "image"
-        log(fn.describe(name, opts.parsed.kind, time.perf_counter() - t0))
+        log(fn.describe(_name(path), opts.parsed.kind, time.perf_counter() - t0))
     return fn
 
 
@@ -106,8 +112,7 @@ def prepare_raw(raw, path: str | os.PathLike | None, opts: NoiseOptions | None, 
     fn = resolve_noise(raw, path, opts, log)
     cfa, n = repair_hot_pixels(raw.cfa, raw.pattern, fn.model.lambda_shot, fn.model.lambda_read)
     if log is not None:
-        name = Path(path).name if path is not None else "image"
-        log(f"{name}: {n} hot/dead pixel{'s' if n != 1 else ''} replaced by their neighbours' median")
+        log(f"{_name(path)}: {n} hot/dead pixel{'s' if n != 1 else ''} replaced by their neighbours' median")
     return replace(raw, cfa=cfa), fn
 
 
@@ -117,17 +122,17 @@ def raw_model_for(
     path: str | os.PathLike | None,
     opts: NoiseOptions | None,
     log: Callable[[str], None] | None = None,
-    noise=None,
+    resolved=None,
 ) -> nn.Module:
-    """``model`` ready for one RAW file: bound to the file's noise (``noise``, a resolved ``FileNoise``,
-    else :func:`resolve_noise`) when noise-aware, else unchanged (and a one-time warning when the user gave
-    noise options that only a noise-aware model uses)."""
+    """``model`` ready for one RAW file: bound to the file's noise (``resolved``, a ``FileNoise`` already
+    resolved, else :func:`resolve_noise`) when noise-aware, else unchanged (and a one-time warning when
+    the user gave noise options that only a noise-aware model uses)."""
     opts = opts or NoiseOptions()
     if not is_noise_aware(model):
         if not opts.hot_pixels:
             opts.warn_blind()
         return model
-    fn = noise if noise is not None else resolve_noise(raw, path, opts, log)
+    fn = resolved if resolved is not None else resolve_noise(raw, path, opts, log)
     return bind_noise(model, fn.model, 4)
 
 

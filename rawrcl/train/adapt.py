@@ -54,9 +54,6 @@ from rawrcl.train.adapt_objective import Guarded, make_objective, synthetic_mix
 from rawrcl.train.adapt_signal import check_crops, check_scores, held_out_scores
 from rawrcl.train.config import AdaptConfig
 
-#: the defaults of ``rawrcl adapt`` (:class:`~rawrcl.train.config.AdaptConfig`; docs/adaptation.md)
-ADAPT_DEFAULTS: dict = AdaptConfig().to_dict()
-
 
 # ------------------------------------------------------------------------------------------- the entry
 def find_raw_files(folder: str | os.PathLike) -> list[Path]:
@@ -203,13 +200,9 @@ def adapt(
     trained = last["extra"].get("train_weights", last["state_dict"])
     checks = check_crops()
     table = []
+    weights: dict[int, dict] = {}  # step → state dict, read once
     for s, p in cands:
-        if s == 0:
-            sd = start
-        elif p is None:
-            sd = trained
-        else:
-            sd = read_checkpoint(p)["state_dict"]
+        sd = weights[s] = start if s == 0 else (trained if p is None else read_checkpoint(p)["state_dict"])
         model.load_state_dict(sd)
         sc = held_out_scores(model, held, alpha=alpha, seed=seed)
         fc = check_scores(model, checks)
@@ -231,7 +224,8 @@ def adapt(
     else:
         best = min(allowed, key=lambda r: (r[select] if math.isfinite(r[select]) else math.inf, r["step"]))
     final = table[-1]
-    worse = final[select if select != "last" else "sure"] > base[select if select != "last" else "sure"]
+    score = "sure" if select == "last" else select  # what "worse" is judged by
+    worse = final[score] > base[score]
     forgot = final["forget_db"] < -forget_tol
     verdict = "kept start" if best["step"] == 0 else f"adapted (step {best['step']})"
     summary = {
@@ -255,8 +249,8 @@ def adapt(
     msgs = []
     if worse:
         msgs.append(
-            f"adaptation made the held-out {select} score worse at the end (start {base[select]:.4g}, "
-            f"final {final[select]:.4g}); {kept}"
+            f"adaptation made the held-out {score} score worse at the end (start {base[score]:.4g}, "
+            f"final {final[score]:.4g}); {kept}"
         )
     if forgot:
         msgs.append(
@@ -273,10 +267,7 @@ def adapt(
     if msgs:
         summary["warning"] = " / ".join(msgs)
     # last.pt: the selected weights; the trained ones stay in train_weights for --resume
-    chosen = start if best["step"] == 0 else (trained if best["step"] == steps else None)
-    if chosen is None:
-        chosen = read_checkpoint(ck / f"step_{best['step']:07d}.pt")["state_dict"]
-    model.load_state_dict(chosen)
+    model.load_state_dict(weights[best["step"]])
     extra = dict(last["extra"])
     extra.setdefault("train_weights", {k: v.clone() for k, v in trained.items()})
     extra["adapt"] = {k: v for k, v in summary.items() if k not in ("run_dir", "checkpoint")}

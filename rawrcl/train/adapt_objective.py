@@ -1,10 +1,10 @@
 """The training objective of ``rawrcl adapt``: the self-supervised method and the guards against forgetting.
 
-:func:`make_objective` builds the method (:data:`METHOD_CHOICES`); :class:`Guarded` adds the anchor
-μ·Σ(θ − θ₀)² towards the starting weights and the synthetic supervised crops of :func:`synthetic_mix`
-(bundled scikit-image photos, above :data:`CHECK_BAND` of their rows: the band below is the forgetting
-check's, :mod:`rawrcl.train.adapt_signal`). Shapes: packed RAW crops (B, 4, h, w), noise (B, 2, 4)
-[λshot; λread] per plane, [0, 1] units.
+:func:`make_objective` builds the method (:data:`~rawrcl.train.config.ADAPT_METHODS`); :class:`Guarded`
+adds the anchor μ·Σ(θ − θ₀)² towards the starting weights and the synthetic supervised crops of
+:func:`synthetic_mix` (bundled scikit-image photos, above :data:`CHECK_BAND` of their rows: the band below
+is the forgetting check's, :mod:`rawrcl.train.adapt_signal`). Shapes: packed RAW crops (B, 4, h, w),
+noise (B, 2, 4) [λshot; λread] per plane, [0, 1] units.
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ import torch.nn as nn
 
 from rawrcl.data.noisy_crops import NoiseFile
 from rawrcl.errors import RawrclError
-from rawrcl.methods.r2r import R2R
+from rawrcl.methods.r2r import R2R, signal_variance
 from rawrcl.models.conditioning import call, is_noise_aware
 from rawrcl.models.registry import unwrap
 from rawrcl.train.config import ADAPT_METHODS
-
-METHOD_CHOICES = ADAPT_METHODS  # the objectives make_objective builds
 
 #: the bottom fraction of every bundled photo's rows kept out of the mix for the forgetting check
 CHECK_BAND = 0.25
@@ -82,7 +80,7 @@ class Guarded:
             n = batch["sup_noise"].float()
             # per crop: a base-ISO crop weighs as much as a high-ISO one (a batch mean would let the noisiest
             # crops drown it — the low-noise behaviour is what adaptation forgets first)
-            var = (n[:, 0, :, None, None] * tgt.clamp_min(0) + n[:, 1, :, None, None]).mean((1, 2, 3))
+            var = signal_variance(tgt, n).mean((1, 2, 3))
             sup = (((pred - tgt) ** 2).mean((1, 2, 3)) / var.clamp_min(1e-10)).mean()
             loss = loss + self.mix * sup
             out["sup"] = float(sup.detach())
@@ -91,7 +89,7 @@ class Guarded:
 
 
 def make_objective(name: str, alpha: float = 0.5) -> Callable:
-    """The self-supervised objective ``name`` (:data:`METHOD_CHOICES`)."""
+    """The self-supervised objective ``name`` (:data:`~rawrcl.train.config.ADAPT_METHODS`)."""
     if name == "r2r":
         return R2R(alpha=alpha, clip_aware=True)
     if name == "r2r-plain":
@@ -100,7 +98,7 @@ def make_objective(name: str, alpha: float = 0.5) -> Callable:
         from rawrcl.methods import make_method
 
         return make_method(name)
-    raise RawrclError(f"--method {name!r}: expected one of {', '.join(METHOD_CHOICES)}")
+    raise RawrclError(f"--method {name!r}: expected one of {', '.join(ADAPT_METHODS)}")
 
 
 def synthetic_mix(
