@@ -8,8 +8,10 @@ transductive case (frames 00–08).
 
 Part ``synth`` (a camera the model never saw): 12-bit, black-clipped (black level 0) files with fixed
 Poisson–Gaussian noise outside the shipped model's training range (read noise beyond the camera sampler's
-cap λread ≤ 0.15·λshot), simulated from sunhays80 photos (unprocessed, phases cycling RGGB/GRBG/BGGR/GBRG):
-adapt on photos [0, 20), score on [60, 70) against their clean mosaics (PSNR, CFA domain, [0, 1]); a
+cap λread ≤ 0.15·λshot; or, with ``--banding``, row noise, which the model never saw), simulated from
+photos (unprocessed, phases cycling RGGB/GRBG/BGGR/GBRG):
+adapt on sunhays80 photos [0, 20), score on 10 photos of another source (default cbsd68[58:68], held out of
+the shipped model's training) against their clean mosaics (PSNR, CFA domain, [0, 1]); a
 supervised reference (the start fine-tuned with L1 on the same noisy files' clean pairs, same steps and
 crops); and a forgetting check: the same test photos with in-range noise (preset L4, 14-bit, pedestal).
 
@@ -91,14 +93,18 @@ def checkpoints(run: Path, start: dict) -> list[tuple[int, dict]]:
 
 def run_adapt(name: str, files, out: Path, start_ckpt: str, steps: int, opts: dict, score, log) -> dict:
     """Adapt, then score every checkpoint with ``score(model) -> dict``; returns the record."""
+    from rawrcl.models.conditioning import add_row_input, is_row_aware
     from rawrcl.models.registry import load_checkpoint
     from rawrcl.train.adapt import adapt
 
     t = time.perf_counter()
     summ = adapt(files, out, source=start_ckpt, steps=steps, force=True, progress=False, **opts)
     secs = time.perf_counter() - t
-    model, _ = load_checkpoint(start_ckpt)
-    start = {k: v.clone() for k, v in model.state_dict().items()}
+    model, _ = load_checkpoint(out / "checkpoints" / "last.pt")  # the run's architecture (row-aware?)
+    start_model, _ = load_checkpoint(start_ckpt)
+    if is_row_aware(model):
+        start_model = add_row_input(start_model)
+    start = {k: v.clone() for k, v in start_model.state_dict().items()}
     rows = []
     held = {r["step"]: r for r in summ["held_out"]}
     for s, sd in checkpoints(out, start):
@@ -200,12 +206,16 @@ def simulate(photos, noise, seed: int, offset: int = 0):
 
 def psnr_cfa(model, items, lam: torch.Tensor) -> float:
     from rawrcl.infer import TileOptions, denoise_cfa
+    from rawrcl.infer.noise import row_noise_for
     from rawrcl.models.conditioning import WithNoise
+    from rawrcl.noise import NoiseModel
 
+    nm = NoiseModel(tuple(lam[0].tolist()), tuple(lam[1].tolist()))
     vals = []
     with torch.no_grad():
         for _, noisy, clean, pattern in items:
-            out = denoise_cfa(WithNoise(model, lam, 4), noisy, pattern, TileOptions())
+            net = WithNoise(model, row_noise_for(model, noisy, pattern, nm), 4)  # row-aware: estimated
+            out = denoise_cfa(net, noisy, pattern, TileOptions())
             mse = float(np.mean((np.clip(out, 0, 1) - clean) ** 2))
             vals.append(-10 * math.log10(max(mse, 1e-12)))
     return float(np.mean(vals))
@@ -255,24 +265,35 @@ def part_synth(args, doc: dict, path: Path, log) -> None:
     from rawrcl.train.config import AdaptConfig
 
     photos = load_images(Path(args.sunhays))
+    test_photos = load_images(Path(args.test_dir))[args.test_from : args.test_from + 10]
+    test_name = f"{Path(args.test_dir).name}[{args.test_from}:{args.test_from + 10}]"
     camera = tuple(float(v) for v in args.camera.split(","))
-    cam = NoiseModel(*camera, poisson=True, readout=Readout(12, 0.0))
+    cam = NoiseModel(*camera, poisson=True, readout=Readout(12, 0.0), row=args.banding)
     lam = cam.params(4)
     train = simulate(photos[:20], cam, 1)
-    test = simulate(photos[60:70], cam, 2)
+    test = simulate(test_photos, cam, 2)
     forget_nm = NoiseModel(*FORGET_PRESET, poisson=True, readout=Readout(14, 0.06))
-    forget = simulate(photos[60:70], forget_nm, 3)
+    forget = simulate(test_photos, forget_nm, 3)
     flam = forget_nm.params(4)
     files = [pack_file(n, noisy, p, lam, "given") for n, noisy, _, p in train]
     clipped = float(np.mean([np.mean(x[1] == 0) for x in train]))
     doc.setdefault("synth", {})["info"] = {
-        "camera": {"lambda_shot": camera[0], "lambda_read": camera[1], "bits": 12, "black": 0},
+        "camera": {
+            "lambda_shot": camera[0],
+            "lambda_read": camera[1],
+            "row_noise": args.banding,
+            "bits": 12,
+            "black": 0,
+        },
         "clipped_fraction": clipped,
         "adapt_photos": "sunhays80[0:20]",
-        "test_photos": "sunhays80[60:70]",
+        "test_photos": test_name,
         "forget_noise": {"lambda_shot": FORGET_PRESET[0], "lambda_read": FORGET_PRESET[1], "bits": 14},
     }
-    log(f"synthetic camera λ {camera}, 12-bit, black-clipped: {100 * clipped:.1f} % zeros")
+    log(
+        f"synthetic camera λ {camera}, row noise {args.banding:g}, 12-bit, black-clipped: "
+        f"{100 * clipped:.1f} % zeros"
+    )
 
     def score(model) -> dict:
         return {"psnr": psnr_cfa(model, test, lam), "psnr_forget": psnr_cfa(model, forget, flam)}
@@ -283,11 +304,18 @@ def part_synth(args, doc: dict, path: Path, log) -> None:
         doc["synth"].setdefault("runs", {})[name] = run_case(args, "synth", name, files, opts, score, log)
         _save(path, doc)
     if "supervised" in args.runs and ("supervised" not in doc["synth"].get("runs", {}) or args.redo):
+        from rawrcl.models.conditioning import add_row_input
+        from rawrcl.noise import with_row_variance
+
         model, _ = load_checkpoint(args.start)
         model = model.float().train()
+        sup_lam = lam
+        if args.banding > 0:  # the reference is told the true row noise (row-aware, like adapted models)
+            model = add_row_input(model).train()
+            sup_lam = with_row_variance(lam[None], args.banding)[0]
         run = Path(args.out) / "runs" / "synth-supervised"
         defaults = AdaptConfig()
-        data = PairedCrops([(*t, lam) for t in train], defaults.crop)
+        data = PairedCrops([(*t, sup_lam) for t in train], defaults.crop)
         cfg = {
             "steps": args.steps,
             "batch_size": 2 * defaults.batch_size,
@@ -432,10 +460,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", default=",".join([*RUNS, "single", "transductive", "supervised"]))
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--camera", default=",".join(map(str, CAMERA)), help="synth: λshot,λread of the camera")
+    ap.add_argument("--banding", type=float, default=0.0, help="synth: row-noise std of the camera ([0, 1])")
     ap.add_argument("--extra", default="{}", help="adapt options added to every run, e.g. '{\"alpha\": 1}'")
     ap.add_argument("--sup-lr", type=float, default=1e-4)
     ap.add_argument("--burst", default=str(SHARED / "data" / "raw" / "hdrplus_burst2"))
     ap.add_argument("--sunhays", default=str(SHARED / "data" / "sunhays80"))
+    ap.add_argument(
+        "--test-dir", default=str(SHARED / "data" / "cbsd68"), help="synth: test photos (another source)"
+    )
+    ap.add_argument("--test-from", type=int, default=58, help="synth: first of the 10 test photos (sorted)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--redo", action="store_true", help="rerun runs already in results.json")
     ap.add_argument("--rescore", action="store_true", help="burst: rescore the existing runs' checkpoints")

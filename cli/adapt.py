@@ -62,6 +62,12 @@ from rawrcl.cli.common import LazyChoice, ema_option, user_errors
     type=float,
     help="dB a kept checkpoint may lose on any condition of the forgetting check  [default: 0.1]",
 )
+@click.option(
+    "--row-noise",
+    default=None,
+    help="row (banding) noise std in [0, 1] units: auto (estimated per file, used where significant), "
+    "off, or a number  [default: auto]",
+)
 @ema_option
 @click.option("--seed", default=None, type=int, help="random seed  [default: 0]")
 @click.option("--resume", is_flag=True, help="continue the run in --out")
@@ -86,6 +92,7 @@ def adapt(
     select,
     evals,
     forget_tol,
+    row_noise,
     ema,
     seed,
     resume,
@@ -124,6 +131,7 @@ def adapt(
         evals=evals,
         select=select,
         forget_tol=forget_tol,
+        row_noise=row_noise,
         ema=ema,
         seed=seed,
         resume=resume,

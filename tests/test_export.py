@@ -485,6 +485,17 @@ def test_wrong_head_checkpoint_is_refused(tmp_path):
         prepare(model, cfg, head="raw")
 
 
+def test_row_aware_checkpoint_is_refused():
+    """An adapted model of a banded camera needs each file's row noise, which an export cannot give it."""
+    from rawrcl.models import build_model
+    from rawrcl.models.conditioning import add_row_input
+
+    cfg = {"arch": "unet", "in_channels": 4, "head": "raw", "width": 4, "depth": 1, "noise_aware": True}
+    model = add_row_input(build_model(cfg))
+    with pytest.raises(RawrclError, match="row-aware"):
+        prepare(model, model.config)
+
+
 def test_external_data_outside_the_folder_is_refused(tmp_path):
     import onnx
     from onnx import TensorProto, helper

@@ -90,7 +90,7 @@ class LabelledCrops(torch.utils.data.Dataset):
         if nm is not None:  # plane average for per-channel profiles
             planes = max(np.size(nm.lambda_shot), np.size(nm.lambda_read))
             sigma = float(nm.std(torch.full((planes, 1, 1), 0.5, dtype=torch.float64)).mean())
-            params = nm.params(channels)
+            params = nm.conditioning(channels)
             mean_signal = float(s["target"].clamp_min(0).mean())
             sigma_crop = float(params[0].mean() * mean_signal + params[1].mean()) ** 0.5
         return {

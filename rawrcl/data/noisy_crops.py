@@ -14,8 +14,9 @@ keep-or-discard signal of :mod:`rawrcl.train.adapt`). Training crops are drawn f
 
 Items (``keyed = True``: the trainer passes ``(file index, sample seed)``): ``x_a`` (4, c, c) and ``x_b``
 (4, c, c) two crops of the same file overlapping by at least half (the pair the pretext methods take),
-``noise`` (2, 4), ``floor`` () (−1 when the file is not clipped), float32; optionally the synthetic
-supervised crop of ``mix`` (``input``, ``target``, ``sup_noise``) — the anti-forgetting data.
+``noise`` (2, 4), ``floor`` () (−1 when the file is not clipped), ``row`` () its row-noise std, float32;
+optionally the synthetic supervised crop of ``mix`` (``input``, ``target``, ``sup_noise``) — the
+anti-forgetting data.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ NO_FLOOR = -1.0
 class NoiseFile:
     """One user file, packed: ``packed`` (4, h, w) float32 [0, 1], ``noise`` (2, 4) [λshot; λread] per packed
     plane, ``floor`` the clip level (None: not clipped), ``clipped`` the fraction of samples at it,
-    ``source`` where the noise came from (metadata/profile/image/given)."""
+    ``source`` where the noise came from (metadata/profile/image/given), ``row`` the std of its row
+    (banding) offsets ([0, 1] units, :func:`rawrcl.noise.row_offsets`; 0: none)."""
 
     name: str
     packed: np.ndarray
@@ -48,6 +50,7 @@ class NoiseFile:
     floor: float | None
     clipped: float
     source: str = "given"
+    row: float = 0.0
 
     def describe(self) -> dict:
         n = self.noise
@@ -59,6 +62,7 @@ class NoiseFile:
             "noise_source": self.source,
             "floor": self.floor,
             "clipped_fraction": round(self.clipped, 5),
+            "row_noise": float(self.row),
         }
 
 
@@ -155,6 +159,7 @@ class NoisyCrops(torch.utils.data.Dataset):
             "x_b": torch.from_numpy(f.packed[:, ya + dy : ya + dy + c, xa + dx : xa + dx + c].copy()),
             "noise": f.noise.clone(),
             "floor": torch.tensor(NO_FLOOR if f.floor is None else f.floor, dtype=torch.float32),
+            "row": torch.tensor(float(f.row), dtype=torch.float32),
         }
         if self.mix is not None:
             s_ = self.mix(rng)
@@ -163,8 +168,8 @@ class NoisyCrops(torch.utils.data.Dataset):
         return item
 
     def held_out(self, n_per_file: int = 4, max_total: int = 32) -> list[dict]:
-        """Fixed crops of every file's held-out band: ``[{"x", "noise", "floor", "file"}]`` (the same on
-        every call: positions from ``default_rng([seed, 7919, i])``)."""
+        """Fixed crops of every file's held-out band: ``[{"x", "noise", "floor", "row", "file"}]`` (the
+        same on every call: positions from ``default_rng([seed, 7919, i])``)."""
         out: list[dict] = []
         per = max(1, min(int(n_per_file), max(1, int(max_total) // len(self.files))))
         for i, f in enumerate(self.files):
@@ -179,6 +184,7 @@ class NoisyCrops(torch.utils.data.Dataset):
                         "x": torch.from_numpy(f.packed[:, y : y + c, x : x + c].copy()),
                         "noise": f.noise.clone(),
                         "floor": NO_FLOOR if f.floor is None else f.floor,
+                        "row": float(f.row),
                         "file": f.name,
                     }
                 )

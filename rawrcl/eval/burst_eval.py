@@ -143,7 +143,7 @@ def evaluate_burst(
     Raises :class:`RawrclError` (one line) for a folder that is not a burst of one static scene (too few
     frames, frames that differ in size or phase, failed registration, motion) and for unknown methods.
     """
-    from rawrcl.infer.noise import bind_noise
+    from rawrcl.infer.noise import bind_noise, row_noise_for
     from rawrcl.infer.pipeline import TileOptions, denoise_cfa, jdd_cfa
     from rawrcl.io.raw import read_raw
 
@@ -210,6 +210,8 @@ def evaluate_burst(
         h, w = burst.shape
         out = gharbi_jdd(net, x, sigma)[0].numpy()[:, dy : dy + h, dx : dx + w]
     else:
+        if nm is not None:
+            nm = row_noise_for(model, br.target, burst.pattern, nm, say, Path(burst.paths[0]).name)
         net = bind_noise(model, nm, 4)
         fn = denoise_cfa if kind == "raw" else jdd_cfa
         out = fn(net, br.target, burst.pattern, opts)

@@ -43,8 +43,10 @@ def model_predictor(
     A noise-aware model gets the sample's noise parameters: ``noise_of(input, meta)`` (a
     :class:`~rawrcl.noise.NoiseModel` or (2, C) tensor), by default the true ones (``meta["noise"]``).
     ``self_ensemble`` averages over the 8 flips/transposes (:class:`rawrcl.models.SelfEnsemble`)."""
+    from rawrcl.infer.noise import row_noise_for
     from rawrcl.models import SelfEnsemble
-    from rawrcl.models.conditioning import WithNoise, is_noise_aware
+    from rawrcl.models.conditioning import WithNoise, is_noise_aware, is_row_aware
+    from rawrcl.noise import NoiseModel
 
     model = model.to(device).eval()
     aware = is_noise_aware(model)
@@ -59,6 +61,8 @@ def model_predictor(
             noise = noise_of(torch.as_tensor(inp), meta)
             if noise is None:
                 raise RawrclError("a noise-aware model needs the noise parameters of the test data")
+            if x.shape[1] == 4 and isinstance(noise, NoiseModel) and is_row_aware(model):
+                noise = row_noise_for(model, x0[0].cpu(), None, noise)  # as `rawrcl denoise` does
             net = WithNoise(model, noise, x.shape[1]).to(device)
         if self_ensemble:
             net = SelfEnsemble(net)

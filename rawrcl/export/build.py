@@ -79,6 +79,11 @@ def prepare(
         raise RawrclError(
             f"{name}: model is not noise-aware (config noise_aware is false); drop --noise/--iso"
         )
+    if config.get("row_aware"):
+        raise RawrclError(
+            f"{name}: model is row-aware (adapted to a camera with banding); export cannot give it each "
+            "file's row noise yet — adapt with --row-noise off to export"
+        )
     module: nn.Module = model.eval()
     noise_input = False
     if noise_aware and noise is not None:

@@ -22,10 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch.nn as nn
 
 from rawrcl.errors import RawrclError
-from rawrcl.models.conditioning import WithNoise, is_noise_aware
+from rawrcl.models.conditioning import WithNoise, is_noise_aware, is_row_aware
 from rawrcl.noise import NoiseModel
 from rawrcl.noise.spec import PER_FILE, NoiseSpec, parse_noise
 
@@ -116,6 +117,41 @@ def prepare_raw(raw, path: str | os.PathLike | None, opts: NoiseOptions | None, 
     return replace(raw, cfa=cfa), fn
 
 
+def row_noise_for(
+    model: nn.Module,
+    cfa,
+    pattern: str | None,
+    noise: NoiseModel,
+    log: Callable[[str], None] | None = None,
+    name: str | None = None,
+) -> NoiseModel:
+    """``noise`` with the file's row (banding) noise when ``model`` is row-aware (an adapted model of a
+    banded camera): estimated from the CFA (H, W) [0, 1] of phase ``pattern`` (None: ``cfa`` is already
+    packed RGGB planes (4, h, w)) (:func:`rawrcl.calibration.rows.estimate_row_noise`), 0 unless
+    significant; one log line. Other models: ``noise`` unchanged."""
+    if not is_row_aware(model):
+        return noise
+    from dataclasses import replace
+
+    from rawrcl.calibration.rows import estimate_row_noise, significant_row_noise
+    from rawrcl.data.noisy_crops import clip_floor, pack_file
+
+    if pattern is None:
+        packed, lam, floor = cfa, noise.params(4), clip_floor(np.asarray(cfa))[0]
+    else:
+        f = pack_file(name or "image", cfa, pattern, noise.params(4))
+        packed, lam, floor = f.packed, f.noise, f.floor
+    try:
+        est = estimate_row_noise(packed, lam, floor)
+    except ValueError:  # too small to estimate
+        return noise
+    row = significant_row_noise(est)
+    if log is not None:
+        what = f"{row:.3g}" if row > 0 else f"none significant ({est['row']:.2g})"
+        log(f"{name or 'image'}: row noise {what}, {est['ratio']:.2f} of the white std (estimated)")
+    return replace(noise, row=row)
+
+
 def raw_model_for(
     model: nn.Module,
     raw,
@@ -133,7 +169,7 @@ def raw_model_for(
             opts.warn_blind()
         return model
     fn = resolved if resolved is not None else resolve_noise(raw, path, opts, log)
-    return bind_noise(model, fn.model, 4)
+    return bind_noise(model, row_noise_for(model, raw.cfa, raw.pattern, fn.model, log, _name(path)), 4)
 
 
 def rgb_model_for(

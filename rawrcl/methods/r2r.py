@@ -23,10 +23,14 @@ brighten the shadows), and a recorrupted clipped value is not a sample of any fi
 2. re-censors the input, y1 = max(y + αz, floor), so it looks like a file of the same camera (clipped at
    the same level), which is what the model sees at inference.
 
+Row (banding) noise: a file whose rows carry a shared offset of std σ_row (``row`` (B,)) is recorrupted
+with offsets of the same covariance (:func:`rawrcl.noise.row_offsets`), so the noises of y1 and y2 stay
+uncorrelated and the model learns to remove the banding too (the σ map still describes the white part).
+
 The loss is normalised by the target's mean noise variance (1 + 1/α²)·mean v over the scored pixels, so it
 is ≈ 1 + (true MSE at the recorrupted level)/(target variance) whatever the noise level; the log
 ``r2r_mse`` is the raw mean squared error. Batches: ``x_a`` (and ``x_b``, used as more data), ``noise``
-(B, 2, 4), ``floor`` (B,) (−1 = not clipped). Both crops are scored.
+(B, 2, 4), ``floor`` (B,) (−1 = not clipped), optionally ``row`` (B,). Both crops are scored.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import torch.nn.functional as F
 
 from rawrcl.methods.base import Method
 from rawrcl.models.conditioning import call
+from rawrcl.noise import row_offsets, with_row_variance
 
 
 def neighbour_mean(x: torch.Tensor, radius: int = 1) -> torch.Tensor:
@@ -72,15 +77,20 @@ def recorrupt(
     clip_aware: bool = True,
     margin: float = 2.5,
     generator: torch.Generator | None = None,
+    row: torch.Tensor | None = None,
 ) -> dict:
     """One recorruption of ``y`` (B, C, h, w): ``{"input", "target", "weight", "var", "noise"}`` where
-    ``noise`` is the conditioning (B, 2, C) of the input, (1 + α²)·λ, and ``weight`` the scored pixels."""
+    ``noise`` is the conditioning (B, 2, C) of the input, (1 + α²)·λ (with ``row``: (B, 3, C), third row
+    (1 + α²)·σ_row²), and ``weight`` the scored pixels; ``row`` (B,) the row-noise std of each sample
+    (None: none)."""
     if clip_aware:
         xhat = neighbour_mean(y)
     else:  # the plain estimate: 3×3 mean including the pixel
         xhat = F.avg_pool2d(F.pad(y, (1, 1, 1, 1), mode="replicate"), 3, stride=1)
     var = signal_variance(xhat, noise)
     z = torch.randn(y.shape, generator=generator, device=y.device, dtype=y.dtype) * var.sqrt()
+    if row is not None and bool((row > 0).any()):
+        z = z + row_offsets(y.shape, row.to(y.device, y.dtype), generator, y.device, y.dtype)
     y1 = y + alpha * z
     y2 = y - z / alpha
     if clip_aware:
@@ -94,7 +104,7 @@ def recorrupt(
         "target": y2,
         "weight": weight,
         "var": var,
-        "noise": noise * (1.0 + alpha**2),
+        "noise": (noise if row is None else with_row_variance(noise, row)) * (1.0 + alpha**2),
     }
 
 
@@ -113,10 +123,11 @@ class R2R(Method):
         y = batch["x_a"].float()
         noise = batch["noise"].float()
         floor = batch.get("floor", torch.full((y.shape[0],), -1.0, device=y.device)).float()
+        row = batch.get("row", torch.zeros(y.shape[0], device=y.device)).float()
         if "x_b" in batch:
             y = torch.cat([y, batch["x_b"].float()])
-            noise, floor = torch.cat([noise, noise]), torch.cat([floor, floor])
-        r = recorrupt(y, noise, floor, self.alpha, self.clip_aware, self.margin)
+            noise, floor, row = torch.cat([noise, noise]), torch.cat([floor, floor]), torch.cat([row, row])
+        r = recorrupt(y, noise, floor, self.alpha, self.clip_aware, self.margin, row=row)
         out = call(model, r["input"], r["noise"]).float()
         w = r["weight"]
         n = w.sum().clamp_min(1.0)

@@ -1,10 +1,12 @@
 """Noise conditioning of noise-aware models: which models need the noise, and binding it for inference.
 
 A noise-aware model (config ``noise_aware``) is called ``model(x, noise)`` with ``noise`` (B, 2, C) =
-[λshot; λread] per input channel ([0, 1] units). Training passes each sample's own parameters; inference
-binds one image's parameters with :class:`WithNoise`, which gives an ordinary ``model(x)`` module that the
-tiler, the self-ensemble and the denoise → demosaic wrapper use unchanged (the noise map is recomputed
-from each tile inside the model, so it follows the transforms).
+[λshot; λread] per input channel ([0, 1] units), or (B, 3, C) with the row (banding) noise variance σ_row²
+as third row (:meth:`rawrcl.noise.NoiseModel.conditioning`), which only a row-aware model reads
+(:func:`add_row_input`). Training passes each sample's own parameters; inference binds one image's
+parameters with :class:`WithNoise`, which gives an ordinary ``model(x)`` module that the tiler, the
+self-ensemble and the denoise → demosaic wrapper use unchanged (the noise map is recomputed from each tile
+inside the model, so it follows the transforms).
 """
 
 from __future__ import annotations
@@ -23,6 +25,42 @@ def is_noise_aware(model: nn.Module) -> bool:
     return bool(getattr(unwrap(model), "noise_aware", False))
 
 
+def is_row_aware(model: nn.Module) -> bool:
+    """Whether ``model`` (or the model it wraps) reads the row-noise row of its noise input."""
+    from rawrcl.models.registry import unwrap
+
+    return bool(getattr(unwrap(model), "row_aware", False))
+
+
+def add_row_input(model: nn.Module) -> nn.Module:
+    """A row-aware copy of the noise-aware ``model`` (a :class:`~rawrcl.models.registry.RestorationModel`):
+    the body's first convolution gets ``in_channels`` more inputs (the σ_row map) with zero weights, so
+    the copy computes exactly what ``model`` does until it is trained. Returned unchanged when already
+    row-aware; refused (RawrclError) for a blind model."""
+    from rawrcl.errors import RawrclError
+    from rawrcl.models.registry import build_model, unwrap
+
+    base = unwrap(model)
+    if is_row_aware(base):
+        return model
+    if not is_noise_aware(base):
+        raise RawrclError("row-noise conditioning needs a noise-aware model")
+    new = build_model({**base.config, "row_aware": True})
+    p = next(base.parameters())
+    new = new.to(device=p.device, dtype=p.dtype)
+    first = next(m for m in base.body.modules() if isinstance(m, nn.Conv2d))
+    state = dict(base.state_dict())
+    for name, m in base.body.named_modules():
+        if m is first:
+            key = f"body.{name}.weight"
+            w = state[key]
+            extra = w.new_zeros(w.shape[0], base.config["in_channels"], *w.shape[2:])
+            state[key] = torch.cat([w, extra], dim=1)
+            break
+    new.load_state_dict(state)
+    return new
+
+
 def call(model: nn.Module, x: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
     """``model(x, noise)`` for a noise-aware model, ``model(x)`` otherwise (``noise`` then ignored)."""
     return model(x, noise) if is_noise_aware(model) else model(x)
@@ -39,11 +77,16 @@ class WithNoise(nn.Module):
     def __init__(self, model: nn.Module, noise: NoiseModel | torch.Tensor, channels: int, scale: float = 1.0):
         super().__init__()
         self.model = model
-        params = noise.params(channels) if isinstance(noise, NoiseModel) else torch.as_tensor(noise).float()
-        if tuple(params.shape) != (2, channels):
-            raise ValueError(f"noise parameters must be (2, {channels}), got {tuple(params.shape)}")
+        if isinstance(noise, NoiseModel):
+            params = noise.conditioning(channels)
+        else:
+            params = torch.as_tensor(noise).float()
+        if params.ndim != 2 or params.shape[0] not in (2, 3) or params.shape[1] != channels:
+            raise ValueError(f"noise parameters must be (2 or 3, {channels}), got {tuple(params.shape)}")
         self.register_buffer("noise", params * float(scale) ** 2)
         self.size_multiple = size_multiple(model)
+        #: told a row (banding) noise: sensor rows must stay rows (the self-ensemble skips transposes)
+        self.keeps_rows = is_row_aware(model) and params.shape[0] == 3 and bool((params[2] > 0).any())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x, self.noise.to(x.dtype).expand(x.shape[0], -1, -1))

@@ -9,7 +9,9 @@ read. :class:`SelfEnsemble` therefore transforms packed RAW input as the full-re
 the phase (Liu et al. 2019, "Bayer preserving augmentation"): a transpose keeps RGGB as it is; before a
 horizontal (vertical) flip the mosaic is reflection-padded by one column (row) on each side — a 1-pixel
 reflection keeps the Bayer phase of the padding — so the flipped mosaic starts on an R column (row) again;
-the padding is cropped from the output after flipping back.
+the padding is cropped from the output after flipping back. A model bound to a row (banding) noise
+(``keeps_rows``, :class:`~rawrcl.models.conditioning.WithNoise`) gets the 4 flips only: a transpose would
+turn the sensor's rows into columns.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from rawrcl.models.geometry import size_multiple
 
 
 class SelfEnsemble(nn.Module):
-    """``mean over t of T_t⁻¹(model(T_t(x)))`` for the 8 flips/transposes ``T_t``.
+    """``mean over t of T_t⁻¹(model(T_t(x)))`` for the 8 flips/transposes ``T_t`` (4 flips for a model
+    with ``keeps_rows``).
 
     The input kind is read from its channels: 4 = packed RAW (B, 4, h, w) [R, G1, G2, B] in RGGB
     geometry, transformed as the (2h, 2w) mosaic; 3 = RGB (B, 3, H, W). Outputs with 4 channels at the
@@ -44,7 +47,8 @@ class SelfEnsemble(nn.Module):
         raw = x.shape[1] == 4
         grid = unpack(x, "RGGB")[:, None] if raw else x  # the mosaic keeps its phase under the transforms
         acc, packed_out = None, False
-        for t in range(8):
+        ts = (0, 2, 4, 6) if getattr(self.model, "keeps_rows", False) else range(8)
+        for t in ts:
             transpose, fh, fv = bool(t & 1), bool(t & 2), bool(t & 4)
             g = grid
             if fh:
@@ -65,5 +69,5 @@ class SelfEnsemble(nn.Module):
                 y = y.flip(-1)[..., s:-s] if raw else y.flip(-1)
             y = y.float()
             acc = y if acc is None else acc + y
-        out = acc / 8
+        out = acc / len(ts)
         return pack(out[:, 0], "RGGB") if packed_out else out

@@ -13,6 +13,11 @@ Config keys (JSON-able dict; missing keys get defaults, see :func:`model_config`
 - ``noise_aware`` (default ``False``, so older checkpoints load unchanged): the model is called
   ``model(x, noise)`` with the noise parameters (B, 2, in_channels) and its body also sees the per-pixel
   noise std map (:func:`rawrcl.noise.std_map`), so one model serves every noise level and camera.
+- ``row_aware`` (default ``False``; needs ``noise_aware``): the body also sees a map of the row (banding)
+  noise std (``ROW_GAIN``·σ_row), from an optional third row σ_row² of ``noise`` (B, 3, in_channels)
+  (absent: 0). Made by :func:`rawrcl.models.conditioning.add_row_input` from a noise-aware model (zero
+  weights on the new input, so the model is unchanged until trained), which ``rawrcl adapt`` does for
+  banded files.
 - ``demosaic``: the demosaic inside that skip for packed RAW → RGB heads, ``"bilinear"`` (default, so
   older checkpoints load unchanged) or ``"malvar"`` (Malvar–He–Cutler, sharper;
   :data:`rawrcl.models.heads.DEMOSAICS`).
@@ -43,6 +48,10 @@ from rawrcl.models.heads import DEMOSAICS, Head, head_spec, skip_map
 from rawrcl.models.unet import UNetBody
 from rawrcl.noise import std_map
 
+#: a row-aware body sees ROW_GAIN·σ_row: O(1) for the banding of real sensors (σ_row 0.001–0.03 of white),
+#: so that the new input's weights, which start at 0, can matter within a short adaptation
+ROW_GAIN = 300.0
+
 DEFAULTS: dict[str, dict] = {
     "unet": {"width": 32, "depth": 3},
     "dncnn": {"width": 64, "depth": 16},
@@ -61,7 +70,8 @@ class RestorationModel(nn.Module):
         cfg = model_config(config)
         self.config = cfg
         self.noise_aware = cfg["noise_aware"]
-        body_in = cfg["in_channels"] * (2 if self.noise_aware else 1)
+        self.row_aware = cfg["row_aware"]
+        body_in = cfg["in_channels"] * (1 + self.noise_aware + self.row_aware)
         if cfg["arch"] == "unet":
             self.body = UNetBody(body_in, cfg["width"], cfg["depth"])
         else:
@@ -81,13 +91,22 @@ class RestorationModel(nn.Module):
         return self.head.scale
 
     def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
-        """``x`` (B, in_channels, h, w); ``noise`` (B, 2, in_channels) [λshot; λread] per channel, required
-        by (and only by) a noise-aware model, whose body also sees the noise-std map
-        (:func:`rawrcl.noise.std_map`)."""
+        """``x`` (B, in_channels, h, w); ``noise`` (B, 2, in_channels) [λshot; λread] per channel (or
+        (B, 3, in_channels) with σ_row², used by a row-aware model, ignored otherwise), required by (and only
+        by) a noise-aware model, whose body also sees the noise-std map (:func:`rawrcl.noise.std_map`)."""
         if self.noise_aware:
             if noise is None:
                 raise RawrclError("this model is noise-aware: it needs the noise parameters (λshot, λread)")
-            feats = self.body(torch.cat([x, std_map(x, noise.to(x.device))], dim=1))
+            noise = noise.to(x.device)
+            maps = [x, std_map(x, noise)]
+            if self.row_aware:
+                r = (
+                    ROW_GAIN * noise[:, 2].to(x.dtype).clamp_min(0).sqrt()
+                    if noise.shape[1] > 2
+                    else x.new_zeros(noise[:, 0].shape)
+                )
+                maps.append(r[:, :, None, None].expand_as(x))
+            feats = self.body(torch.cat(maps, dim=1))
         elif noise is not None:
             raise RawrclError("this model is blind to the noise level: do not pass noise parameters")
         else:
@@ -159,6 +178,9 @@ def model_config(config: dict) -> dict:
         if cfg["demosaic"] not in DEMOSAICS:
             raise RawrclError(f"unknown demosaic {cfg['demosaic']!r}; expected one of {', '.join(DEMOSAICS)}")
         cfg["noise_aware"] = bool(cfg.get("noise_aware", False))
+        cfg["row_aware"] = bool(cfg.get("row_aware", False))
+        if cfg["row_aware"] and not cfg["noise_aware"]:
+            raise RawrclError("row_aware needs a noise-aware model")
         if arch == "unet":
             cfg["skip"] = bool(cfg.get("skip", False))
         else:

@@ -4,7 +4,7 @@
 (the noise-std map of noise-aware models)."""
 
 from rawrcl.noise.maps import local_mean, std_map
-from rawrcl.noise.model import NoiseModel, PerChannel, Readout, sigma8_to_unit
+from rawrcl.noise.model import NoiseModel, PerChannel, Readout, row_offsets, sigma8_to_unit, with_row_variance
 from rawrcl.noise.profiles import ProfileSampler, load_profile, lookup_profile, read_profile
 from rawrcl.noise.samplers import (
     PRESETS,
@@ -42,6 +42,8 @@ __all__ = [
     "Readout",
     "Sampler",
     "load_profile",
+    "row_offsets",
+    "with_row_variance",
     "local_mean",
     "lookup_profile",
     "noise_label",

@@ -17,6 +17,7 @@ so that the noise standard deviation at x is ``sqrt(λshot·x + λread)``. This 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -81,6 +82,9 @@ class NoiseModel:
         the black side is not clipped by real DNGs, so the default is False).
     readout : optional :class:`Readout` (black level, bit depth): quantise and clip like a RAW file.
         ``variance`` / ``std`` describe the noise before the readout.
+    row : std of an offset shared by every sample of a sensor row (banding; :func:`row_offsets`),
+        [0, 1] units, added before the readout. Not part of ``variance`` / ``std`` / :meth:`params`
+        (the white noise a σ map describes).
     """
 
     lambda_shot: PerChannel
@@ -88,8 +92,11 @@ class NoiseModel:
     poisson: bool = False
     clip: bool = False
     readout: Readout | None = None
+    row: float = 0.0
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(float(self.row)) and float(self.row) >= 0):
+            raise RawrclError(f"row noise must be finite and ≥ 0, got {self.row!r}")
         for name in ("lambda_shot", "lambda_read"):
             v = np.asarray(getattr(self, name), dtype=np.float64)
             if not np.all(np.isfinite(v)) or np.any(v < 0):
@@ -105,6 +112,14 @@ class NoiseModel:
                 raise RawrclError(f"noise model has {a.size} per-channel values, the signal {channels}")
             rows.append(np.broadcast_to(a, (channels,)))
         return torch.as_tensor(np.stack(rows), dtype=torch.float32)
+
+    def conditioning(self, channels: int) -> torch.Tensor:
+        """The ``noise`` input of noise-aware models: :meth:`params`, plus a third row σ_row² (the row
+        noise's variance, every channel) when ``row`` > 0 — (2 or 3, channels) float32, [0, 1] units."""
+        p = self.params(channels)
+        if self.row > 0:
+            p = torch.cat([p, torch.full((1, channels), float(self.row) ** 2)])
+        return p
 
     def _params(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """λ tensors broadcastable against x of shape (..., C, H, W)."""
@@ -146,6 +161,8 @@ class NoiseModel:
         else:
             eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
             noisy = x + eps * self.std(x)
+        if self.row > 0:
+            noisy = noisy + row_offsets(x.shape, self.row, generator, x.device, x.dtype)
         if self.readout is not None:
             noisy = self.readout.apply(noisy)
         return noisy.clamp(0, 1) if self.clip else noisy
@@ -158,8 +175,38 @@ class NoiseModel:
             "poisson": self.poisson,
             "clip": self.clip,
             "readout": None if self.readout is None else self.readout.to_dict(),
+            **({"row": float(self.row)} if self.row > 0 else {}),
             "units": "[0,1] after black/white level; variance = lambda_shot*x + lambda_read",
         }
+
+
+def row_offsets(
+    shape: Sequence[int],
+    row: float | torch.Tensor,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Row (banding) offsets for a signal of ``shape`` (..., C, H, W): N(0, row²) per sensor row, the same
+    along W, shape (..., C, H, 1). With C = 4 (packed RGGB planes [R, G1, G2, B]) planes 0–1 share the
+    offset of mosaic row 2k and planes 2–3 that of row 2k + 1; otherwise every channel shares its row's.
+    ``row`` a float or a tensor broadcastable to the leading dims (e.g. (B,) per sample), [0, 1] units."""
+    *lead, c, h, _ = (int(v) for v in shape)
+    groups = 2 if c == 4 else 1
+    z = torch.randn((*lead, groups, h, 1), generator=generator, device=device, dtype=dtype)
+    z = z.repeat_interleave(2, dim=-3) if groups == 2 else z.expand(*lead, c, h, 1)
+    r = torch.as_tensor(row, dtype=dtype, device=device)
+    if r.ndim:
+        r = r.reshape(*r.shape, *([1] * (len(shape) - r.ndim)))
+    return z * r
+
+
+def with_row_variance(noise: torch.Tensor, row: float | torch.Tensor) -> torch.Tensor:
+    """Conditioning (B, 2, C) [λshot; λread] → (B, 3, C) with σ_row² as third row (``row`` the std, a float
+    or (B,)); a (B, 3, C) input has its third row replaced. [0, 1] units."""
+    r = torch.as_tensor(row, dtype=noise.dtype, device=noise.device).reshape(-1, 1, 1)
+    third = (r**2).expand(noise.shape[0], 1, noise.shape[2])
+    return torch.cat([noise[:, :2], third], dim=1)
 
 
 def _jsonable(v: PerChannel) -> float | list[float]:

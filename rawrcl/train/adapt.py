@@ -5,7 +5,11 @@ Pipeline (:func:`adapt`)
 1. Files: every RAW file of the folder (or the list given), read unclipped, RGGB-aligned and packed, each
    with its own noise from :func:`rawrcl.calibration.resolve.file_noise` (``--noise auto``: DNG
    NoiseProfile → ``--noise-profile`` → single-image estimate) and its clip floor
-   (:mod:`rawrcl.data.noisy_crops`). The bottom 1/8 of every file's rows is held out.
+   (:mod:`rawrcl.data.noisy_crops`), and its row (banding) noise (``row_noise``: estimated by
+   :mod:`rawrcl.calibration.rows` and used where significant; R2R, SURE and the mix then include it).
+   The bottom 1/8 of every file's rows is held out. With row noise the model is made row-aware
+   (:func:`rawrcl.models.conditioning.add_row_input`): it is told σ_row, 0 for files without banding, so
+   what it learns for banded files does not leak into the others.
 2. Start: ``--from default`` (the shipped RAW denoiser), a checkpoint or a run directory.
 3. Objective (``--method``): ``r2r`` (clipping-aware Recorrupted-to-Recorrupted for Poisson–Gaussian noise,
    :mod:`rawrcl.methods.r2r`; the default), ``r2r-plain`` (Pang et al. as published: no clip handling),
@@ -48,7 +52,7 @@ import torch.nn as nn
 from rawrcl.data.noisy_crops import NoiseFile, NoisyCrops, load_noise_files
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_write_text
-from rawrcl.models.conditioning import is_noise_aware
+from rawrcl.models.conditioning import add_row_input, is_noise_aware, is_row_aware
 from rawrcl.models.registry import read_checkpoint, save_checkpoint
 from rawrcl.train.adapt_objective import Guarded, make_objective, synthetic_mix
 from rawrcl.train.adapt_signal import check_crops, check_scores, held_out_scores
@@ -70,6 +74,29 @@ def find_raw_files(folder: str | os.PathLike) -> list[Path]:
     if not files:
         raise RawrclError(f"{folder}: no RAW files (expected {', '.join(sorted(RAW_EXTENSIONS))})")
     return files
+
+
+def set_row_noise(f: NoiseFile, setting: str) -> str:
+    """Set ``f.row`` from ``setting`` (:class:`~rawrcl.train.config.AdaptConfig` ``row_noise``: ``auto`` —
+    estimated, used when ≥ :data:`~rawrcl.calibration.rows.ROW_SIGNIFICANT` of the white std and 2
+    standard errors —, ``off``, or a std); returns the log fragment."""
+    from rawrcl.calibration.rows import estimate_row_noise, significant_row_noise
+
+    if setting == "off":
+        f.row = 0.0
+        return ""
+    if setting != "auto":
+        f.row = float(setting)
+        return f", row noise {f.row:.3g} (given)"
+    try:
+        est = estimate_row_noise(f.packed, f.noise, f.floor)
+    except ValueError:  # too small to estimate
+        f.row = 0.0
+        return ""
+    f.row = significant_row_noise(est)
+    if f.row > 0:
+        return f", row noise {f.row:.3g} ({est['ratio']:.2f} of the white std, estimated)"
+    return ""
 
 
 def start_model(
@@ -144,12 +171,17 @@ def adapt(
         paths = find_raw_files(files) if isinstance(files, (str, os.PathLike)) else [Path(p) for p in files]
         nfiles = load_noise_files(paths, noise, profile=noise_profile, scale=noise_scale)
     for f in nfiles:
+        note = set_row_noise(f, c.row_noise)
         say(
             f"{f.name}: λshot {float(f.noise[0].mean()):.3g}, λread {float(f.noise[1].mean()):.3g} "
             f"({f.source})"
             + (f", clipped at {f.floor:.3g} ({100 * f.clipped:.1f} %)" if f.floor is not None else "")
+            + note
         )
     model, src = start_model(source, task)
+    if any(f.row > 0 for f in nfiles) and is_noise_aware(model) and not is_row_aware(model):
+        model = add_row_input(model)  # zero weights on the new input: the same model until trained
+        say("row noise: the model gets a σ_row input (row-aware; files without banding are told 0)")
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
     if c.train_only:  # adapt only the parameters whose names contain one of these strings
         for name, prm in model.named_parameters():

@@ -106,9 +106,10 @@ def synthetic_mix(
 ) -> Callable[[np.random.Generator], dict]:
     """Synthetic supervised packed-RAW samples from the photos bundled with scikit-image:
     ``f(rng) -> {"input", "target", "noise"}``. With probability ``own`` the noise is one of ``files``' own
-    (its per-plane λ, Poisson shot noise, clipped at 0 when the file is black-clipped, else a pedestal: the
-    user's camera, including the shadows the clip-aware objective cannot score), otherwise a draw of the
-    camera sampler the shipped model was trained with (what it already does well: the forgetting guard)."""
+    (its per-plane λ, Poisson shot noise, its row noise, clipped at 0 when the file is black-clipped, else a
+    pedestal: the user's camera, including the shadows the clip-aware objective cannot score), otherwise a
+    draw of the camera sampler the shipped model was trained with (what it already does well: the
+    forgetting guard)."""
     from dataclasses import replace
 
     from rawrcl.noise import CameraSampler, NoiseModel, Readout
@@ -123,8 +124,12 @@ def synthetic_mix(
             tuple(float(v) for v in f.noise[1]),
             poisson=True,
             readout=Readout(14, 0.0 if f.floor is not None else 0.06),
+            row=row,
         )
         for f in files
+        # a banded file also gives crops without banding at the same white noise: a row-aware model then
+        # learns that σ_row = 0 means "leave rows alone", where it would otherwise forget the most
+        for row in ((float(f.row), 0.0) if f.row > 0 else (0.0,))
     ]
 
     def noise(rng: np.random.Generator):
@@ -143,6 +148,8 @@ def synthetic_mix(
 
     def sample(rng: np.random.Generator) -> dict:
         it = ds[(int(rng.integers(0, len(ds))), int(rng.integers(0, 2**62)))]
-        return {"input": it["input"], "target": it["target"], "noise": it["noise"]}
+        n = it["noise"]  # (2, 4), or (3, 4) for own noise with banding: one shape for the batch
+        n = n if n.shape[0] == 3 else torch.cat([n, torch.zeros(1, n.shape[1])])
+        return {"input": it["input"], "target": it["target"], "noise": n}
 
     return sample

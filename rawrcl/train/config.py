@@ -209,7 +209,9 @@ class AdaptConfig:
     (weight of the synthetic supervised crops; ``mix_own`` of them with the files' own noise);
     ``alpha`` the recorruption strength of R2R; ``evals`` checkpoints scored on the held-out crops;
     ``select`` the score that picks among those within ``forget_tol`` dB on the forgetting check;
-    ``train_only`` name fragments of the only parameters adapted (None: all); ``ema`` weight averaging.
+    ``train_only`` name fragments of the only parameters adapted (None: all); ``ema`` weight averaging;
+    ``row_noise`` the files' row (banding) noise std in [0, 1] units: ``"auto"`` (estimated per file,
+    :mod:`rawrcl.calibration.rows`; used where significant), ``"off"``, or a number for every file.
     Measured defaults: docs/adaptation.md.
     """
 
@@ -228,8 +230,19 @@ class AdaptConfig:
     train_only: tuple[str, ...] | None = None
     ema: float | None = None
     seed: int = 0
+    row_noise: str = "auto"
 
     def __post_init__(self) -> None:
+        rn = str(self.row_noise).strip().lower()
+        if rn not in ("auto", "off"):
+            try:
+                v = float(rn)
+            except ValueError:
+                v = math.nan
+            if not (math.isfinite(v) and 0 <= v < 1):
+                raise RawrclError(f"--row-noise {self.row_noise!r}: expected auto, off or a std in [0, 1)")
+            rn = repr(v)
+        object.__setattr__(self, "row_noise", rn)
         if self.method not in ADAPT_METHODS:
             raise RawrclError(f"--method {self.method!r}: expected one of {', '.join(ADAPT_METHODS)}")
         if self.select not in ADAPT_SELECT:

@@ -1,0 +1,298 @@
+"""Row (banding) noise: the noise model's offsets, the estimator, R2R recorruption and SURE with banding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rawrcl.errors import RawrclError
+
+
+def _photo_packed(scale: float = 0.3) -> np.ndarray:
+    """A packed (4, 200, 250) grey scene from a bundled photo, [0, scale]."""
+    from rawrcl.sample_data import bundled_photos
+
+    a = [p for _, p in bundled_photos(2)][1].mean(-1) / 255.0
+    m = np.kron(a, np.ones((2, 2)))[:400, :500]
+    return (np.stack([m[0::2, 0::2], m[0::2, 1::2], m[1::2, 0::2], m[1::2, 1::2]]) * scale).astype(np.float32)
+
+
+def _banded(x: np.ndarray, lam, row: float, rng, floor: float | None = 0.0) -> np.ndarray:
+    n = rng.standard_normal(x.shape) * np.sqrt(lam[0] * x + lam[1])
+    b = rng.standard_normal((2, x.shape[1])) * row
+    y = x + n + np.stack([b[0], b[0], b[1], b[1]])[:, :, None]
+    return (np.maximum(y, floor) if floor is not None else y).astype(np.float32)
+
+
+def test_row_offsets_share_mosaic_rows_and_scale_per_sample():
+    from rawrcl.noise import row_offsets
+
+    g = torch.Generator().manual_seed(0)
+    b = row_offsets((3, 4, 500, 7), torch.tensor([0.0, 0.01, 0.02]), g)
+    assert b.shape == (3, 4, 500, 1)
+    assert torch.equal(b[:, 0], b[:, 1]) and torch.equal(b[:, 2], b[:, 3])  # R/G1 and G2/B rows
+    assert not torch.equal(b[:, 0], b[:, 2])
+    assert float(b[0].abs().max()) == 0.0
+    assert float(b[1].std()) == pytest.approx(0.01, rel=0.1)
+    assert float(b[2].std()) == pytest.approx(0.02, rel=0.1)
+    mono = row_offsets((1, 300, 5), 0.01, g)  # a mosaic: one offset per row
+    assert mono.shape == (1, 300, 1)
+
+
+def test_noise_model_row_component():
+    from rawrcl.noise import NoiseModel
+
+    with pytest.raises(RawrclError):
+        NoiseModel(1e-3, 1e-5, row=-0.1)
+    nm = NoiseModel(0.0, 1e-8, row=0.01)
+    y = nm.sample(torch.zeros(1, 400, 300), generator=torch.Generator().manual_seed(1))
+    rows = y[0].mean(1)
+    assert float(rows.std()) == pytest.approx(0.01, rel=0.15)
+    assert float((y[0] - rows[:, None]).std()) < 1e-3  # constant along each row
+    assert nm.to_dict()["row"] == 0.01 and "row" not in NoiseModel(1e-3, 1e-5).to_dict()
+
+
+@pytest.mark.parametrize("floor", [None, 0.0])
+def test_estimate_row_noise_recovers_banding_and_ignores_scenes(floor):
+    from rawrcl.calibration.rows import ROW_SIGNIFICANT, estimate_row_noise
+
+    rng = np.random.default_rng(2)
+    x = _photo_packed()
+    lam = (2e-3, 2e-5)
+    noise = torch.tensor([[lam[0]] * 4, [lam[1]] * 4])
+    est = estimate_row_noise(_banded(x, lam, 0.005, rng, floor), noise, floor)
+    assert est["row"] == pytest.approx(0.005, rel=0.15)
+    assert est["stderr"] < 0.2 * est["row"] and est["ratio"] > ROW_SIGNIFICANT
+    none = estimate_row_noise(_banded(x, lam, 0.0, rng, floor), noise, floor)
+    assert none["ratio"] < ROW_SIGNIFICANT  # the photo's own horizontal edges are not banding
+    with pytest.raises(ValueError):
+        estimate_row_noise(np.zeros((3, 10, 100)), noise)
+
+
+def test_recorrupted_row_noise_keeps_input_and_target_independent():
+    """With banding, R2R's recorruption draws offsets of the same covariance: the row means of the input's
+    and the target's noise are uncorrelated and the input's row variance is (1 + α²)·σ_row² (+ white)."""
+    from rawrcl.methods.r2r import recorrupt
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.full((32, 4, 64, 64), 0.3)
+    lam, row, alpha = (2e-3, 2e-5), 0.01, 0.5
+    noise = torch.tensor([[[lam[0]] * 4, [lam[1]] * 4]] * 32)
+    from rawrcl.noise import row_offsets
+
+    y = x + torch.randn(x.shape, generator=g) * (lam[0] * x + lam[1]).sqrt()
+    y = y + row_offsets(x.shape, row, g)
+    r = recorrupt(y, noise, torch.full((32,), -1.0), alpha, True, generator=g, row=torch.full((32,), row))
+    a = (r["input"] - x).mean(-1).flatten()  # row means: banding + white/64
+    b = (r["target"] - x).mean(-1).flatten()
+    white = (lam[0] * 0.3 + lam[1]) / 64
+    assert float((a * b).mean()) == pytest.approx(0.0, abs=0.2 * row**2)
+    assert float(a.var()) == pytest.approx((1 + alpha**2) * (row**2 + white), rel=0.15)
+    plain = recorrupt(y, noise, torch.full((32,), -1.0), alpha, True, generator=g)  # banding ignored
+    a0, b0 = (plain["input"] - x).mean(-1).flatten(), (plain["target"] - x).mean(-1).flatten()
+    assert float((a0 * b0).mean()) > 0.5 * row**2  # the banding stays in both: the target is not independent
+
+
+def test_held_out_sure_with_row_noise_tracks_true_mse():
+    """A horizontal blur keeps the banding: its true MSE is σ_row² + white/k. SURE told the row noise
+    matches it; SURE blind to the banding does not."""
+    from rawrcl.noise import row_offsets
+    from rawrcl.train.adapt_signal import held_out_scores
+
+    class RowBlur(torch.nn.Module):
+        noise_aware = False
+
+        def forward(self, x):
+            return torch.nn.functional.avg_pool2d(
+                torch.nn.functional.pad(x, (4, 4, 0, 0), mode="replicate"), (1, 9), 1
+            )
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.full((4, 48, 48), 0.3)
+    lam, row = (2e-3, 1e-5), 0.01
+    noise = torch.tensor([[lam[0]] * 4, [lam[1]] * 4])
+    crops, true = [], []
+    for _ in range(8):
+        y = x + torch.randn(x.shape, generator=g) * (lam[0] * x + lam[1]).sqrt()
+        y = y + row_offsets(x.shape, row, g)
+        with torch.no_grad():
+            true.append(float(((RowBlur()(y[None])[0] - x) ** 2).mean()))
+        crops.append({"x": y, "noise": noise, "floor": -1.0, "row": row})
+    told = held_out_scores(RowBlur(), crops, draws=4)["sure"]
+    blind = held_out_scores(RowBlur(), [{**c, "row": 0.0} for c in crops], draws=4)["sure"]
+    mse = float(np.mean(true))
+    assert told == pytest.approx(mse, rel=0.15)
+    assert abs(blind - mse) > 0.5 * mse
+
+
+def test_adapt_row_noise_setting():
+    from rawrcl.data.noisy_crops import pack_file
+    from rawrcl.train.adapt import set_row_noise
+    from rawrcl.train.config import AdaptConfig
+
+    assert AdaptConfig().row_noise == "auto" and AdaptConfig(row_noise="0.004").row_noise == "0.004"
+    for bad in ("-1", "loud", "2"):
+        with pytest.raises(RawrclError):
+            AdaptConfig(row_noise=bad)
+    rng = np.random.default_rng(5)
+    x = _photo_packed()
+    lam = torch.tensor([[2e-3] * 4, [2e-5] * 4])
+    mosaic = np.zeros((400, 500), np.float32)
+    y = _banded(x, (2e-3, 2e-5), 0.006, rng)
+    mosaic[0::2, 0::2], mosaic[0::2, 1::2], mosaic[1::2, 0::2], mosaic[1::2, 1::2] = y
+    f = pack_file("band.dng", mosaic, "RGGB", lam)
+    assert "row noise" in set_row_noise(f, "auto") and f.row == pytest.approx(0.006, rel=0.15)
+    assert set_row_noise(f, "off") == "" and f.row == 0.0
+    set_row_noise(f, "0.002")
+    assert f.row == 0.002 and f.describe()["row_noise"] == 0.002
+    clean = np.zeros_like(mosaic)
+    clean[0::2, 0::2], clean[0::2, 1::2], clean[1::2, 0::2], clean[1::2, 1::2] = _banded(
+        x, (2e-3, 2e-5), 0.0, rng
+    )
+    g = pack_file("plain.dng", clean, "RGGB", lam)
+    assert set_row_noise(g, "auto") == "" and g.row == 0.0
+
+
+# ------------------------------------------------------------------------- row-aware conditioning
+def _tiny(noise_aware: bool = True):
+    from rawrcl.models import build_model
+
+    torch.manual_seed(0)
+    cfg = {"arch": "unet", "in_channels": 4, "head": "raw", "width": 4, "depth": 2, "skip": True}
+    return build_model({**cfg, "noise_aware": noise_aware}).eval()
+
+
+def test_add_row_input_is_the_same_model_until_trained(tmp_path):
+    """The row-aware copy computes exactly the start's output (any third row), survives a checkpoint
+    round trip, and reads σ_row once its new weights are non-zero; blind models are refused."""
+    from rawrcl.models.conditioning import add_row_input, is_row_aware
+    from rawrcl.models.registry import load_checkpoint, save_checkpoint
+    from rawrcl.noise import with_row_variance
+
+    base = _tiny()
+    row = add_row_input(base).eval()
+    assert is_row_aware(row) and not is_row_aware(base) and add_row_input(row) is row
+    x = torch.rand(2, 4, 16, 16)
+    lam = torch.tensor([[2e-3] * 4, [2e-5] * 4]).expand(2, 2, 4)
+    lam3 = with_row_variance(lam, torch.tensor([0.0, 0.02]))
+    assert lam3.shape == (2, 3, 4) and lam3[1, 2, 0] == pytest.approx(4e-4)
+    with torch.no_grad():
+        ref = base(x, lam)
+        assert torch.equal(row(x, lam), ref) and torch.allclose(row(x, lam3), ref, atol=1e-6)
+        save_checkpoint(tmp_path / "r.pt", row)
+        back, cfg = load_checkpoint(tmp_path / "r.pt")
+        assert cfg["row_aware"] and torch.allclose(back.eval()(x, lam3), ref, atol=1e-6)
+        first = back.body.down[0][0].weight
+        first[:, 8:] = 1.0  # the σ_row inputs
+        out = back(x, lam3)
+        assert torch.equal(out[0], back(x, lam)[0]) and not torch.allclose(out[1], back(x, lam)[1])
+    with pytest.raises(RawrclError, match="noise-aware"):
+        add_row_input(_tiny(noise_aware=False))
+
+
+def test_with_noise_and_recorrupt_carry_the_row_variance():
+    from rawrcl.methods.r2r import recorrupt
+    from rawrcl.models.conditioning import WithNoise
+    from rawrcl.noise import NoiseModel
+
+    m = WithNoise(_tiny(), NoiseModel(2e-3, 2e-5, row=0.01), 4)
+    assert m.noise.shape == (3, 4) and float(m.noise[2, 0]) == pytest.approx(1e-4)
+    assert WithNoise(_tiny(), NoiseModel(2e-3, 2e-5), 4).noise.shape == (2, 4)
+    y = torch.rand(2, 4, 16, 16) * 0.5
+    lam = torch.tensor([[2e-3] * 4, [2e-5] * 4]).expand(2, 2, 4)
+    r = recorrupt(y, lam, torch.full((2,), -1.0), 0.5, row=torch.tensor([0.0, 0.01]))
+    assert r["noise"].shape == (2, 3, 4) and float(r["noise"][1, 2, 0]) == pytest.approx(1.25e-4)
+    assert recorrupt(y, lam, torch.full((2,), -1.0), 0.5)["noise"].shape == (2, 2, 4)
+
+
+def test_row_noise_for_estimates_banding_only_for_row_aware_models():
+    from rawrcl.infer.noise import row_noise_for
+    from rawrcl.models.conditioning import add_row_input
+    from rawrcl.noise import NoiseModel
+
+    rng = np.random.default_rng(7)
+    x = _photo_packed()
+    nm = NoiseModel(2e-3, 2e-5)
+    logs: list[str] = []
+    for row, aware in ((0.006, True), (0.0, True), (0.006, False)):
+        y = _banded(x, (2e-3, 2e-5), row, rng)
+        mosaic = np.zeros((400, 500), np.float32)
+        mosaic[0::2, 0::2], mosaic[0::2, 1::2], mosaic[1::2, 0::2], mosaic[1::2, 1::2] = y
+        model = add_row_input(_tiny()) if aware else _tiny()
+        got = row_noise_for(model, mosaic, "RGGB", nm, logs.append, "f.dng")
+        if not aware:
+            assert got is nm and len(logs) == 2
+        elif row:
+            assert got.row == pytest.approx(row, rel=0.15) and got.lambda_shot == 2e-3
+        else:
+            assert got.row == 0.0 and "none significant" in logs[-1]
+
+
+def test_adapt_on_banded_files_makes_a_row_aware_checkpoint(tmp_path):
+    """Files with significant row noise: ``adapt`` extends the start with the σ_row input, trains, and its
+    checkpoint loads as a row-aware model that ``rawrcl denoise`` tells each file's estimate."""
+    from rawrcl.data.noisy_crops import pack_file
+    from rawrcl.models.registry import load_checkpoint, save_checkpoint
+    from rawrcl.train.adapt import adapt
+
+    save_checkpoint(tmp_path / "start.pt", _tiny())
+    rng = np.random.default_rng(11)
+    x = _photo_packed()
+    lam = torch.tensor([[2e-3] * 4, [2e-5] * 4])
+    files = []
+    for i in range(2):
+        y = _banded(x, (2e-3, 2e-5), 0.01, rng)
+        mosaic = np.zeros((400, 500), np.float32)
+        mosaic[0::2, 0::2], mosaic[0::2, 1::2], mosaic[1::2, 0::2], mosaic[1::2, 1::2] = y
+        files.append(pack_file(f"f{i}.dng", mosaic, "RGGB", lam))
+    summ = adapt(
+        files, tmp_path / "r", source=tmp_path / "start.pt", steps=2, crop=32, batch_size=2, evals=1,
+        lr=1e-3, progress=False,
+    )  # fmt: skip
+    assert all(f["row_noise"] == pytest.approx(0.01, rel=0.2) for f in summ["files"])
+    model, cfg = load_checkpoint(tmp_path / "r" / "checkpoints" / "last.pt")
+    assert cfg["row_aware"] and model.body.down[0][0].weight.shape[1] == 12
+
+
+def test_mix_of_a_banded_file_has_crops_with_and_without_banding():
+    """The own-noise half of ``--mix`` for a banded file: its σ_row and, at the same white noise, 0 — what
+    teaches a row-aware model to leave rows alone when told σ_row = 0."""
+    from rawrcl.data.noisy_crops import pack_file
+    from rawrcl.train.adapt_objective import synthetic_mix
+
+    f = pack_file("f.dng", np.full((64, 64), 0.3, np.float32), "RGGB", torch.tensor([[2e-3] * 4, [2e-5] * 4]))
+    f.row = 0.01
+    draw = synthetic_mix(32, [f], own=1.0, photos=2)
+    rng = np.random.default_rng(0)
+    thirds = {round(float(draw(rng)["noise"][2, 0]), 8) for _ in range(24)}
+    assert thirds == {0.0, 1e-4}
+
+
+def test_self_ensemble_of_a_banded_file_keeps_rows_as_rows():
+    """``--tta`` with a row-aware model told σ_row: only the 4 flips (a transpose would turn the sensor's
+    rows into columns, which the model is not told about); told 0: all 8 transforms."""
+    from rawrcl.models import SelfEnsemble
+    from rawrcl.models.conditioning import WithNoise, add_row_input
+    from rawrcl.noise import NoiseModel
+
+    model = add_row_input(_tiny())
+    seen: list[tuple] = []
+
+    class Spy(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+            self.keeps_rows = inner.keeps_rows
+
+        def forward(self, x):
+            seen.append(tuple(x.shape))
+            return self.inner(x)
+
+    x = torch.rand(1, 4, 8, 12)
+    with torch.no_grad():
+        SelfEnsemble(Spy(WithNoise(model, NoiseModel(2e-3, 2e-5, row=0.01), 4)))(x)
+        assert len(seen) == 4 and all(s[-1] > s[-2] for s in seen)  # never transposed
+        seen.clear()
+        SelfEnsemble(Spy(WithNoise(model, NoiseModel(2e-3, 2e-5), 4)))(x)
+        assert len(seen) == 8
