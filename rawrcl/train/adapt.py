@@ -78,7 +78,7 @@ def find_raw_files(folder: str | os.PathLike) -> list[Path]:
 
 def set_row_noise(f: NoiseFile, setting: str) -> str:
     """Set ``f.row`` from ``setting`` (:class:`~rawrcl.train.config.AdaptConfig` ``row_noise``: ``auto`` —
-    estimated, used when ≥ :data:`~rawrcl.calibration.rows.ROW_SIGNIFICANT` of the white std and 2
+    estimated, used when ≥ :data:`~rawrcl.calibration.rows.ROW_SIGNIFICANT` of the white std and 3
     standard errors —, ``off``, or a std); returns the log fragment."""
     from rawrcl.calibration.rows import estimate_row_noise, significant_row_noise
 
