@@ -301,6 +301,8 @@ def part_synth(args, doc: dict, path: Path, log) -> None:
     for name, opts in RUNS.items():
         if name not in args.runs or (name in doc["synth"].get("runs", {}) and not args.redo):
             continue
+        if args.banding > 0:  # a banded camera: the user asks for the row-noise estimate
+            opts = {"row_noise": "auto", **opts}
         doc["synth"].setdefault("runs", {})[name] = run_case(args, "synth", name, files, opts, score, log)
         _save(path, doc)
     if "supervised" in args.runs and ("supervised" not in doc["synth"].get("runs", {}) or args.redo):

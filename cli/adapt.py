@@ -65,8 +65,8 @@ from rawrcl.cli.common import LazyChoice, ema_option, user_errors
 @click.option(
     "--row-noise",
     default=None,
-    help="row (banding) noise std in [0, 1] units: auto (estimated per file, used where significant), "
-    "off, or a number  [default: auto]",
+    help="row (banding) noise std in [0, 1] units: off, auto (estimated per file, used where "
+    "significant; for a camera with visible banding), or a number  [default: off]",
 )
 @ema_option
 @click.option("--seed", default=None, type=int, help="random seed  [default: 0]")

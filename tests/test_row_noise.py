@@ -131,7 +131,7 @@ def test_adapt_row_noise_setting():
     from rawrcl.train.adapt import set_row_noise
     from rawrcl.train.config import AdaptConfig
 
-    assert AdaptConfig().row_noise == "auto" and AdaptConfig(row_noise="0.004").row_noise == "0.004"
+    assert AdaptConfig().row_noise == "off" and AdaptConfig(row_noise="0.004").row_noise == "0.004"
     for bad in ("-1", "loud", "2"):
         with pytest.raises(RawrclError):
             AdaptConfig(row_noise=bad)
@@ -248,7 +248,7 @@ def test_adapt_on_banded_files_makes_a_row_aware_checkpoint(tmp_path):
         files.append(pack_file(f"f{i}.dng", mosaic, "RGGB", lam))
     summ = adapt(
         files, tmp_path / "r", source=tmp_path / "start.pt", steps=2, crop=32, batch_size=2, evals=1,
-        lr=1e-3, progress=False,
+        lr=1e-3, row_noise="auto", progress=False,
     )  # fmt: skip
     assert all(f["row_noise"] == pytest.approx(0.01, rel=0.2) for f in summ["files"])
     model, cfg = load_checkpoint(tmp_path / "r" / "checkpoints" / "last.pt")

@@ -210,8 +210,10 @@ class AdaptConfig:
     ``alpha`` the recorruption strength of R2R; ``evals`` checkpoints scored on the held-out crops;
     ``select`` the score that picks among those within ``forget_tol`` dB on the forgetting check;
     ``train_only`` name fragments of the only parameters adapted (None: all); ``ema`` weight averaging;
-    ``row_noise`` the files' row (banding) noise std in [0, 1] units: ``"auto"`` (estimated per file,
-    :mod:`rawrcl.calibration.rows`; used where significant), ``"off"``, or a number for every file.
+    ``row_noise`` the files' row (banding) noise std in [0, 1] units: ``"off"`` (default: the estimate
+    takes strong horizontal scene edges for banding on 5–20 % of small photos, docs/adaptation.md),
+    ``"auto"`` (estimated per file, :mod:`rawrcl.calibration.rows`; used where significant), or a number
+    for every file.
     Measured defaults: docs/adaptation.md.
     """
 
@@ -230,7 +232,7 @@ class AdaptConfig:
     train_only: tuple[str, ...] | None = None
     ema: float | None = None
     seed: int = 0
-    row_noise: str = "auto"
+    row_noise: str = "off"
 
     def __post_init__(self) -> None:
         rn = str(self.row_noise).strip().lower()
