@@ -84,3 +84,20 @@ def significant_row_noise(est: dict) -> float:
     :data:`ROW_SIGNIFICANT` of the white std and 3 standard errors, else 0."""
     used = est["ratio"] >= ROW_SIGNIFICANT and est["row"] > 3 * est["stderr"]
     return float(est["row"]) if used else 0.0
+
+
+def parse_row_noise(value: str | float | None, option: str = "--row-noise") -> str:
+    """The one spelling of a row-noise setting: ``"off"``, ``"auto"`` or a std in [0, 1) as ``repr(float)``;
+    anything else raises :class:`~rawrcl.errors.RawrclError` (one line naming ``option``)."""
+    from rawrcl.errors import RawrclError
+
+    text = str(value).strip().lower()
+    if text in ("auto", "off"):
+        return text
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and 0 <= v < 1):
+        raise RawrclError(f"{option} {value!r}: expected auto, off or a std in [0, 1)")
+    return repr(v)

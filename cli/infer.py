@@ -89,6 +89,15 @@ def _noise_options(func):
             help="Replace isolated hot/dead pixels (far beyond all 8 same-colour neighbours for the file's "
             "noise) by their neighbours' median before inference; the log says how many.",
         ),
+        click.option(
+            "--row-noise",
+            default=None,
+            metavar="auto|off|STD",
+            help="Row (banding) noise, for a sensor that bands: auto (estimated per file, used where "
+            "significant) or its std in [0, 1] units. The row offsets are removed before the model; a model "
+            "adapted with row noise (rawrcl adapt --row-noise) is told it instead (and estimates it unless "
+            "'off'). Default: off, except for such adapted models.",
+        ),
     ]
     for opt in reversed(opts):
         func = opt(func)
@@ -113,6 +122,7 @@ def _run(
     noise_profile=None,
     noise_scale=1.0,
     hot_pixels=False,
+    row_noise=None,
     **kw,
 ) -> None:
     """Call ``rawrcl.infer.<runner_name>`` with the options of :func:`_tile_options` (tiling, device,
@@ -120,7 +130,7 @@ def _run(
     still written)."""
     from rawrcl import infer
 
-    noise = infer.NoiseOptions(noise_spec, noise_profile, noise_scale, hot_pixels)
+    noise = infer.NoiseOptions(noise_spec, noise_profile, noise_scale, hot_pixels, row_noise)
     opts = infer.TileOptions(
         tile, overlap, batch_tiles, device, precision, progress=not quiet, self_ensemble=tta, backend=backend
     )

@@ -27,7 +27,7 @@ import torch.nn as nn
 from rawrcl.device import resolve_device
 from rawrcl.errors import RawrclError
 from rawrcl.infer.batch import BatchResult, _format_from, _prepare, expand_inputs, output_is_file, run_batch
-from rawrcl.infer.noise import NoiseOptions, prepare_raw, raw_model_for, rgb_model_for
+from rawrcl.infer.noise import NoiseOptions, deband_raw, prepare_raw, raw_model_for, rgb_model_for
 from rawrcl.infer.pipeline import TileOptions, denoise_cfa, denoise_rgb, jdd_cfa, task_model
 from rawrcl.infer.writers import write_cfa_tiff, write_denoised_dng, write_image
 from rawrcl.io import PHOTO_EXTENSIONS, RAW_EXTENSIONS, read_photo_depth
@@ -75,6 +75,7 @@ def jdd_file(
         raise RawrclError(f"{dst}: exists (use --force to overwrite)")
     raw = read_raw(src, clip=False)  # keep noise below black: models are trained unclipped
     raw, fn = prepare_raw(raw, src, noise, log)
+    raw, fn = deband_raw(model, raw, src, noise, log, fn)
     net = raw_model_for(model, raw, src, noise, log, resolved=fn)
     rgb = jdd_cfa(net, raw.cfa, raw.pattern, opts)
     img = _render(raw, rgb, render)
@@ -120,6 +121,7 @@ def denoise_file(
     net = model() if not isinstance(model, nn.Module) else model
     raw = read_raw(src, clip=False)  # keep noise below black: models are trained unclipped
     raw, fn = prepare_raw(raw, src, noise, log)
+    raw, fn = deband_raw(net, raw, src, noise, log, fn)
     net = raw_model_for(net, raw, src, noise, log, resolved=fn)
     cfa = denoise_cfa(net, raw.cfa, raw.pattern, opts)
     suffix = dst.suffix.lower()

@@ -38,15 +38,22 @@ class NoiseOptions:
     ``spec``: a per-file kind of the noise grammar (None: ``auto``, not given by the user);
     ``profile``: a noise profile file consulted by ``auto`` before the single-image estimate;
     ``scale``: multiplies λshot and λread (> 0); ``hot_pixels``: replace isolated hot/dead pixels
-    before inference (:func:`prepare_raw`).
+    before inference (:func:`prepare_raw`); ``row_noise``: ``--row-noise`` (None: not given — a row-aware
+    model estimates it, other models ignore banding; ``"off"``, ``"auto"`` or a std: :func:`deband_raw`,
+    :func:`row_noise_for`).
     """
 
     spec: str | NoiseSpec | None = None
     profile: str | os.PathLike | None = None
     scale: float = 1.0
     hot_pixels: bool = False
+    row_noise: str | None = None
 
     def __post_init__(self) -> None:
+        if self.row_noise is not None:
+            from rawrcl.calibration.rows import parse_row_noise
+
+            self.row_noise = parse_row_noise(self.row_noise)
         self.parsed = parse_noise(self.spec if self.spec is not None else "auto", PER_FILE, "--noise")
         if not self.scale > 0:
             raise RawrclError(f"--noise-scale must be > 0, got {self.scale}")
@@ -117,22 +124,16 @@ def prepare_raw(raw, path: str | os.PathLike | None, opts: NoiseOptions | None, 
     return replace(raw, cfa=cfa), fn
 
 
-def row_noise_for(
-    model: nn.Module,
+def file_row_noise(
     cfa,
     pattern: str | None,
     noise: NoiseModel,
     log: Callable[[str], None] | None = None,
     name: str | None = None,
-) -> NoiseModel:
-    """``noise`` with the file's row (banding) noise when ``model`` is row-aware (an adapted model of a
-    banded camera): estimated from the CFA (H, W) [0, 1] of phase ``pattern`` (None: ``cfa`` is already
-    packed RGGB planes (4, h, w)) (:func:`rawrcl.calibration.rows.estimate_row_noise`), 0 unless
-    significant; one log line. Other models: ``noise`` unchanged."""
-    if not is_row_aware(model):
-        return noise
-    from dataclasses import replace
-
+) -> float:
+    """The row (banding) noise std of one file, [0, 1] units: estimated from the CFA (H, W) [0, 1] of phase
+    ``pattern`` (None: ``cfa`` is already packed RGGB planes (4, h, w)) with its white ``noise``
+    (:func:`rawrcl.calibration.rows.estimate_row_noise`), 0 unless significant; one log line."""
     from rawrcl.calibration.rows import estimate_row_noise, significant_row_noise
     from rawrcl.data.noisy_crops import clip_floor, pack_file
 
@@ -144,12 +145,62 @@ def row_noise_for(
     try:
         est = estimate_row_noise(packed, lam, floor)
     except ValueError:  # too small to estimate
-        return noise
+        return 0.0
     row = significant_row_noise(est)
     if log is not None:
         what = f"{row:.3g}" if row > 0 else f"none significant ({est['row']:.2g})"
         log(f"{name or 'image'}: row noise {what}, {est['ratio']:.2f} of the white std (estimated)")
+    return row
+
+
+def row_noise_for(
+    model: nn.Module,
+    cfa,
+    pattern: str | None,
+    noise: NoiseModel,
+    log: Callable[[str], None] | None = None,
+    name: str | None = None,
+    setting: str | None = None,
+) -> NoiseModel:
+    """``noise`` with the file's row (banding) noise when ``model`` is row-aware (an adapted model of a
+    banded camera): ``setting`` (``--row-noise``) ``"off"`` → 0, a std → that, None or ``"auto"`` →
+    :func:`file_row_noise`. Other models: ``noise`` unchanged."""
+    if not is_row_aware(model):
+        return noise
+    from dataclasses import replace
+
+    if setting == "off":
+        row = 0.0
+    elif setting not in (None, "auto"):
+        row = float(setting)
+    else:
+        row = file_row_noise(cfa, pattern, noise, log, name)
     return replace(noise, row=row)
+
+
+def deband_raw(model: nn.Module, raw, path, opts: NoiseOptions | None, log=None, resolved=None):
+    """``(raw, resolved)`` with the row offsets removed from ``raw.cfa``
+    (:func:`rawrcl.banding.remove_row_offsets`) when ``opts.row_noise`` is ``"auto"`` (estimated, where
+    significant) or a std, and ``model`` is not row-aware (a row-aware model is told σ_row instead);
+    otherwise unchanged. ``resolved``: the file's :class:`~rawrcl.calibration.resolve.FileNoise` when
+    already resolved (``auto`` needs it; returned, resolved if it had to be). One log line."""
+    opts = opts or NoiseOptions()
+    if opts.row_noise in (None, "off") or is_row_aware(model):
+        return raw, resolved
+    from dataclasses import replace
+
+    from rawrcl.banding import remove_row_offsets
+
+    if opts.row_noise == "auto":
+        resolved = resolved if resolved is not None else resolve_noise(raw, path, opts, log)
+        row = file_row_noise(raw.cfa, raw.pattern, resolved.model, log, _name(path))
+    else:
+        row = float(opts.row_noise)
+    if row <= 0:
+        return raw, resolved
+    if log is not None:
+        log(f"{_name(path)}: row offsets removed (σ_row {row:.3g})")
+    return replace(raw, cfa=remove_row_offsets(raw.cfa, row)), resolved
 
 
 def raw_model_for(
@@ -169,7 +220,8 @@ def raw_model_for(
             opts.warn_blind()
         return model
     fn = resolved if resolved is not None else resolve_noise(raw, path, opts, log)
-    return bind_noise(model, row_noise_for(model, raw.cfa, raw.pattern, fn.model, log, _name(path)), 4)
+    noise = row_noise_for(model, raw.cfa, raw.pattern, fn.model, log, _name(path), opts.row_noise)
+    return bind_noise(model, noise, 4)
 
 
 def rgb_model_for(

@@ -235,16 +235,9 @@ class AdaptConfig:
     row_noise: str = "off"
 
     def __post_init__(self) -> None:
-        rn = str(self.row_noise).strip().lower()
-        if rn not in ("auto", "off"):
-            try:
-                v = float(rn)
-            except ValueError:
-                v = math.nan
-            if not (math.isfinite(v) and 0 <= v < 1):
-                raise RawrclError(f"--row-noise {self.row_noise!r}: expected auto, off or a std in [0, 1)")
-            rn = repr(v)
-        object.__setattr__(self, "row_noise", rn)
+        from rawrcl.calibration.rows import parse_row_noise
+
+        object.__setattr__(self, "row_noise", parse_row_noise(self.row_noise))
         if self.method not in ADAPT_METHODS:
             raise RawrclError(f"--method {self.method!r}: expected one of {', '.join(ADAPT_METHODS)}")
         if self.select not in ADAPT_SELECT:
