@@ -79,6 +79,24 @@ def estimate_row_noise(
     return {"row": row, "stderr": stderr, "white": white, "ratio": ratio, "rows": n_rows}
 
 
+def used_row_noise(
+    packed: np.ndarray | torch.Tensor, noise: torch.Tensor, floor: float | None = None
+) -> tuple[float, dict | None]:
+    """(σ_row to use, the :func:`estimate_row_noise` result) for one packed file: the estimate where
+    :func:`significant_row_noise`, else 0; ``(0.0, None)`` for a file too small to estimate."""
+    try:
+        est = estimate_row_noise(packed, noise, floor)
+    except ValueError:
+        return 0.0, None
+    return significant_row_noise(est), est
+
+
+def fixed_row_noise(setting: str) -> float | None:
+    """A :func:`parse_row_noise` setting as a std: ``"off"`` → 0, a number → it, ``"auto"`` → None (estimate
+    it: :func:`used_row_noise`)."""
+    return None if setting == "auto" else 0.0 if setting == "off" else float(setting)
+
+
 def significant_row_noise(est: dict) -> float:
     """The σ_row of an :func:`estimate_row_noise` result to use: the estimate when it is at least
     :data:`ROW_SIGNIFICANT` of the white std and 3 standard errors, else 0."""

@@ -134,7 +134,7 @@ def file_row_noise(
     """The row (banding) noise std of one file, [0, 1] units: estimated from the CFA (H, W) [0, 1] of phase
     ``pattern`` (None: ``cfa`` is already packed RGGB planes (4, h, w)) with its white ``noise``
     (:func:`rawrcl.calibration.rows.estimate_row_noise`), 0 unless significant; one log line."""
-    from rawrcl.calibration.rows import estimate_row_noise, significant_row_noise
+    from rawrcl.calibration.rows import used_row_noise
     from rawrcl.data.noisy_crops import clip_floor, pack_file
 
     if pattern is None:
@@ -142,12 +142,8 @@ def file_row_noise(
     else:
         f = pack_file(name or "image", cfa, pattern, noise.params(4))
         packed, lam, floor = f.packed, f.noise, f.floor
-    try:
-        est = estimate_row_noise(packed, lam, floor)
-    except ValueError:  # too small to estimate
-        return 0.0
-    row = significant_row_noise(est)
-    if log is not None:
+    row, est = used_row_noise(packed, lam, floor)
+    if est is not None and log is not None:
         what = f"{row:.3g}" if row > 0 else f"none significant ({est['row']:.2g})"
         log(f"{name or 'image'}: row noise {what}, {est['ratio']:.2f} of the white std (estimated)")
     return row
@@ -169,11 +165,10 @@ def row_noise_for(
         return noise
     from dataclasses import replace
 
-    if setting == "off":
-        row = 0.0
-    elif setting not in (None, "auto"):
-        row = float(setting)
-    else:
+    from rawrcl.calibration.rows import fixed_row_noise
+
+    row = fixed_row_noise(setting or "auto")
+    if row is None:
         row = file_row_noise(cfa, pattern, noise, log, name)
     return replace(noise, row=row)
 
@@ -190,12 +185,12 @@ def deband_raw(model: nn.Module, raw, path, opts: NoiseOptions | None, log=None,
     from dataclasses import replace
 
     from rawrcl.banding import remove_row_offsets
+    from rawrcl.calibration.rows import fixed_row_noise
 
-    if opts.row_noise == "auto":
+    row = fixed_row_noise(opts.row_noise)
+    if row is None:
         resolved = resolved if resolved is not None else resolve_noise(raw, path, opts, log)
         row = file_row_noise(raw.cfa, raw.pattern, resolved.model, log, _name(path))
-    else:
-        row = float(opts.row_noise)
     if row <= 0:
         return raw, resolved
     if log is not None:

@@ -48,15 +48,10 @@ def add_row_input(model: nn.Module) -> nn.Module:
     new = build_model({**base.config, "row_aware": True})
     p = next(base.parameters())
     new = new.to(device=p.device, dtype=p.dtype)
-    first = next(m for m in base.body.modules() if isinstance(m, nn.Conv2d))
+    key = next(f"body.{n}.weight" for n, m in base.body.named_modules() if isinstance(m, nn.Conv2d))
     state = dict(base.state_dict())
-    for name, m in base.body.named_modules():
-        if m is first:
-            key = f"body.{name}.weight"
-            w = state[key]
-            extra = w.new_zeros(w.shape[0], base.config["in_channels"], *w.shape[2:])
-            state[key] = torch.cat([w, extra], dim=1)
-            break
+    w = state[key]  # the first convolution: (out, in, k, k) → zero weights for the σ_row inputs
+    state[key] = torch.cat([w, w.new_zeros(w.shape[0], base.config["in_channels"], *w.shape[2:])], dim=1)
     new.load_state_dict(state)
     return new
 

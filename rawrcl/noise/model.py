@@ -117,9 +117,7 @@ class NoiseModel:
         """The ``noise`` input of noise-aware models: :meth:`params`, plus a third row σ_row² (the row
         noise's variance, every channel) when ``row`` > 0 — (2 or 3, channels) float32, [0, 1] units."""
         p = self.params(channels)
-        if self.row > 0:
-            p = torch.cat([p, torch.full((1, channels), float(self.row) ** 2)])
-        return p
+        return with_row_variance(p[None], self.row)[0] if self.row > 0 else p
 
     def _params(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """λ tensors broadcastable against x of shape (..., C, H, W)."""

@@ -80,23 +80,14 @@ def set_row_noise(f: NoiseFile, setting: str) -> str:
     """Set ``f.row`` from ``setting`` (:class:`~rawrcl.train.config.AdaptConfig` ``row_noise``: ``auto`` —
     estimated, used when ≥ :data:`~rawrcl.calibration.rows.ROW_SIGNIFICANT` of the white std and 3
     standard errors —, ``off``, or a std); returns the log fragment."""
-    from rawrcl.calibration.rows import estimate_row_noise, significant_row_noise
+    from rawrcl.calibration.rows import fixed_row_noise, used_row_noise
 
-    if setting == "off":
-        f.row = 0.0
-        return ""
-    if setting != "auto":
-        f.row = float(setting)
-        return f", row noise {f.row:.3g} (given)"
-    try:
-        est = estimate_row_noise(f.packed, f.noise, f.floor)
-    except ValueError:  # too small to estimate
-        f.row = 0.0
-        return ""
-    f.row = significant_row_noise(est)
-    if f.row > 0:
-        return f", row noise {f.row:.3g} ({est['ratio']:.2f} of the white std, estimated)"
-    return ""
+    given = fixed_row_noise(setting)
+    if given is not None:
+        f.row = given
+        return f", row noise {f.row:.3g} (given)" if given > 0 else ""
+    f.row, est = used_row_noise(f.packed, f.noise, f.floor)
+    return f", row noise {f.row:.3g} ({est['ratio']:.2f} of the white std, estimated)" if f.row > 0 else ""
 
 
 def start_model(

@@ -20,6 +20,7 @@ from rawrcl.errors import RawrclError
 from rawrcl.methods.r2r import R2R, signal_variance
 from rawrcl.models.conditioning import call, is_noise_aware
 from rawrcl.models.registry import unwrap
+from rawrcl.noise import with_row_variance
 from rawrcl.train.config import ADAPT_METHODS
 
 #: the bottom fraction of every bundled photo's rows kept out of the mix for the forgetting check
@@ -149,7 +150,7 @@ def synthetic_mix(
     def sample(rng: np.random.Generator) -> dict:
         it = ds[(int(rng.integers(0, len(ds))), int(rng.integers(0, 2**62)))]
         n = it["noise"]  # (2, 4), or (3, 4) for own noise with banding: one shape for the batch
-        n = n if n.shape[0] == 3 else torch.cat([n, torch.zeros(1, n.shape[1])])
+        n = n if n.shape[0] == 3 else with_row_variance(n[None], 0.0)[0]
         return {"input": it["input"], "target": it["target"], "noise": n}
 
     return sample
