@@ -2,10 +2,13 @@
 held-out photo source, photo-valued and unprocessed mosaics, across the camera noise ladder.
 
 Photos: ``sunhays80`` (never used to train or choose anything), every ``--every``-th sorted photo, centre
-crop ``--crop`` (even). Each photo *i* is degraded with ``numpy.random.default_rng([seed, i])`` by the
-task (``rawrcl.tasks``: photo values as linear RGB, or unprocessed à la Brooks et al.), noise at each level
-of the ladder (``L1`` … ``L7``: large sensor at base ISO … small sensor at its highest ISO, plus ``low`` /
-``high``; Gaussian heteroscedastic, not clipped — as ``rawrcl eval``).
+crop ``--crop`` (even); ``--zoom F`` enlarges the centre crop/F window to ``--crop`` instead (bicubic), as
+smooth per pixel as a full-resolution camera file (photo collections are downsampled). Each photo *i* is
+degraded with ``numpy.random.default_rng([seed, i])`` by the task (``rawrcl.tasks``: photo values as linear
+RGB, or unprocessed à la Brooks et al.), noise at each level of the ladder (``L1`` … ``L7``: large sensor at
+base ISO … small sensor at its highest ISO, plus ``low`` / ``high``; Gaussian heteroscedastic, not clipped —
+as ``rawrcl eval``). ``--source DIR --first N`` take the photos from another folder (for validating training
+choices on the training sources' held-out split, never on the test source).
 
 RAW denoising rows (PSNR dB, linear [0, 1], packed CFA, 4-px border, as ``rawrcl eval --task raw-denoise``):
 ``noisy``; ``gat+bm3d`` with the TRUE (λshot, λread) (Mäkitalo & Foi; ``rawrcl.eval.raw_baselines``);
@@ -46,10 +49,20 @@ CACHED = ("noisy", "gat+bm3d", "menon+nlm", "gharbi2016", "old")
 LEVELS = ("L1", "L2", "L3", "L4", "L5", "L6", "L7", "low", "high")
 
 
-def test_photos(data: Path, every: int, crop: int) -> list[tuple[str, np.ndarray]]:
-    files = sorted(p for p in (data / "sunhays80").iterdir() if p.suffix.lower() in (".png", ".jpg"))[::every]
+def test_photos(
+    data: Path, every: int, crop: int, zoom: float = 1.0, source: str = "sunhays80", first: int = 0
+) -> list[tuple[str, np.ndarray]]:
+    """Every ``every``-th sorted photo of ``data/source`` from index ``first``, centre ``crop``; ``zoom`` > 1:
+    the centre crop/zoom window enlarged to ``crop`` (bicubic) — as smooth per pixel as a full-resolution
+    camera file."""
+    from rawrcl.data.labelled import zoomed_crop
+
+    files = sorted(p for p in (data / source).iterdir() if p.suffix.lower() in (".png", ".jpg"))[first::every]
     out = []
     for name, img in load_images(files):
+        if zoom > 1:
+            out.append((name, zoomed_crop(img, min(crop, *img.shape[1:]) // 2 * 2, zoom)))
+            continue
         _, h, w = img.shape
         c = min(crop, h, w) // 2 * 2
         y, x = (h - c) // 4 * 2, (w - c) // 4 * 2
@@ -105,7 +118,7 @@ def predictors(task_name: str, ckpts: dict, gharbi: str | None) -> dict:
 
 
 def measure(args) -> list[dict]:
-    photos = test_photos(Path(args.data), args.every, args.crop)
+    photos = test_photos(Path(args.data), args.every, args.crop, args.zoom, args.source, args.first)
     cache_path = Path(args.cache) if args.cache else None
     cache = json.loads(cache_path.read_text()) if cache_path and cache_path.exists() else {}
     rows = []
@@ -126,7 +139,10 @@ def measure(args) -> list[dict]:
                     s = task.sample(img, np.random.default_rng([args.seed, i]), PRESETS[level])
                     meta = s["meta"]
                     for k, fn in fns.items():
-                        key = f"{task_name}|{domain}|{level}|{i}|{args.crop}|{args.seed}|{k}"
+                        zoom = f"|z{args.zoom:g}" if args.zoom > 1 else ""
+                        if args.source != "sunhays80" or args.first:
+                            zoom += f"|{args.source}{args.first}/{args.every}"
+                        key = f"{task_name}|{domain}|{level}|{i}|{args.crop}|{args.seed}{zoom}|{k}"
                         if k in CACHED and key in cache:
                             per[k].append(cache[key])
                             continue
@@ -167,7 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", default="raw-denoise,jdd")
     ap.add_argument("--levels", default=",".join(LEVELS))
     ap.add_argument("--every", type=int, default=8, help="every N-th sorted sunhays80 photo")
+    ap.add_argument(
+        "--source", default="sunhays80", help="photo folder (another one only for the validation of choices)"
+    )
+    ap.add_argument("--first", type=int, default=0, help="first sorted photo index")
     ap.add_argument("--crop", type=int, default=384, help="centre crop (photo pixels)")
+    ap.add_argument(
+        "--zoom", type=float, default=1.0, help="enlarge each test window by this factor (smooth content)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default=None)

@@ -12,7 +12,9 @@ Recipe (issue 19 §2–3; every choice fixed on synthetic data, none on the real
   half unprocessed (Brooks et al.) and half photo values as linear RGB, 60 % darkened by a gain
   log-uniform in [0.02, 1] (low-light captures), noise from :class:`rawrcl.noise.CameraSampler` (real
   cameras' range from base ISO to phone high ISO, Poisson shot noise, 10–14-bit quantisation, 35 % clipped
-  at black).
+  at black); ``--zoom-p P`` of the crops are a smaller window enlarged by a factor log-uniform in [1,
+  ``--zoom-max``] (bicubic): full-resolution camera files are much smoother per pixel than the downsampled
+  photo collections, and a model trained only on the latter stops averaging too early in flat regions.
 - training: plain L1 (a noise-balanced loss measured worse on validation), Adam, cosine learning rate,
   gradient cap 1, weight EMA 0.999 (the checkpoint holds the average).
 
@@ -58,6 +60,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--plane-p", type=float, default=0.0, help="share of crops with per-plane (white-balanced) noise"
     )
+    ap.add_argument(
+        "--zoom-p", type=float, default=0.0, help="share of crops enlarged (full-resolution-like smoothness)"
+    )
+    ap.add_argument("--zoom-max", type=float, default=4.0, help="largest enlargement factor of those crops")
     ap.add_argument("--save-every", type=int, default=250)
     ap.add_argument("--install", action="store_true", help="install the result into rawrcl/weights/")
     ap.add_argument(
@@ -98,7 +104,13 @@ def train_task(args) -> Path:
     )
     photos = training_photos(Path(args.data))
     dataset = LabelledCrops(
-        photos, task, crop=args.crop, seed=args.seed, noise=CameraSampler(plane_p=args.plane_p), augment=True
+        photos,
+        task,
+        crop=args.crop,
+        seed=args.seed,
+        noise=CameraSampler(plane_p=args.plane_p),
+        augment=True,
+        zoom=(args.zoom_p, args.zoom_max) if args.zoom_p > 0 else None,
     )
     cfg = {
         "method": "supervised",
@@ -116,6 +128,7 @@ def train_task(args) -> Path:
         "recipe": "scripts/train_noise_aware.py",
         "train_photos": [n for n, _ in photos],
         "task_options": {"unprocess_mix": 0.5, "exposure": [0.02, 1.0], "exposure_mix": 0.6},
+        "zoom": [args.zoom_p, args.zoom_max] if args.zoom_p > 0 else None,
         "model": dict(model.config),
         "save_every": args.save_every,
         "keep_every": 0,
@@ -131,7 +144,19 @@ def train_task(args) -> Path:
 def _stage(run_dir: Path) -> dict:
     """What one training stage was: its settings from the run's config.json (no machine paths)."""
     cfg = json.loads((run_dir / "config.json").read_text())
-    keep = ("task", "steps", "batch_size", "crop", "lr", "lr_schedule", "ema", "grad_clip", "seed", "noise")
+    keep = (
+        "task",
+        "steps",
+        "batch_size",
+        "crop",
+        "lr",
+        "lr_schedule",
+        "ema",
+        "grad_clip",
+        "seed",
+        "noise",
+        "zoom",
+    )
     stage = {k: cfg.get(k) for k in keep}
     stage.update(task_options=cfg.get("task_options"), model=cfg.get("model"))
     stage["init"] = "scratch" if cfg.get("source") == "scratch" else "the previous stage's EMA weights"

@@ -76,6 +76,42 @@ def test_labelled_crops_augment_flips_the_clean_crop_before_mosaicking(photos):
     assert len(ops) >= 4
 
 
+def test_zoomed_crop_enlarges_a_window_smoothly(photos):
+    """``zoomed_crop``: (3, crop, crop) in [0, 1]; factor 1 is the window itself; a larger factor is an
+    enlargement of a smaller window, so its high frequencies (mean |horizontal difference|) drop."""
+    from rawrcl.data.labelled import zoomed_crop
+
+    img = photos[0][1]
+    same = zoomed_crop(img, 32, 1.0)
+    assert same.shape == (3, 32, 32) and same.dtype == np.float32
+    assert np.allclose(same, img[:, 32:64, 32:64], atol=1e-5)  # centred window, no resampling
+    rough = [np.abs(np.diff(zoomed_crop(img, 32, f), axis=-1)).mean() for f in (1.0, 2.0, 4.0)]
+    assert rough[0] > rough[1] > rough[2]
+    z = zoomed_crop(img, 32, 3.0, np.random.default_rng(0))
+    assert z.min() >= 0 and z.max() <= 1
+    assert np.array_equal(z, zoomed_crop(img, 32, 3.0, np.random.default_rng(0)))
+
+
+def test_labelled_crops_zoom(photos):
+    """zoom (p, max): p = 1 enlarges every crop (smoother than the plain crops, mosaic still RGGB-phased);
+    p = 0 or None keeps the plain crops; a bad zoom is refused."""
+    plain = LabelledCrops(photos, TASKS["jdd"], crop=32, seed=1, noise="none")
+    none = LabelledCrops(photos, TASKS["jdd"], crop=32, seed=1, noise="none", zoom=(0.0, 4.0))
+    zoom = LabelledCrops(photos, TASKS["jdd"], crop=32, seed=1, noise="none", zoom=(1.0, 4.0))
+    rough = {"plain": [], "zoom": []}
+    for k in range(16):
+        assert torch.equal(plain[(0, k)]["target"], none[(0, k)]["target"])
+        s = zoom[(0, k)]
+        assert s["target"].shape == (3, 32, 32)
+        assert torch.equal(s["input"], mosaic_packed(s["target"], "RGGB"))
+        for name, ds in (("plain", plain), ("zoom", zoom)):
+            rough[name].append(ds[(0, k)]["target"].diff(dim=-1).abs().mean().item())
+    assert np.mean(rough["zoom"]) < 0.8 * np.mean(rough["plain"])
+    for bad in ((1.5, 2.0), (0.5, 0.5)):
+        with pytest.raises(RawrclError):
+            LabelledCrops(photos, TASKS["jdd"], crop=32, zoom=bad)
+
+
 def test_supervised_is_l1():
     model = torch.nn.Conv2d(3, 3, 1)
     batch = {"input": torch.rand(2, 3, 8, 8), "target": torch.rand(2, 3, 8, 8)}

@@ -18,6 +18,22 @@ from rawrcl.errors import RawrclError
 from rawrcl.noise import NoiseLike
 
 
+def zoomed_crop(
+    img: np.ndarray, crop: int, factor: float, rng: np.random.Generator | None = None
+) -> np.ndarray:
+    """A window of ``img`` (3, H, W) of about crop/factor pixels, enlarged to (3, crop, crop) by bicubic
+    interpolation and clipped to [0, 1] (float32). ``factor`` ≥ 1; the window is drawn with ``rng``, or
+    centred when ``rng`` is None."""
+    _, h, w = img.shape
+    s = int(min(crop, h, w, max(4, round(crop / factor))))
+    y, x = (h - s) // 2, (w - s) // 2
+    if rng is not None:
+        y, x = int(rng.integers(0, h - s + 1)), int(rng.integers(0, w - s + 1))
+    src = torch.from_numpy(np.ascontiguousarray(img[:, y : y + s, x : x + s]))[None]
+    out = torch.nn.functional.interpolate(src, size=(crop, crop), mode="bicubic", align_corners=False)
+    return out[0].clamp(0.0, 1.0).numpy()
+
+
 class LabelledCrops(torch.utils.data.Dataset):
     """Random crops of labelled photos degraded by a task.
 
@@ -53,12 +69,16 @@ class LabelledCrops(torch.utils.data.Dataset):
         seed: int = 0,
         noise: NoiseLike = None,
         augment: bool = False,
+        zoom: tuple[float, float] | None = None,
     ) -> None:
         if not images:
             raise RawrclError("fine-tuning needs at least one labelled photo")
         self.images = [np.ascontiguousarray(a, dtype=np.float32) for _, a in images]
         self.names = [n for n, _ in images]
         self.task, self.seed, self.noise, self.augment = task, int(seed), noise, bool(augment)
+        if zoom is not None and not (0 <= zoom[0] <= 1 and zoom[1] >= 1):
+            raise RawrclError(f"zoom must be (probability in [0, 1], max factor ≥ 1), got {zoom}")
+        self.zoom = zoom
         m = task.multiple
         self.crop = max(2 * m, (int(crop) // m) * m)
         small = [n for n, a in images if min(a.shape[1:]) < self.crop]
@@ -77,9 +97,12 @@ class LabelledCrops(torch.utils.data.Dataset):
         img = self.images[i]
         m, c = self.task.multiple, self.crop
         _, h, w = img.shape
-        y = int(rng.integers(0, (h - c) // m + 1)) * m
-        x = int(rng.integers(0, (w - c) // m + 1)) * m
-        patch = img[:, y : y + c, x : x + c]
+        if self.zoom is not None and self.zoom[0] > 0 and self.zoom[1] > 1 and rng.random() < self.zoom[0]:
+            patch = zoomed_crop(img, c, float(np.exp(rng.uniform(0.0, np.log(self.zoom[1])))), rng)
+        else:
+            y = int(rng.integers(0, (h - c) // m + 1)) * m
+            x = int(rng.integers(0, (w - c) // m + 1)) * m
+            patch = img[:, y : y + c, x : x + c]
         if self.augment:
             patch = np.ascontiguousarray(dihedral(patch, int(rng.integers(0, 8))))
         s = self.task.sample(patch, rng, self.noise)
