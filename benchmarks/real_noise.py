@@ -121,6 +121,10 @@ def measure(args) -> list[dict]:
     photos = test_photos(Path(args.data), args.every, args.crop, args.zoom, args.source, args.first)
     cache_path = Path(args.cache) if args.cache else None
     cache = json.loads(cache_path.read_text()) if cache_path and cache_path.exists() else {}
+    # cache keys of the original test set stay as they were; other photo sets get a suffix
+    photo_set = f"|z{args.zoom:g}" if args.zoom > 1 else ""
+    if args.source != "sunhays80" or args.first:
+        photo_set += f"|{args.source}{args.first}/{args.every}"
     rows = []
     for task_name, ckpts in (
         ("raw-denoise", {"old": args.old_raw, "new": args.raw}),
@@ -139,10 +143,7 @@ def measure(args) -> list[dict]:
                     s = task.sample(img, np.random.default_rng([args.seed, i]), PRESETS[level])
                     meta = s["meta"]
                     for k, fn in fns.items():
-                        zoom = f"|z{args.zoom:g}" if args.zoom > 1 else ""
-                        if args.source != "sunhays80" or args.first:
-                            zoom += f"|{args.source}{args.first}/{args.every}"
-                        key = f"{task_name}|{domain}|{level}|{i}|{args.crop}|{args.seed}{zoom}|{k}"
+                        key = f"{task_name}|{domain}|{level}|{i}|{args.crop}|{args.seed}{photo_set}|{k}"
                         if k in CACHED and key in cache:
                             per[k].append(cache[key])
                             continue
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gharbi", help="folder of Gharbi et al. 2016's released weights")
     ap.add_argument("--tasks", default="raw-denoise,jdd")
     ap.add_argument("--levels", default=",".join(LEVELS))
-    ap.add_argument("--every", type=int, default=8, help="every N-th sorted sunhays80 photo")
+    ap.add_argument("--every", type=int, default=8, help="every N-th sorted photo")
     ap.add_argument(
         "--source", default="sunhays80", help="photo folder (another one only for the validation of choices)"
     )
