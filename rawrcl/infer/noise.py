@@ -19,7 +19,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -113,8 +113,6 @@ def prepare_raw(raw, path: str | os.PathLike | None, opts: NoiseOptions | None, 
     opts = opts or NoiseOptions()
     if not opts.hot_pixels:
         return raw, None
-    from dataclasses import replace
-
     from rawrcl.defects import repair_hot_pixels
 
     fn = resolve_noise(raw, path, opts, log)
@@ -163,8 +161,6 @@ def row_noise_for(
     :func:`file_row_noise`. Other models: ``noise`` unchanged."""
     if not is_row_aware(model):
         return noise
-    from dataclasses import replace
-
     from rawrcl.calibration.rows import fixed_row_noise
 
     row = fixed_row_noise(setting or "auto")
@@ -182,8 +178,6 @@ def deband_raw(model: nn.Module, raw, path, opts: NoiseOptions | None, log=None,
     opts = opts or NoiseOptions()
     if opts.row_noise in (None, "off") or is_row_aware(model):
         return raw, resolved
-    from dataclasses import replace
-
     from rawrcl.banding import remove_row_offsets
     from rawrcl.calibration.rows import fixed_row_noise
 
