@@ -58,6 +58,13 @@ from rawrcl.cli.common import (
     "--augment", is_flag=True, help="random flips/rotations of the clean crops (off: the paper's protocol)"
 )
 @click.option(
+    "--zoom",
+    default=None,
+    metavar="P:MAX",
+    help="a share P of the crops is a smaller window enlarged by a factor log-uniform in [1, MAX] "
+    "(full-resolution-like smoothness; the shipped RAW denoiser used 0.8:8)",
+)
+@click.option(
     "--grad-clip",
     default=1.0,
     show_default=True,
@@ -95,6 +102,7 @@ def finetune(
     noise,
     unprocess,
     augment,
+    zoom,
     grad_clip,
     balance_noise,
     ema,
@@ -113,6 +121,12 @@ def finetune(
             labels = int(labels)
         except ValueError:
             raise RawrclError(f"--labels {labels!r}: expected an integer or 'all'") from None
+    if zoom is not None:
+        try:
+            p, zmax = (float(v) for v in zoom.split(":"))
+        except ValueError:
+            raise RawrclError(f"--zoom {zoom!r}: expected P:MAX, e.g. 0.8:8") from None
+        zoom = (p, zmax)
     res = _finetune(
         ckpt,
         task,
@@ -137,6 +151,7 @@ def finetune(
         force=force,
         progress=not as_json,
         augment=augment,
+        zoom=zoom,
         grad_clip=grad_clip or None,
         ema=ema,
         balance_noise=balance_noise,

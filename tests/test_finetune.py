@@ -226,8 +226,15 @@ def test_finetune_cli(tmp_path, photos):
     assert read_checkpoint(res["checkpoint"])["config"]["skip"] is True  # the default for new U-Nets
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 1 and "exists" in r.output and "Traceback" not in r.output
-    r = CliRunner().invoke(main, [*args, "--force", "--no-skip", "--ema", "0.99", "--balance-noise"])
+    r = CliRunner().invoke(
+        main, [*args, "--force", "--no-skip", "--ema", "0.99", "--balance-noise", "--zoom", "0.5:4"]
+    )
     assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["zoom"] == [0.5, 4.0]
+    for bad in ("0.5", "2:4", "x:y"):  # not P:MAX, p outside [0, 1], not numbers
+        r = CliRunner().invoke(main, [*args, "--force", "--zoom", bad])
+        assert r.exit_code == 1 and "zoom" in r.output and "Traceback" not in r.output, r.output
+    assert (tmp_path / "r" / "checkpoints" / "last.pt").exists()  # refused before --force cleared the run
     ckpt = read_checkpoint(res["checkpoint"])
     assert ckpt["config"]["skip"] is False
     assert ckpt["extra"]["ema"] == 0.99 and set(ckpt["extra"]["train_weights"]) == set(ckpt["state_dict"])

@@ -160,6 +160,7 @@ def finetune(
     force: bool = False,
     progress: bool = False,
     augment: bool = False,
+    zoom: tuple[float, float] | None = None,
     grad_clip: float | None = 1.0,
     ema: float | None = None,
     balance_noise: bool | str = False,
@@ -171,7 +172,9 @@ def finetune(
     ``clean`` is a folder of clean photos or a list of arrays; the N labels are :func:`select_labels`
     (``seed``). Training uses the engine's Trainer (Adam β=(0.9, 0.999), ε=1e-7, constant ``lr``) with the
     L1 ``supervised`` method, ``steps`` steps of ``batch_size`` crops of ``crop`` clean pixels;
-    ``augment`` adds random flips/rotations of the clean crops (:class:`LabelledCrops`). ``grad_clip``
+    ``augment`` adds random flips/rotations of the clean crops (:class:`LabelledCrops`); ``zoom`` = (p,
+    max) makes a share p of the crops a smaller window enlarged by a factor log-uniform in [1, max]
+    (full-resolution camera files are smoother per pixel than downsampled photo collections). ``grad_clip``
     caps the global gradient norm (None: off); logged L1 norms stay within 0.03–0.7, so 1.0 only catches
     spikes (one diverged an lr-1e-3 run at step 900 without it). ``ema`` (a decay such as 0.999) makes the
     checkpoint hold an exponential moving average of the weights (:class:`rawrcl.train.WeightEMA`).
@@ -197,8 +200,8 @@ def finetune(
         seed=seed,
         noise_aware=noise_aware,
     )
-    run_dir = _prepare_out(out, force)
-    dataset = LabelledCrops(chosen, t, crop=crop, seed=seed, noise=noise, augment=augment)
+    dataset = LabelledCrops(chosen, t, crop=crop, seed=seed, noise=noise, augment=augment, zoom=zoom)
+    run_dir = _prepare_out(out, force)  # after every check, so a refused call leaves an old run intact
     cfg = {
         "method": "supervised",
         "task": t.name,
@@ -213,6 +216,7 @@ def finetune(
         "source": info["source"],
         "n_labels": len(chosen),
         "augment": bool(augment),
+        "zoom": None if zoom is None else [float(zoom[0]), float(zoom[1])],
         "grad_clip": None if grad_clip is None else float(grad_clip),
         "ema": None if ema is None else float(ema),
         "loss": {False: "l1", True: "l1-noise-balanced", "crop": "l1-crop-balanced"}[balance_noise],
