@@ -79,7 +79,7 @@ def estimated(inp: torch.Tensor):
     return file_noise(raw, "image").model
 
 
-def predictors(task_name: str, ckpts: dict, gharbi: str | None) -> dict:
+def predictors(task_name: str, ckpts: dict, gharbi: str | None, estimate: bool = True) -> dict:
     from rawrcl.models.loading import load_for_task
 
     task = get_task(task_name)
@@ -113,7 +113,8 @@ def predictors(task_name: str, ckpts: dict, gharbi: str | None) -> dict:
             run_true = model_predictor(model, task, multiple=8)
             run_est = model_predictor(model, task, multiple=8, noise_of=lambda inp, meta: estimated(inp))
             fns["new"] = lambda inp, meta, r=run_true: r(inp, task, meta)
-            fns["new est"] = lambda inp, meta, r=run_est: r(inp, task, meta)
+            if estimate:
+                fns["new est"] = lambda inp, meta, r=run_est: r(inp, task, meta)
     return fns
 
 
@@ -132,7 +133,7 @@ def measure(args) -> list[dict]:
     ):
         if task_name not in args.tasks:
             continue
-        fns = predictors(task_name, ckpts, args.gharbi)
+        fns = predictors(task_name, ckpts, args.gharbi, not args.true_only)
         border = 4 if task_name == "raw-denoise" else 8
         for domain, unprocess in (("photo", False), ("unproc", True)):
             task = get_task(task_name, unprocess=unprocess)
@@ -195,6 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--true-only",
+        action="store_true",
+        help="no 'new est' rows (for crops where the single-image estimate refuses, e.g. mostly white)",
+    )
     ap.add_argument("--cache", default=None, help="JSON file keeping the baselines' scores between runs")
     args = ap.parse_args(argv)
     args.tasks = args.tasks.split(",")

@@ -72,6 +72,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         metavar="RUN",
         help="no training: install the last of these stage runs (first → last) into rawrcl/weights/",
     )
+    ap.add_argument(
+        "--two-stage",
+        action="store_true",
+        help="jdd: install as the second stage behind the shipped RAW denoiser (one two-stage checkpoint, "
+        "rawrcl.models.DenoiseThenDemosaic)",
+    )
     return ap.parse_args(argv)
 
 
@@ -167,15 +173,39 @@ def _stage(run_dir: Path) -> dict:
     return stage
 
 
-def install(run_dirs: list[Path], task: str) -> Path:
+def install(run_dirs: list[Path], task: str, two_stage: bool = False) -> Path:
     """Install the last stage's EMA weights (float16) as the task's shipped default, with the provenance
-    of every stage (``run_dirs``: first → last)."""
+    of every stage (``run_dirs``: first → last). ``two_stage`` (jdd): the network becomes the second stage
+    behind the shipped RAW denoiser, told λ × ``RESIDUAL`` (one checkpoint of arch ``two_stage``)."""
     import torch
 
+    from rawrcl.models.compose import RESIDUAL
+    from rawrcl.models.loading import default_weights_path
     from rawrcl.models.registry import atomic_torch_save
     from rawrcl.tasks import get_task
 
     raw = torch.load(run_dirs[-1] / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)
+    config, state = raw["config"], raw["state_dict"]
+    first_stage = None
+    if two_stage:
+        if task != "jdd":
+            raise SystemExit("--two-stage installs a JDD network behind the RAW denoiser: use --task jdd")
+        den = torch.load(default_weights_path("raw-denoise"), map_location="cpu", weights_only=True)
+        config = {
+            "arch": "two_stage",
+            "head": "jdd",
+            "in_channels": 4,
+            "noise_aware": True,
+            "denoiser": den["config"],
+            "demosaicker": config,
+            "residual": RESIDUAL,
+        }
+        state = {f"denoiser.{k}": v for k, v in den["state_dict"].items()}
+        state.update({f"demosaicker.{k}": v for k, v in raw["state_dict"].items()})
+        first_stage = {
+            "weights": "rawrcl/weights/raw_denoise_default.pt",
+            **den["extra"].get("provenance", {}),
+        }
     git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
     first = json.loads((run_dirs[0] / "config.json").read_text())
     prov = {
@@ -186,10 +216,12 @@ def install(run_dirs: list[Path], task: str) -> Path:
         "train_photos": first.get("train_photos"),
         "held_out": ["cbsd68[58:]", "urban100[90:]", "sunhays80 (all)"],
     }
+    if first_stage is not None:
+        prov = {"two_stage": {"residual": RESIDUAL, "first_stage": first_stage}, **prov}
     extra = {"provenance": prov, "weights_dtype": "float16"}
-    state = {k: (v.half() if v.is_floating_point() else v) for k, v in raw["state_dict"].items()}
+    state = {k: (v.half() if v.is_floating_point() else v) for k, v in state.items()}
     dst = REPO / "rawrcl" / "weights" / get_task(task).default_weights
-    atomic_torch_save({"config": raw["config"], "state_dict": state, "extra": extra}, dst)
+    atomic_torch_save({"config": config, "state_dict": state, "extra": extra}, dst)
     print(f"installed {dst} ({dst.stat().st_size / 1e6:.2f} MB)", file=sys.stderr)
     return dst
 
@@ -197,13 +229,13 @@ def install(run_dirs: list[Path], task: str) -> Path:
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     if args.install_only:
-        install([Path(d) for d in args.install_only], args.task)
+        install([Path(d) for d in args.install_only], args.task, args.two_stage)
         return
     run_dir = train_task(args)
     if args.install:
         init = Path(args.init) if args.init else None
         stages = [init.parents[1]] if init is not None and init.parent.name == "checkpoints" else []
-        install([*stages, run_dir], args.task)
+        install([*stages, run_dir], args.task, args.two_stage)
 
 
 if __name__ == "__main__":

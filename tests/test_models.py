@@ -193,3 +193,44 @@ def test_noise_aware_checkpoint_roundtrip(tmp_path):
     x, n = torch.rand(1, 4, 8, 8), torch.full((1, 2, 4), 1e-3)
     with torch.no_grad():
         assert torch.allclose(m.eval()(x, n), m2(x, n))
+
+
+def test_two_stage_jdd_checkpoint(tmp_path):
+    """A RAW denoiser then a noise-aware JDD network told λ × residual: saved as one checkpoint (arch
+    ``two_stage``) that rebuilds itself and computes exactly the two stages; bad stage configs are refused."""
+    from rawrcl.models import DenoiseThenDemosaic
+    from rawrcl.models.loading import load_for_task, save_two_stage
+
+    torch.manual_seed(0)
+    den = build_model(
+        {"in_channels": 4, "head": "raw", "width": 8, "depth": 2, "skip": True, "noise_aware": True}
+    )
+    dem = build_model(
+        {"in_channels": 4, "head": "jdd", "width": 8, "depth": 2, "skip": True, "noise_aware": True}
+    )
+    save_checkpoint(tmp_path / "den.pt", den)
+    save_checkpoint(tmp_path / "dem.pt", dem)
+    out = save_two_stage(tmp_path / "den.pt", tmp_path / "dem.pt", tmp_path / "two.pt", residual=0.04)
+    model, cfg = load_for_task(out, "jdd")
+    assert isinstance(model, DenoiseThenDemosaic) and model.noise_aware and cfg["arch"] == "two_stage"
+    x = torch.rand(2, 4, 12, 10)
+    noise = torch.tensor([[1e-2] * 4, [1e-4] * 4]).expand(2, 2, 4)
+    with torch.no_grad():
+        want = dem(den(x, noise), noise * 0.04)
+        got = model(x, noise)
+    assert got.shape == (2, 3, 24, 20) and torch.allclose(got, want, atol=1e-6)
+    with pytest.raises(RawrclError, match="noise-aware"):
+        model(x)  # the noise is required
+    with pytest.raises(RawrclError, match="needs head"):
+        load_for_task(out, "raw-denoise")  # a two-stage model is a JDD model only
+    with pytest.raises(RawrclError, match="demosaicker"):
+        model_config({**cfg, "demosaicker": den.config})  # the second stage must be a JDD network
+    with pytest.raises(RawrclError, match="residual"):
+        model_config({**cfg, "residual": 0})
+    from rawrcl.tasks import get_task
+    from rawrcl.train.finetuning import prepare_model
+
+    with pytest.raises(RawrclError, match="two-stage"):
+        prepare_model(out, get_task("jdd"), "full")
+    bilinear = build_model({**cfg, "demosaicker": None})  # no second stage: the bilinear demosaic
+    assert bilinear(x, noise).shape == (2, 3, 24, 20)

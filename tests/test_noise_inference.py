@@ -248,6 +248,23 @@ def test_jdd_with_noise_aware_raw_denoiser(burst_dir, models, tmp_path, spy):
     assert spy and (tmp_path / "o.tiff").is_file()
 
 
+def test_jdd_with_a_two_stage_model(burst_dir, models, tmp_path, spy):
+    """``rawrcl jdd --model TWO_STAGE``: the denoiser is told the file's noise, the JDD stage λ × residual."""
+    from rawrcl.models.loading import save_two_stage
+    from rawrcl.models.registry import build_model, save_checkpoint
+
+    torch.manual_seed(0)
+    dem = build_model(
+        {"arch": "unet", "width": 8, "depth": 2, "skip": True, "head": "jdd", "noise_aware": True}
+    )
+    save_checkpoint(tmp_path / "dem.pt", dem)
+    two = save_two_stage(models["aware"], tmp_path / "dem.pt", tmp_path / "two.pt", residual=0.01)
+    r = _run(["jdd", str(burst_dir / "frame02.dng"), "-o", str(tmp_path / "o.tiff"), "--model", str(two)])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "o.tiff").is_file() and len(spy) >= 2
+    assert torch.allclose(spy[1], spy[0] * 0.01)  # per tile: denoiser, then the JDD stage
+
+
 # ----------------------------------------------------------------------------------------------- burst
 def test_burst_eval_noisy_and_gat_bm3d(burst_dir, tmp_path):
     docs = {}

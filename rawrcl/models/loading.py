@@ -14,8 +14,8 @@ from pathlib import Path
 import torch.nn as nn
 
 from rawrcl.errors import RawrclError
-from rawrcl.models.compose import adapt, serves
-from rawrcl.models.registry import load_checkpoint
+from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic, adapt, serves
+from rawrcl.models.registry import load_checkpoint, read_checkpoint, save_checkpoint
 from rawrcl.tasks import TASKS, Task, get_task
 
 
@@ -74,3 +74,29 @@ def load_for_task(
             f"{t.head!r} with {t.in_channels} (fine-tune one with rawrcl finetune --task {t.name})"
         )
     return adapt(model, head, t.head).eval(), cfg
+
+
+def save_two_stage(
+    denoiser: str | os.PathLike | None,
+    demosaicker: str | os.PathLike | None,
+    out: str | os.PathLike,
+    residual: float = RESIDUAL,
+    extra: dict | None = None,
+) -> Path:
+    """Write one JDD checkpoint (arch ``two_stage``) that runs the RAW denoiser ``denoiser`` and then the
+    JDD model ``demosaicker`` told λ × ``residual`` (:class:`rawrcl.models.DenoiseThenDemosaic`).
+
+    Each source: a checkpoint file, a run directory, or None for the shipped weights of its task. The
+    stages' own provenance goes into ``extra["stages"]``; ``out`` is written atomically.
+    """
+    den, den_cfg = load_for_task(denoiser, "raw-denoise")
+    dem, dem_cfg = load_for_task(demosaicker, "jdd")
+    if not hasattr(dem, "head") or getattr(dem, "head_name", None) != "jdd":
+        raise RawrclError(f"{demosaicker}: the second stage must be a JDD network (head 'jdd')")
+    model = DenoiseThenDemosaic(den, dem, residual)
+    stages = {}
+    for name, src, task in (("denoiser", denoiser, "raw-denoise"), ("demosaicker", demosaicker, "jdd")):
+        path = default_weights_path(task) if src is None else checkpoint_file(src)
+        stages[name] = {"source": str(path), "extra": read_checkpoint(path).get("extra", {})}
+    save_checkpoint(out, model, extra={**(extra or {}), "stages": stages})
+    return Path(out)

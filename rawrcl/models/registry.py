@@ -3,7 +3,9 @@
 Config keys (JSON-able dict; missing keys get defaults, see :func:`model_config`):
 
 - ``arch``: ``"unet"`` | ``"dncnn"`` (or ``"encoder"``, the perceptual encoder of
-  :mod:`rawrcl.models.encoder`).
+  :mod:`rawrcl.models.encoder`; or ``"two_stage"``: a RAW denoiser then a demosaic,
+  :class:`rawrcl.models.compose.DenoiseThenDemosaic`, config keys ``denoiser``, ``demosaicker``,
+  ``residual``, each stage's config as below).
 - ``in_channels``: 3 (RGB) | 4 (packed RAW [R, G1, G2, B] in RGGB geometry).
 - ``head``: ``"rgb"`` | ``"raw"`` | ``"jdd"`` | ``"sr2"`` | ``"sr4"`` (see :mod:`rawrcl.models.heads`).
 - ``width``, ``depth``: body size (U-Net default 32/3; DnCNN default 64/16).
@@ -42,6 +44,7 @@ import torch.nn as nn
 
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_path, write_error
+from rawrcl.models.compose import DenoiseThenDemosaic
 from rawrcl.models.dncnn import DnCNNBody
 from rawrcl.models.encoder import Encoder
 from rawrcl.models.heads import DEMOSAICS, Head, head_spec, skip_map
@@ -141,12 +144,48 @@ class RestorationModel(nn.Module):
             p.requires_grad_(not frozen)
 
 
+def _two_stage(config: dict) -> nn.Module:
+    """A :class:`DenoiseThenDemosaic` built from its (validated) config: arch ``two_stage``."""
+    dem = config.get("demosaicker")
+    return DenoiseThenDemosaic(
+        build_model(config["denoiser"]), None if dem is None else build_model(dem), config["residual"]
+    )
+
+
 #: arch name -> builder(config)
 ARCHS: dict[str, Callable[[dict], nn.Module]] = {
     "unet": RestorationModel,
     "dncnn": RestorationModel,
     "encoder": Encoder,
+    "two_stage": _two_stage,
 }
+
+
+def _two_stage_config(cfg: dict) -> dict:
+    """Validate a ``two_stage`` config: a RAW denoiser (``denoiser``, head ``raw``), then ``demosaicker``
+    (None: bilinear, or a JDD model) told λ × ``residual`` ∈ (0, 1]."""
+    den = cfg.get("denoiser")
+    dem = cfg.get("demosaicker")
+    if not isinstance(den, dict) or model_config(den).get("head") != "raw":
+        raise RawrclError("a two-stage model needs a RAW denoiser config ('denoiser', head 'raw')")
+    den = model_config(den)
+    if dem is not None:
+        if not isinstance(dem, dict) or model_config(dem).get("head") != "jdd":
+            raise RawrclError("a two-stage model's 'demosaicker' must be a JDD model config (head 'jdd')")
+        dem = model_config(dem)
+    residual = float(cfg.get("residual", 0.01))
+    if not 0 < residual <= 1:
+        raise RawrclError(f"two-stage residual must be in (0, 1], got {residual}")
+    aware = den["noise_aware"] or bool(dem and dem["noise_aware"])
+    return {
+        **cfg,
+        "head": "jdd",
+        "in_channels": 4,
+        "noise_aware": aware,
+        "denoiser": den,
+        "demosaicker": dem,
+        "residual": residual,
+    }
 
 
 def model_config(config: dict) -> dict:
@@ -186,6 +225,8 @@ def model_config(config: dict) -> dict:
             cfg["skip"] = bool(cfg.get("skip", False))
         else:
             cfg.pop("skip", None)  # DnCNN always has its own skip; the option is U-Net only
+    elif arch == "two_stage":
+        cfg = _two_stage_config(cfg)
     return cfg
 
 

@@ -106,6 +106,11 @@ def prepare_model(
             )
         model, _ = load_checkpoint(p)
         src = str(ckpt)
+    if getattr(model, "config", {}).get("arch") == "two_stage":
+        raise RawrclError(
+            f"{ckpt}: a two-stage model (RAW denoiser → JDD) is not fine-tuned as one; fine-tune each stage "
+            "and compose them (rawrcl.models.loading.save_two_stage)"
+        )
     in_ch = getattr(model, "config", {}).get("in_channels", task.in_channels)
     if int(in_ch) != task.in_channels:
         raise RawrclError(
