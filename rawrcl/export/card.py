@@ -80,6 +80,12 @@ def _data_lines(facts: dict) -> list[str]:
                 f"- training photos: {len(data['train_photos'])}; "
                 f"held out: {len(data.get('heldout_photos') or [])}"
             )
+    elif isinstance(prov.get("train_photos"), list):  # the noise-aware recipe (scripts/train_noise_aware.py)
+        sources = sorted({str(p).split("/")[0] for p in prov["train_photos"]})
+        lines.append(
+            f"- training photos: {len(prov['train_photos'])} ({', '.join(sources)}); "
+            f"held out: {', '.join(map(str, prov.get('held_out') or [])) or 'not recorded'}"
+        )
     if run:
         keys = ("task", "method", "data", "train_dir", "steps", "noise", "sampler", "seed")
         got = {k: run[k] for k in keys if k in run}

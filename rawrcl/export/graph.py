@@ -93,6 +93,11 @@ def export_onnx(
                 dynamo=False,
             )
         proto = onnx.load(str(tmp))
+        if tile is not None:  # a static graph declares its output size (the tracer can leave it symbolic)
+            with torch.no_grad():
+                shape = tuple(module(*args).shape)
+            for d, n in zip(proto.graph.output[0].type.tensor_type.shape.dim, shape, strict=True):
+                d.dim_value = int(n)
         for k, v in (metadata or {}).items():
             entry = proto.metadata_props.add()
             entry.key, entry.value = f"rawrcl.{k}", str(v)

@@ -30,7 +30,7 @@ import torch.nn as nn
 
 from rawrcl.cfa import align_rggb, pack, unpack
 from rawrcl.errors import RawrclError
-from rawrcl.infer.tiling import count_tiles, tiled_apply
+from rawrcl.infer.tiling import check_tiling, count_tiles, tiled_apply
 from rawrcl.models.geometry import size_multiple
 from rawrcl.models.loading import load_for_task
 
@@ -62,6 +62,9 @@ class TileOptions:
     progress: bool = False
     self_ensemble: bool = False
     backend: str | None = None  # "torch" | "onnxruntime"; None: onnxruntime for a .onnx model, else torch
+
+    def __post_init__(self) -> None:
+        check_tiling(self.tile, self.overlap, self.batch_tiles)  # bad options fail before any file is read
 
     def apply(self, model: nn.Module, x: torch.Tensor, scale: int, desc: str = "tiles") -> torch.Tensor:
         """Run ``model`` over ``x`` (B, C, h, w) tile by tile (→ (B, C_out, scale·h, scale·w))."""

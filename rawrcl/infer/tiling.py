@@ -142,6 +142,17 @@ def full_precision_head(model: nn.Module, enabled: bool = True):
             m.head = head
 
 
+def check_tiling(tile: int, overlap: int, batch_tiles: int) -> None:
+    """Refuse (one-line :class:`RawrclError`) a tile < 1, an overlap < 0 or a batch of tiles < 1 — checked
+    again when the model's size multiple is known (:func:`tiled_apply`)."""
+    if overlap < 0:
+        raise RawrclError(f"--overlap must be ≥ 0, got {overlap}")
+    if tile < 1:
+        raise RawrclError(f"--tile must be ≥ 1, got {tile}")
+    if batch_tiles < 1:
+        raise RawrclError(f"--batch-tiles must be ≥ 1, got {batch_tiles}")
+
+
 def tiled_apply(
     model: nn.Module,
     x: torch.Tensor,
@@ -183,16 +194,11 @@ def tiled_apply(
         raise RawrclError(f"tiled_apply expects a (1, C, H, W) tensor, got shape {tuple(x.shape)}")
     dev = resolve_device(device)
     multiple = size_multiple(model) if multiple is None else int(multiple)
-    if overlap < 0:
-        raise RawrclError(f"--overlap must be ≥ 0, got {overlap}")
-    if tile < 1:
-        raise RawrclError(f"--tile must be ≥ 1, got {tile}")
+    check_tiling(tile, overlap, batch_tiles)
     asked, tile = tile, int(math.ceil(tile / multiple) * multiple)
     if tile < 2 * overlap:
         rounded = f" (rounded up to {tile}, a multiple of {multiple})" if tile != asked else ""
         raise RawrclError(f"--tile {asked}{rounded} must be at least twice --overlap {overlap}")
-    if batch_tiles < 1:
-        raise RawrclError(f"--batch-tiles must be ≥ 1, got {batch_tiles}")
     dtype = resolve_precision(precision, dev)
     if channels_last is None:
         channels_last = dev.type in ("cuda", "cpu")
