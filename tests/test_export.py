@@ -94,10 +94,23 @@ def dn_of(x: np.ndarray) -> np.ndarray:
     return np.floor(np.clip(x * (WHITE - BLACK) + BLACK, 0, WHITE) + 0.5)
 
 
+#: the shipped JDD model is noise-aware: the darktable packages bake one camera level in
+JDD_NLF = ((4e-3,) * 4, (6e-5,) * 4)
+
+
+def shipped_jdd() -> nn.Module:
+    """The shipped JDD model told :data:`JDD_NLF` (what the packages bake in): the torch reference."""
+    from rawrcl.models.conditioning import WithNoise
+
+    return WithNoise(load_for_task(None, "jdd")[0], torch.tensor(JDD_NLF), 4).eval()
+
+
 @pytest.fixture(scope="module")
 def jdd_prep():
+    from rawrcl.export.noise import BakedNLF
+
     model, cfg = load_checkpoint(default_weights_path("jdd"))
-    return prepare(model, cfg, head="jdd")
+    return prepare(model, cfg, head="jdd", noise=BakedNLF(*JDD_NLF))
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +173,7 @@ def test_package_layout_and_manifest(dt512):
     v = load_bayer_variant(dt512)
     assert (v.tile, v.wb_norm, v.output_scale) == (512, "none", "absolute")
     card = (dt512 / "README.md").read_text()
-    assert "CBSD68" in card and "sha256" in card and "[1, 4, 512, 512]" in card
+    assert "cbsd68" in card.lower() and "sha256" in card and "[1, 4, 512, 512]" in card
 
 
 def _real_tiles(side: int) -> list[np.ndarray]:
@@ -267,7 +280,7 @@ def test_darktable_emulation_matches_rawrcl_jdd_rggb(dt192):
     result is rawrcl's to float rounding; seams and the border differ by the tiling, bounded."""
     cfa = mosaic(900, 1000, "RGGB")
     got, dn, st = emulate(dt192, cfa, "RGGB")
-    ref = own_colour(jdd_cfa(load_for_task(None, "jdd")[0], cfa, "RGGB", WHOLE), "RGGB")
+    ref = own_colour(jdd_cfa(shipped_jdd(), cfa, "RGGB", WHOLE), "RGGB")
     inner = np.zeros(cfa.shape, bool)
     inner[100:-100, 100:-100] = True
     own = (st["weight"] == 1) & inner
@@ -288,7 +301,7 @@ def test_darktable_emulation_single_512_tile_grbg(dt512):
     got, _, st = emulate(dt512, cfa, "GRBG")
     assert st["tiles"] == 1 and st["gains"] == [1.0]
     cropped = cfa[:, 1:]  # R origin: GRBG → RGGB
-    ref = own_colour(jdd_cfa(load_for_task(None, "jdd")[0], cropped, "RGGB", WHOLE), "RGGB")
+    ref = own_colour(jdd_cfa(shipped_jdd(), cropped, "RGGB", WHOLE), "RGGB")
     inner = (slice(100, -100), slice(100, -100))
     assert np.abs(got[:, 1:] - ref)[inner].max() <= 1e-4
     assert np.allclose(got[:, 0], cfa[:, 0], atol=1e-6)  # the column left of the R origin keeps its input
@@ -445,7 +458,13 @@ def test_denoise_tells_a_noise_input_graph_the_noise(tmp_path, fake_ckpt):
 
 
 def test_noise_options_one_line_errors(tmp_path, fake_ckpt):
+    from rawrcl.models import build_model
+
     prof = _profile(tmp_path / "prof.json")
+    blind = tmp_path / "blind.pt"
+    save_checkpoint(
+        blind, build_model({"arch": "unet", "in_channels": 4, "head": "jdd", "width": 4, "depth": 1})
+    )
     r = CliRunner()
     out = str(tmp_path / "x.dtmodel")
     cases = [
@@ -455,7 +474,11 @@ def test_noise_options_one_line_errors(tmp_path, fake_ckpt):
             "outside the measured ISOs",
         ),
         ([str(fake_ckpt(clamp=False)), "--format", "darktable", "--noise", "4e-3,6e-5", "-o", out], "clamp"),
-        (["default-jdd", "--format", "darktable", "--noise", "4e-3,6e-5", "-o", out], "not noise-aware"),
+        ([str(blind), "--format", "darktable", "--noise", "4e-3,6e-5", "-o", out], "not noise-aware"),
+        (
+            ["default-jdd", "--format", "darktable", "-o", out],
+            "noise-aware model and the target has no noise",
+        ),
         (["default-jdd", "--format", "onnx", "--iso", "100", "-o", str(tmp_path / "y.onnx")], "--iso"),
     ]
     for args, needle in cases:
