@@ -232,5 +232,7 @@ def test_two_stage_jdd_checkpoint(tmp_path):
 
     with pytest.raises(RawrclError, match="two-stage"):
         prepare_model(out, get_task("jdd"), "full")
+    swapped = save_two_stage(tmp_path / "den.pt", out, tmp_path / "swap.pt")  # another model's second stage
+    assert torch.allclose(load_for_task(swapped, "jdd")[0].demosaicker.head.conv.weight, dem.head.conv.weight)
     bilinear = build_model({**cfg, "demosaicker": None})  # no second stage: the bilinear demosaic
     assert bilinear(x, noise).shape == (2, 3, 24, 20)

@@ -86,17 +86,22 @@ def save_two_stage(
     """Write one JDD checkpoint (arch ``two_stage``) that runs the RAW denoiser ``denoiser`` and then the
     JDD model ``demosaicker`` told λ × ``residual`` (:class:`rawrcl.models.DenoiseThenDemosaic`).
 
-    Each source: a checkpoint file, a run directory, or None for the shipped weights of its task. The
-    stages' own provenance goes into ``extra["stages"]``; ``out`` is written atomically.
+    Each source: a checkpoint file, a run directory, or None for the shipped weights of its task; a
+    two-stage ``demosaicker`` (e.g. the shipped JDD default) gives its own second stage — so
+    ``save_two_stage("runs/mycam", None, "mycam_jdd.pt")`` puts an adapted denoiser in front of the shipped
+    JDD network. The stages' own provenance goes into ``extra["stages"]``; ``out`` is written atomically.
     """
-    den, den_cfg = load_for_task(denoiser, "raw-denoise")
-    dem, dem_cfg = load_for_task(demosaicker, "jdd")
+    den, _ = load_for_task(denoiser, "raw-denoise")
+    dem, _ = load_for_task(demosaicker, "jdd")
+    if isinstance(dem, DenoiseThenDemosaic) and dem.demosaicker is not None:
+        dem = dem.demosaicker
     if not hasattr(dem, "head") or getattr(dem, "head_name", None) != "jdd":
         raise RawrclError(f"{demosaicker}: the second stage must be a JDD network (head 'jdd')")
     model = DenoiseThenDemosaic(den, dem, residual)
     stages = {}
     for name, src, task in (("denoiser", denoiser, "raw-denoise"), ("demosaicker", demosaicker, "jdd")):
         path = default_weights_path(task) if src is None else checkpoint_file(src)
-        stages[name] = {"source": str(path), "extra": read_checkpoint(path).get("extra", {})}
+        prov = read_checkpoint(path).get("extra", {}).get("provenance")
+        stages[name] = {"source": "shipped" if src is None else str(src), "provenance": prov}
     save_checkpoint(out, model, extra={**(extra or {}), "stages": stages})
     return Path(out)
