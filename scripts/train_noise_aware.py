@@ -73,6 +73,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="no training: install the last of these stage runs (first → last) into rawrcl/weights/",
     )
     ap.add_argument(
+        "--behind",
+        default=None,
+        metavar="DENOISER",
+        help="jdd: train behind this frozen RAW denoiser ('default': the shipped one), told λ × the "
+        "two-stage residual (the run is a two-stage model)",
+    )
+    ap.add_argument(
         "--two-stage",
         action="store_true",
         help="jdd: install as the second stage behind the shipped RAW denoiser (one two-stage checkpoint, "
@@ -108,6 +115,18 @@ def train_task(args) -> Path:
     model, info = prepare_model(
         source, task, "full", width=args.width, depth=args.depth, seed=args.seed, noise_aware=True
     )
+    if (
+        args.behind
+    ):  # cascade: train the JDD network behind a frozen RAW denoiser, as the two-stage model runs
+        from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
+        from rawrcl.models.loading import load_for_task
+
+        if args.task != "jdd":
+            raise SystemExit("--behind trains a JDD network behind a RAW denoiser: use --task jdd")
+        den, _ = load_for_task(None if args.behind == "default" else args.behind, "raw-denoise")
+        for prm in den.parameters():
+            prm.requires_grad_(False)
+        model = DenoiseThenDemosaic(den.float(), model, RESIDUAL)
     photos = training_photos(Path(args.data))
     dataset = LabelledCrops(
         photos,
@@ -135,6 +154,7 @@ def train_task(args) -> Path:
         "train_photos": [n for n, _ in photos],
         "task_options": {"unprocess_mix": 0.5, "exposure": [0.02, 1.0], "exposure_mix": 0.6},
         "zoom": [args.zoom_p, args.zoom_max] if args.zoom_p > 0 else None,
+        "behind": args.behind,
         "model": dict(model.config),
         "save_every": args.save_every,
         "keep_every": 0,
@@ -164,7 +184,7 @@ def _stage(run_dir: Path) -> dict:
         "zoom",
     )
     stage = {k: cfg.get(k) for k in keep}
-    stage.update(task_options=cfg.get("task_options"), model=cfg.get("model"))
+    stage.update(task_options=cfg.get("task_options"), model=cfg.get("model"), behind=cfg.get("behind"))
     stage["init"] = "scratch" if cfg.get("source") == "scratch" else "the previous stage's EMA weights"
     metrics = run_dir / "metrics.jsonl"
     lines = metrics.read_text().splitlines() if metrics.exists() else []
@@ -187,7 +207,13 @@ def install(run_dirs: list[Path], task: str, two_stage: bool = False) -> Path:
     raw = torch.load(run_dirs[-1] / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)
     config, state = raw["config"], raw["state_dict"]
     first_stage = None
-    if two_stage:
+    if config.get("arch") == "two_stage":  # trained --behind a denoiser: already both stages
+        den = torch.load(default_weights_path("raw-denoise"), map_location="cpu", weights_only=True)
+        first_stage = {
+            "weights": "frozen during training (--behind, see the stages)",
+            **den["extra"].get("provenance", {}),
+        }
+    elif two_stage:
         if task != "jdd":
             raise SystemExit("--two-stage installs a JDD network behind the RAW denoiser: use --task jdd")
         den = torch.load(default_weights_path("raw-denoise"), map_location="cpu", weights_only=True)

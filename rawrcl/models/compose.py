@@ -9,8 +9,8 @@ fixed demosaic gives a usable 0-label RGB pipeline.
 Why a learned second stage: the noise-aware RAW denoiser is the better-trained denoiser; a noise-aware JDD
 network told λ·``residual`` (what is left after it) then mostly demosaics. Measured (docs/weights.md,
 "Two-stage JDD"): above the single JDD network at high noise and on smooth full-resolution content, at
-about 1.7× its time. A blind JDD network is not a good second stage (it removes the noise it was trained
-on, which is no longer there: −3 dB on low-noise rows).
+about 1.5× its time (whole `rawrcl jdd` command). A blind JDD network is not a good second stage (it
+removes the noise it was trained on, which is no longer there: −3 dB on low-noise rows).
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ import torch.nn as nn
 
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_path, write_error
-from rawrcl.models.compose import DenoiseThenDemosaic
+from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
 from rawrcl.models.dncnn import DnCNNBody
 from rawrcl.models.encoder import Encoder
 from rawrcl.models.heads import DEMOSAICS, Head, head_spec, skip_map
@@ -166,14 +166,14 @@ def _two_stage_config(cfg: dict) -> dict:
     (None: bilinear, or a JDD model) told λ × ``residual`` ∈ (0, 1]."""
     den = cfg.get("denoiser")
     dem = cfg.get("demosaicker")
-    if not isinstance(den, dict) or model_config(den).get("head") != "raw":
+    den = model_config(den) if isinstance(den, dict) else {}
+    if den.get("head") != "raw":
         raise RawrclError("a two-stage model needs a RAW denoiser config ('denoiser', head 'raw')")
-    den = model_config(den)
     if dem is not None:
-        if not isinstance(dem, dict) or model_config(dem).get("head") != "jdd":
+        dem = model_config(dem) if isinstance(dem, dict) else {}
+        if dem.get("head") != "jdd":
             raise RawrclError("a two-stage model's 'demosaicker' must be a JDD model config (head 'jdd')")
-        dem = model_config(dem)
-    residual = float(cfg.get("residual", 0.01))
+    residual = float(cfg.get("residual", RESIDUAL))
     if not 0 < residual <= 1:
         raise RawrclError(f"two-stage residual must be in (0, 1], got {residual}")
     aware = den["noise_aware"] or bool(dem and dem["noise_aware"])
