@@ -199,39 +199,29 @@ def install(run_dirs: list[Path], task: str, two_stage: bool = False) -> Path:
     behind the shipped RAW denoiser, told λ × ``RESIDUAL`` (one checkpoint of arch ``two_stage``)."""
     import torch
 
-    from rawrcl.models.compose import RESIDUAL
+    from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
     from rawrcl.models.loading import default_weights_path
-    from rawrcl.models.registry import atomic_torch_save
+    from rawrcl.models.registry import atomic_torch_save, build_model
     from rawrcl.tasks import get_task
 
     raw = torch.load(run_dirs[-1] / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)
     config, state = raw["config"], raw["state_dict"]
     first_stage = None
-    if config.get("arch") == "two_stage":  # trained --behind a denoiser: already both stages
+    if config.get("arch") == "two_stage" or two_stage:
         den = torch.load(default_weights_path("raw-denoise"), map_location="cpu", weights_only=True)
-        first_stage = {
-            "weights": "frozen during training (--behind, see the stages)",
-            **den["extra"].get("provenance", {}),
-        }
-    elif two_stage:
-        if task != "jdd":
-            raise SystemExit("--two-stage installs a JDD network behind the RAW denoiser: use --task jdd")
-        den = torch.load(default_weights_path("raw-denoise"), map_location="cpu", weights_only=True)
-        config = {
-            "arch": "two_stage",
-            "head": "jdd",
-            "in_channels": 4,
-            "noise_aware": True,
-            "denoiser": den["config"],
-            "demosaicker": config,
-            "residual": RESIDUAL,
-        }
-        state = {f"denoiser.{k}": v for k, v in den["state_dict"].items()}
-        state.update({f"demosaicker.{k}": v for k, v in raw["state_dict"].items()})
         first_stage = {
             "weights": "rawrcl/weights/raw_denoise_default.pt",
             **den["extra"].get("provenance", {}),
         }
+    if config.get("arch") == "two_stage":  # trained --behind a denoiser: already both stages
+        first_stage["weights"] = "frozen during training (--behind, see the stages)"
+    elif two_stage:  # the JDD network goes behind the shipped denoiser, in DenoiseThenDemosaic's layout
+        if task != "jdd":
+            raise SystemExit("--two-stage installs a JDD network behind the RAW denoiser: use --task jdd")
+        model = DenoiseThenDemosaic(build_model(den["config"]), build_model(config), RESIDUAL)
+        model.denoiser.load_state_dict(den["state_dict"])
+        model.demosaicker.load_state_dict(state)
+        config, state = model.config, model.state_dict()
     git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
     first = json.loads((run_dirs[0] / "config.json").read_text())
     prov = {

@@ -78,7 +78,7 @@ class LabelledCrops(torch.utils.data.Dataset):
         self.task, self.seed, self.noise, self.augment = task, int(seed), noise, bool(augment)
         if zoom is not None and not (0 <= zoom[0] <= 1 and zoom[1] >= 1):
             raise RawrclError(f"zoom must be (probability in [0, 1], max factor ≥ 1), got {zoom}")
-        self.zoom = zoom
+        self.zoom = zoom if zoom is not None and zoom[0] > 0 and zoom[1] > 1 else None  # None: plain crops
         m = task.multiple
         self.crop = max(2 * m, (int(crop) // m) * m)
         small = [n for n, a in images if min(a.shape[1:]) < self.crop]
@@ -97,7 +97,7 @@ class LabelledCrops(torch.utils.data.Dataset):
         img = self.images[i]
         m, c = self.task.multiple, self.crop
         _, h, w = img.shape
-        if self.zoom is not None and self.zoom[0] > 0 and self.zoom[1] > 1 and rng.random() < self.zoom[0]:
+        if self.zoom is not None and rng.random() < self.zoom[0]:
             patch = zoomed_crop(img, c, float(np.exp(rng.uniform(0.0, np.log(self.zoom[1])))), rng)
         else:
             y = int(rng.integers(0, (h - c) // m + 1)) * m
