@@ -212,6 +212,56 @@ def test_bad_noise_options_are_one_line_errors(burst_dir, models, tmp_path):
         assert "Traceback" not in r.output
 
 
+def _over_exposed(pattern: str, gain: float) -> np.ndarray:
+    """A noisy mosaic (SIZE, SIZE) of the scene × ``gain``, clipped at white (mostly saturated)."""
+    return np.clip(_frame(_scene() * gain, 0, 0, pattern, np.random.default_rng(2)), 0, 1)
+
+
+def test_relaxed_image_estimate_where_the_default_refuses():
+    """An over-exposed mosaic: the default estimator refuses (too clipped), the relaxed retry gives a
+    usable estimate and says so."""
+    from rawrcl.calibration.resolve import image_estimate
+    from rawrcl.calibration.single_image import estimate_mosaic
+
+    from rawrcl.errors import RawrclError
+
+    cfa = _over_exposed("RGGB", 4.0)  # 46 % of the samples saturated
+    with pytest.raises(RawrclError):
+        estimate_mosaic(cfa, "RGGB", bootstrap=0)
+    per_plane, note = image_estimate(cfa, "RGGB")
+    assert "relaxed" in note
+    std = np.sqrt(np.mean([s * 0.3 + r for s, r in per_plane.values()]))
+    assert 0.8 < std / np.sqrt(LS * 0.3 + LR) < 1.25
+
+
+def test_unestimable_file_falls_back_to_a_preset_under_auto(models, tmp_path, spy):
+    """A saturated file: ``auto`` runs with the fallback preset and a one-line warning; ``image`` refuses."""
+    from rawrcl.calibration.resolve import FALLBACK
+
+    from rawrcl.noise.samplers import PRESETS
+
+    src = _write(tmp_path / "white.dng", np.clip(_over_exposed("GRBG", 50.0), 0, 1), "GRBG")
+    r = _run(["denoise", str(src), "-o", str(tmp_path / "o.dng"), "--model", str(models["aware"])])
+    assert r.exit_code == 0, r.output
+    assert f"using preset {FALLBACK}" in r.stderr and "Traceback" not in r.output
+    assert f"noise from fallback preset {FALLBACK}" in r.stdout
+    np.testing.assert_allclose(spy[0][0].numpy()[:, 0], PRESETS[FALLBACK], rtol=1e-6)
+    r = _run(
+        [
+            "denoise",
+            str(src),
+            "-o",
+            str(tmp_path / "p.dng"),
+            "--model",
+            str(models["aware"]),
+            "--noise",
+            "image",
+        ]
+    )
+    assert r.exit_code == 1 and "give --noise" in r.stderr and "Traceback" not in r.output
+    assert not (tmp_path / "p.dng").exists()
+
+
 def test_noise_aware_rgb_model_takes_a_pair_only(models, tmp_path, photo_dir):
     src = str(photo_dir / "coffee.png")
     r = _run(["denoise", src, "-o", str(tmp_path / "a.png"), "--model", str(models["rgb_aware"])])

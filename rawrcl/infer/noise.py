@@ -99,7 +99,7 @@ def resolve_noise(
 
     opts = opts or NoiseOptions()
     t0 = time.perf_counter()
-    fn = file_noise(raw, opts.parsed, path=path, profile=opts.profile, scale=opts.scale)
+    fn = file_noise(raw, opts.parsed, path=path, profile=opts.profile, scale=opts.scale, fallback=True)
     if log is not None:
         log(fn.describe(_name(path), opts.parsed.kind, time.perf_counter() - t0))
     return fn
