@@ -16,9 +16,17 @@ from rawrcl.cli.common import LazyChoice, ema_option, user_errors
     "source",
     default="default",
     show_default=True,
-    help="starting model: 'default' (the shipped noise-aware RAW denoiser), a checkpoint or a run directory",
+    help="starting model: 'default' (the shipped noise-aware RAW denoiser; for --task jdd the shipped JDD "
+    "model's), a checkpoint or a run directory",
 )
-@click.option("--task", default="raw-denoise", show_default=True, type=click.Choice(["raw-denoise"]))
+@click.option(
+    "--task",
+    default="raw-denoise",
+    show_default=True,
+    type=click.Choice(["raw-denoise", "jdd"]),
+    help="jdd: adapt the RAW denoiser of the two-stage JDD model (--from) and also write RUN/jdd.pt, "
+    "which rawrcl jdd --model RUN runs",
+)
 @click.option(
     "--method",
     default=None,
@@ -105,7 +113,8 @@ def adapt(
     RUN/config.json holds as run_config). Each file's noise comes from --noise (per file: folders
     mixing ISOs work). The bottom 1/8 of every file is held out; the run keeps, among the checkpoints
     within --forget-tol on the forgetting check, the one with the best held-out label-free score, or
-    the starting weights (RUN/adapt.json says which). Use the result with ``rawrcl denoise --model RUN``.
+    the starting weights (RUN/adapt.json says which). Use the result with ``rawrcl denoise --model RUN``
+    (and with --task jdd, ``rawrcl jdd --model RUN``).
     """
     from rawrcl.errors import RawrclError
     from rawrcl.train.adapt import adapt as _adapt

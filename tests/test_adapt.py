@@ -356,3 +356,39 @@ def test_adapt_config_validates_and_resume_keeps_it(adapt_env, tmp_path):
         ["adapt", adapt_env["dngs"], "--out", tmp_path / "r2", "--from", adapt_env["ckpt"], "--mix", -1]
     )
     assert res.exit_code != 0 and "--mix must be" in res.output and "Traceback" not in res.output
+
+
+def test_adapt_jdd_writes_a_two_stage_run_that_jdd_runs(adapt_env, tmp_path):
+    """--task jdd adapts the first stage of a two-stage JDD checkpoint and writes RUN/jdd.pt (the kept
+    denoiser + the source's JDD stage), which the JDD loader takes for the run; a later --force run of
+    another task does not leave a stale jdd.pt."""
+    from rawrcl.models import DenoiseThenDemosaic, build_model, read_checkpoint, save_checkpoint
+    from rawrcl.models.loading import checkpoint_for, load_for_task
+
+    torch.manual_seed(1)
+    base = {"arch": "unet", "in_channels": 4, "width": 4, "depth": 2, "skip": True, "noise_aware": True}
+    src = tmp_path / "two_stage.pt"
+    save_checkpoint(
+        src,
+        DenoiseThenDemosaic(build_model({**base, "head": "raw"}), build_model({**base, "head": "jdd"}), 0.05),
+    )
+    run = tmp_path / "run"
+    args = ["adapt", adapt_env["dngs"], "--out", run, "--from", src, "--steps", 2, "--crop", 32]
+    res = _cli([*args, "--batch-size", 2, "--evals", 1, "--task", "jdd"])
+    assert res.exit_code == 0, res.output
+    assert checkpoint_for(run, "jdd") == run / "jdd.pt"
+    assert checkpoint_for(run, "raw-denoise") == run / "checkpoints" / "last.pt"
+    jdd, den, source = (read_checkpoint(p) for p in (run / "jdd.pt", run / "checkpoints" / "last.pt", src))
+    assert jdd["config"]["arch"] == "two_stage" and jdd["config"]["residual"] == 0.05
+    for k, v in den["state_dict"].items():
+        assert torch.equal(jdd["state_dict"][f"denoiser.{k}"], v), k
+    for k, v in source["state_dict"].items():
+        if k.startswith("demosaicker."):
+            assert torch.equal(jdd["state_dict"][k], v), k
+    model, _ = load_for_task(run, "jdd")
+    assert isinstance(model, DenoiseThenDemosaic) and model.demosaicker is not None
+    out = _cli(["jdd", adapt_env["dngs"] / "a.dng", "-o", tmp_path / "a.tif", "--model", run, "-q"])
+    assert out.exit_code == 0, out.output
+    res = _cli([*args, "--batch-size", 2, "--evals", 1, "--force"])
+    assert res.exit_code == 0, res.output
+    assert not (run / "jdd.pt").exists()

@@ -236,3 +236,27 @@ def test_two_stage_jdd_checkpoint(tmp_path):
     assert torch.allclose(load_for_task(swapped, "jdd")[0].demosaicker.head.conv.weight, dem.head.conv.weight)
     bilinear = build_model({**cfg, "demosaicker": None})  # no second stage: the bilinear demosaic
     assert bilinear(x, noise).shape == (2, 3, 24, 20)
+
+
+def test_two_stage_with_a_row_aware_denoiser():
+    """A row-aware (adapted, banded camera) denoiser makes the two-stage model row-aware: the denoiser reads
+    σ_row², the JDD stage is told the white noise only; the config says so (export refuses it)."""
+    from rawrcl.models import DenoiseThenDemosaic
+    from rawrcl.models.conditioning import add_row_input, is_row_aware
+
+    torch.manual_seed(0)
+    base = {"in_channels": 4, "width": 8, "depth": 2, "skip": True, "noise_aware": True}
+    den = add_row_input(build_model({**base, "head": "raw"}))
+    first = next(m for m in den.body.modules() if isinstance(m, torch.nn.Conv2d))
+    with torch.no_grad():
+        first.weight.normal_()  # make σ_row matter (its new inputs start at zero weight)
+    dem = build_model({**base, "head": "jdd"})
+    model = DenoiseThenDemosaic(den, dem, 0.1)
+    assert is_row_aware(model) and build_model(model.config).row_aware
+    x = torch.rand(1, 4, 12, 10)
+    white = torch.tensor([[1e-2] * 4, [1e-4] * 4])[None]
+    banded = torch.cat([white, torch.full((1, 1, 4), 4e-4)], dim=1)
+    with torch.no_grad():
+        got = model(x, banded)
+        assert torch.allclose(got, dem(den(x, banded), white * 0.1), atol=1e-6)
+        assert not torch.allclose(got, model(x, white))

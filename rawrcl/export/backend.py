@@ -53,10 +53,10 @@ def cached_export(model_path: str | os.PathLike | None, task: str) -> Path:
     from rawrcl.export.build import export_prepared, prepare
     from rawrcl.export.graph import OPSET, file_sha256
     from rawrcl.models import load_checkpoint
-    from rawrcl.models.loading import checkpoint_file, default_weights_path, load_for_task
+    from rawrcl.models.loading import checkpoint_for, load_for_task
 
     load_for_task(model_path, task)  # the head / input checks and their messages, as with --backend torch
-    ckpt = default_weights_path(task) if model_path is None else checkpoint_file(model_path)
+    ckpt = checkpoint_for(model_path, task)
     sha = file_sha256(ckpt)
     target = cache_dir() / f"{sha[:24]}-{task}-op{OPSET}-v{EXPORT_VERSION}.onnx"
     if not target.is_file():

@@ -33,7 +33,8 @@ class DenoiseThenDemosaic(nn.Module):
     ``"jdd"``); a noise-aware demosaicker is told the noise with λ × ``residual``. Shapes: (B, 4, h, w)
     [R, G1, G2, B] in RGGB geometry, [0, 1] → (B, 3, 2h, 2w) linear camera RGB in the same units. Noise
     aware when either stage is; then called ``model(x, noise)``, ``noise`` (B, 2 or 3, 4) [λshot; λread
-    (; σ_row²)] per plane.
+    (; σ_row²)] per plane. Row-aware (reads σ_row²) when the denoiser is; the demosaicker is told the
+    white part only (the denoiser removes the banding).
     """
 
     def __init__(self, denoiser: nn.Module, demosaicker: nn.Module | None = None, residual: float = RESIDUAL):
@@ -44,6 +45,7 @@ class DenoiseThenDemosaic(nn.Module):
         self.demosaicker = demosaicker
         self.residual = float(residual)
         self.noise_aware = _aware(denoiser) or _aware(demosaicker)
+        self.row_aware = bool(getattr(denoiser, "row_aware", False))
         self.size_multiple = max(size_multiple(denoiser), size_multiple(demosaicker) if demosaicker else 1)
 
     @property
@@ -62,6 +64,7 @@ class DenoiseThenDemosaic(nn.Module):
             "head": "jdd",
             "in_channels": 4,
             "noise_aware": self.noise_aware,
+            "row_aware": self.row_aware,
             **sub,
             "residual": self.residual,
         }
@@ -72,9 +75,8 @@ class DenoiseThenDemosaic(nn.Module):
         if self.demosaicker is not None:
             if not _aware(self.demosaicker):
                 return self.demosaicker(y.to(x.dtype))
-            return self.demosaicker(
-                y.to(x.dtype), None if noise is None else noise.to(y.device) * self.residual
-            )
+            told = None if noise is None else noise[:, :2].to(y.device) * self.residual  # no σ_row²
+            return self.demosaicker(y.to(x.dtype), told)
         with torch.autocast(y.device.type, enabled=False):
             return bilinear_demosaic_packed(y.float())
 

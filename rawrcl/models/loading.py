@@ -48,6 +48,23 @@ def checkpoint_file(source: str | os.PathLike) -> Path:
     return p
 
 
+#: In a run directory of ``rawrcl adapt --task jdd``: the two-stage JDD checkpoint (the adapted RAW
+#: denoiser in front of the starting JDD model's second stage) that JDD uses instead of ``last.pt``.
+RUN_JDD = "jdd.pt"
+
+
+def checkpoint_for(source: str | os.PathLike | None, task: str | Task) -> Path:
+    """The checkpoint file ``source`` gives for ``task``: the shipped weights (None), the file itself, or a
+    run directory's ``checkpoints/last.pt`` — for JDD its :data:`RUN_JDD` when the run has one."""
+    t = get_task(task)
+    if source is None:
+        return default_weights_path(t)
+    p = Path(source)
+    if p.is_dir() and t.head == "jdd" and (p / RUN_JDD).is_file():
+        return p / RUN_JDD
+    return checkpoint_file(p)
+
+
 def open_checkpoint(source: str | os.PathLike, device: str = "cpu") -> tuple[nn.Module, dict]:
     """(model in eval mode, config) rebuilt from a checkpoint file or run directory."""
     return load_checkpoint(checkpoint_file(source), map_location=device)
@@ -61,10 +78,10 @@ def load_for_task(
     ``source``: a checkpoint file, a run directory, or None for the task's shipped weights. The model must
     take the task's input channels and have a head that serves it (:func:`rawrcl.models.serves`): its own
     head, or a RAW denoiser for JDD, which then runs as denoise → bilinear demosaic
-    (:class:`rawrcl.models.DenoiseThenDemosaic`).
+    (:class:`rawrcl.models.DenoiseThenDemosaic`). Which file: :func:`checkpoint_for`.
     """
     t = get_task(task)
-    path = default_weights_path(t) if source is None else checkpoint_file(source)
+    path = checkpoint_for(source, t)
     model, cfg = load_checkpoint(path, map_location=device)
     head = getattr(model, "head_name", cfg.get("head"))
     in_ch = cfg.get("in_channels")

@@ -182,6 +182,7 @@ def _two_stage_config(cfg: dict) -> dict:
         "head": "jdd",
         "in_channels": 4,
         "noise_aware": aware,
+        "row_aware": bool(den["row_aware"]),
         "denoiser": den,
         "demosaicker": dem,
         "residual": residual,

@@ -1,5 +1,11 @@
 """Label-free adaptation of a noise-aware RAW denoiser to a user's own noisy files (``rawrcl adapt``).
 
+``task="jdd"`` adapts the first stage (the RAW denoiser) of a two-stage JDD model (the shipped JDD default
+unless ``source`` is another) the same way, and also writes ``RUN/jdd.pt``: the kept denoiser in front of
+that model's JDD stage (:func:`write_jdd`), which ``rawrcl jdd --model RUN`` runs
+(:func:`rawrcl.models.loading.checkpoint_for`); no JDD objective is trained (R2R needs the output on the
+input's grid). ``rawrcl denoise --model RUN`` runs the denoiser alone.
+
 Pipeline (:func:`adapt`)
 ------------------------
 1. Files: every RAW file of the folder (or the list given), read unclipped, RGGB-aligned and packed, each
@@ -53,6 +59,7 @@ from rawrcl.data.noisy_crops import NoiseFile, NoisyCrops, load_noise_files
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_write_text
 from rawrcl.models.conditioning import add_row_input, is_noise_aware, is_row_aware
+from rawrcl.models.loading import RUN_JDD
 from rawrcl.models.registry import read_checkpoint, save_checkpoint
 from rawrcl.train.adapt_objective import Guarded, make_objective, synthetic_mix
 from rawrcl.train.adapt_signal import check_crops, check_scores, held_out_scores
@@ -93,7 +100,8 @@ def set_row_noise(f: NoiseFile, setting: str) -> str:
 def start_model(
     source: str | os.PathLike | nn.Module | None, task: str = "raw-denoise"
 ) -> tuple[nn.Module, str]:
-    """(model in train mode, description). ``None``/``"default"``: the shipped weights of ``task``."""
+    """(RAW denoiser to adapt, in train mode; description). ``None``/``"default"``: the shipped weights of
+    ``task``; of a two-stage JDD checkpoint (e.g. the shipped JDD default), its first stage."""
     from rawrcl.models.loading import checkpoint_file, default_weights_path
     from rawrcl.models.registry import load_checkpoint
 
@@ -101,9 +109,12 @@ def start_model(
         return source, type(source).__name__
     path = default_weights_path(task) if source in (None, "default") else checkpoint_file(source)
     model, cfg = load_checkpoint(path)
+    if cfg.get("arch") == "two_stage":
+        model, cfg = model.denoiser, cfg["denoiser"]
     if cfg.get("head") != "raw" or int(cfg.get("in_channels", 4)) != 4:
         raise RawrclError(
-            f"{path}: adapt needs a RAW denoiser (head 'raw', packed input); got head {cfg.get('head')!r}"
+            f"{path}: adapt needs a RAW denoiser or a two-stage JDD model (head 'raw', packed input); got "
+            f"head {cfg.get('head')!r}"
         )
     model = model.float()
     if not is_noise_aware(model):
@@ -139,11 +150,8 @@ def adapt(
     from rawrcl.train import Trainer
 
     say = log or (lambda m: None)
-    if task != "raw-denoise":
-        raise RawrclError(
-            f"--task {task}: adapt supports raw-denoise (JDD: adapt the RAW denoiser and run it as "
-            "denoise → demosaic)"
-        )
+    if task not in ("raw-denoise", "jdd"):
+        raise RawrclError(f"--task {task}: adapt supports raw-denoise and jdd")
     out = Path(out)
     if resume and not (out / "config.json").exists():
         raise RawrclError(f"{out}: --resume given but there is no run to resume")
@@ -206,6 +214,7 @@ def adapt(
         "progress": progress,
     }
     out.mkdir(parents=True, exist_ok=True)
+    (out / RUN_JDD).unlink(missing_ok=True)  # written again at the end (task jdd) from the kept weights
     torch.manual_seed(seed)
     fit = Trainer(model, objective, data, out, cfg).fit()
     run_cfg = json.loads((out / "config.json").read_text())
@@ -295,5 +304,25 @@ def adapt(
     extra.setdefault("train_weights", {k: v.clone() for k, v in trained.items()})
     extra["adapt"] = {k: v for k, v in summary.items() if k not in ("run_dir", "checkpoint")}
     save_checkpoint(ck / "last.pt", model, None, extra)
+    if task == "jdd":
+        summary["jdd_checkpoint"] = str(write_jdd(out, source))
+        say(f"JDD model: {summary['jdd_checkpoint']} (the kept denoiser, then the JDD stage)")
     atomic_write_text(out / "adapt.json", json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def write_jdd(run: Path, source: str | os.PathLike | nn.Module | None) -> Path:
+    """``run/jdd.pt`` (:data:`~rawrcl.models.loading.RUN_JDD`): the run's kept RAW denoiser in front of the
+    second stage of ``source`` when it is a two-stage JDD checkpoint, else of the shipped JDD default,
+    told λ × that model's residual (:func:`rawrcl.models.loading.save_two_stage`)."""
+    from rawrcl.models.compose import RESIDUAL
+    from rawrcl.models.loading import checkpoint_for, save_two_stage
+
+    second: Path | None = None
+    if source not in (None, "default") and not isinstance(source, nn.Module):
+        p = checkpoint_for(source, "jdd")
+        if read_checkpoint(p)["config"].get("demosaicker"):
+            second = p
+    cfg = read_checkpoint(checkpoint_for(second, "jdd"))["config"]
+    residual = float(cfg.get("residual", RESIDUAL)) if cfg.get("arch") == "two_stage" else RESIDUAL
+    return save_two_stage(run, second, run / RUN_JDD, residual)
