@@ -18,7 +18,7 @@ from rawrcl.infer import (
     requantize_cfa,
     write_image,
 )
-from rawrcl.infer.tiling import tile_starts, tiled_apply, whole_apply
+from rawrcl.infer.tiling import fit_tile, tile_starts, tiled_apply, whole_apply
 from tests._fakes import SparseJDD
 
 torch.set_num_threads(1)
@@ -87,6 +87,28 @@ def test_tile_starts_cover_and_align():
         assert starts[0] == 0 and starts[-1] + min(tile, length) == length
         assert all(s % m == 0 for s in starts)
         assert all(b - a <= tile - ov for a, b in zip(starts, starts[1:], strict=False))
+
+
+def test_fit_tile_needs_no_more_tiles_and_keeps_the_overlap():
+    """The fitted side: a multiple of ``m``, ≤ tile, as few tiles as ``tile`` needs, neighbours sharing
+    ≥ overlap; the 12 MP case (1416 × 2120 packed, tile 512) shrinks to 496 × 456."""
+    assert (fit_tile(1416, 512, 32, 8), fit_tile(2120, 512, 32, 8)) == (496, 456)
+    for length, tile, ov, m in [
+        (1416, 512, 32, 8),
+        (2120, 512, 32, 8),
+        (520, 512, 32, 8),
+        (64, 512, 32, 8),
+        (1024, 512, 128, 16),
+        (2000, 256, 64, 8),
+        (264, 256, 128, 8),
+        (1000, 64, 16, 1),
+    ]:
+        side = fit_tile(length, tile, ov, m)
+        starts = tile_starts(length, side, ov, m)
+        assert side % m == 0 and side <= max(tile, length) and side <= length
+        assert len(starts) <= len(tile_starts(length, min(tile, length), ov, m))
+        assert starts[-1] + side == length
+        assert all(a + side - b >= ov for a, b in zip(starts, starts[1:], strict=False))
 
 
 def test_tiled_rejects_bad_options():

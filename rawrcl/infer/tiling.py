@@ -26,7 +26,9 @@ Sizes
 The image is first reflection-padded on the bottom/right to a multiple of the model's down-sampling
 factor (``multiple``) and the output cropped back, exactly as whole-image inference does, so borders
 agree too. The tile size is rounded up to that multiple. Every tile along an axis has the same length
-(the last tile is shifted back to end on the border), so tiles batch without padding.
+(the last tile is shifted back to end on the border), so tiles batch without padding; each axis's tile
+length is the shortest that needs no more tiles than ``tile`` does (:func:`fit_tile`), so little is
+computed twice.
 """
 
 from __future__ import annotations
@@ -58,6 +60,21 @@ def tile_starts(length: int, tile: int, overlap: int, multiple: int = 1) -> list
     stride = max(T - O, 1)
     n = math.ceil((L - T) / stride) + 1
     return [multiple * ((i * (L - T)) // (n - 1)) for i in range(n)]
+
+
+def fit_tile(length: int, tile: int, overlap: int, multiple: int = 1) -> int:
+    """The shortest tile side (a multiple of ``multiple``, ≤ ``tile``, ≥ 2·``overlap``) that covers
+    ``[0, length)`` with as few tiles as ``tile`` needs (:func:`tile_starts`): the same number of
+    forward passes on less padding-free overlap, e.g. 3 tiles of 496 instead of 512 for 1416 packed rows
+    (a 12 MP frame: 14 % fewer tile pixels). ``length`` and ``tile`` are multiples of ``multiple``."""
+    if length <= tile:
+        return length
+    n = len(tile_starts(length, tile, overlap, multiple))
+    need = -(-(length + (n - 1) * overlap) // n)  # n tiles of this side, each pair sharing ``overlap``
+    side = max(-(-need // multiple) * multiple, -(-2 * overlap // multiple) * multiple)
+    while side < tile and len(tile_starts(length, side, overlap, multiple)) > n:
+        side += multiple
+    return min(side, tile)
 
 
 def _ramp(n: int, overlap: int, first: bool, last: bool, scale: int) -> torch.Tensor:
@@ -208,7 +225,7 @@ def tiled_apply(
     h0, w0 = x.shape[-2:]
     xp = pad_to_multiple(x.float(), multiple)
     H, W = xp.shape[-2:]
-    th, tw = min(tile, H), min(tile, W)
+    th, tw = fit_tile(H, tile, overlap, multiple), fit_tile(W, tile, overlap, multiple)
     ys, xs = tile_starts(H, th, overlap, multiple), tile_starts(W, tw, overlap, multiple)
     wy = [_ramp(th, overlap, i == 0, i == len(ys) - 1, scale) for i in range(len(ys))]
     wx = [_ramp(tw, overlap, j == 0, j == len(xs) - 1, scale) for j in range(len(xs))]
