@@ -229,7 +229,8 @@ class _ClippedBins:
             level, s2, c = self.declipped(var, q, lam)
             if level.size < 2:
                 raise RawrclError(
-                    "too dark for a noise estimate: almost every signal level is clipped at black"
+                    "too few signal levels clear of clipping for a noise estimate (the image is too dark "
+                    "or mostly clipped)"
                 )
             ls, lr, rob = fit_nlf(level, s2, c)
             old = np.sqrt(lam[0] * level + lam[1])

@@ -65,7 +65,7 @@ def tile_starts(length: int, tile: int, overlap: int, multiple: int = 1) -> list
 def fit_tile(length: int, tile: int, overlap: int, multiple: int = 1) -> int:
     """The shortest tile side (a multiple of ``multiple``, ≤ ``tile``, ≥ 2·``overlap``) that covers
     ``[0, length)`` with as few tiles as ``tile`` needs (:func:`tile_starts`): the same number of
-    forward passes on less padding-free overlap, e.g. 3 tiles of 496 instead of 512 for 1416 packed rows
+    forward passes with less overlap computed twice, e.g. 3 tiles of 496 instead of 512 for 1416 packed rows
     (a 12 MP frame: 14 % fewer tile pixels). ``length`` and ``tile`` are multiples of ``multiple``."""
     if length <= tile:
         return length
