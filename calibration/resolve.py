@@ -38,10 +38,10 @@ SOURCES = {
 }
 
 #: Retries of the single-image estimate after a refusal, in order (:class:`EstimatorSettings` overrides).
-#: Chosen on synthetic mosaics of scikit-image photos (small, over-exposed ×3–×20, black-clipped): where the
-#: default refuses, the first gave the noise std at x = 0.3 within 6–10 % on the astronaut over-exposed
-#: ×3–×20 (`tests/test_noise_inference.py`), λshot within 0.8–5.5× on other crops (worst: the most
-#: over-exposed); the second (4×4 tiles) serves images too small for 8×8 tiles.
+#: Chosen on synthetic mosaics of scikit-image photos (small, over-exposed, black-clipped). Where the default
+#: refuses, the first gave the noise std at x = 0.3 within 6–10 % on the astronaut over-exposed ×3 … ×20
+#: (the scene of `tests/test_noise_inference.py`, which checks ×4) and λshot within 0.8–5.5× on other crops
+#: (worst: the most over-exposed); the second (4×4 tiles) serves images too small for 8×8 tiles.
 RELAXED: tuple[dict, ...] = (
     dict(max_clipped=0.25, min_count=8),
     dict(max_clipped=0.25, min_count=8, block=4),
