@@ -55,7 +55,9 @@ DEFAULTS = {"default-jdd": "jdd", "default-raw-denoise": "raw-denoise"}
 @user_errors
 def export(model, fmt, out, tile, head, noise, iso, camera, model_id, name, description, version, force):
     """Export MODEL (checkpoint, run directory, or default-jdd / default-raw-denoise for the shipped
-    weights) to ONNX (opset 20) or to a darktable raw-denoise package; verified against torch."""
+    weights) to ONNX (opset 20) or to a darktable raw-denoise package; verified against torch. A run
+    directory gives checkpoints/last.pt, or for a JDD export (darktable, --head jdd) its jdd.pt when it has
+    one (rawrcl adapt --task jdd)."""
     import re
     from pathlib import Path
 
@@ -63,11 +65,16 @@ def export(model, fmt, out, tile, head, noise, iso, camera, model_id, name, desc
     from rawrcl.export.build import export_prepared, prepare
     from rawrcl.export.noise import baked_nlf
     from rawrcl.models import load_checkpoint
-    from rawrcl.models.loading import default_weights_path
+    from rawrcl.models.loading import checkpoint_file, checkpoint_for, default_weights_path
 
     if not re.fullmatch(r"\d+\.\d+", version):
         raise RawrclError(f"--version {version!r}: darktable compares model versions as X.Y (e.g. 1.0)")
-    ckpt = default_weights_path(DEFAULTS[model]) if model in DEFAULTS else Path(model)
+    if model in DEFAULTS:
+        ckpt = default_weights_path(DEFAULTS[model])
+    elif fmt == "darktable" or head == "jdd":  # a run of `rawrcl adapt --task jdd` gives its jdd.pt
+        ckpt = checkpoint_for(model, "jdd")
+    else:
+        ckpt = checkpoint_file(model)
     if (iso is not None or camera) and noise is None:
         raise RawrclError("--iso/--camera need --noise PROFILE.json")
     spec = baked_nlf(noise, iso, camera) if noise is not None else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -389,6 +390,13 @@ def test_adapt_jdd_writes_a_two_stage_run_that_jdd_runs(adapt_env, tmp_path):
     assert isinstance(model, DenoiseThenDemosaic) and model.demosaicker is not None
     out = _cli(["jdd", adapt_env["dngs"] / "a.dng", "-o", tmp_path / "a.tif", "--model", run, "-q"])
     assert out.exit_code == 0, out.output
+    if importlib.util.find_spec("onnx") and importlib.util.find_spec("onnxruntime"):  # export: jdd.pt for JDD
+        noise = ["--noise", "0.003,0.0001"]
+        for head, channels in ((["--head", "jdd"], 3), ([], 4)):
+            onnx = tmp_path / f"run{channels}.onnx"
+            res = _cli(["export", run, "--format", "onnx", "-o", onnx, *head, *noise])
+            assert res.exit_code == 0 and f"output ['batch', {channels}," in res.output, res.output
+        assert (tmp_path / "run3.onnx").stat().st_size > 1.5 * (tmp_path / "run4.onnx").stat().st_size
     res = _cli([*args, "--batch-size", 2, "--evals", 1, "--force"])
     assert res.exit_code == 0, res.output
     assert not (run / "jdd.pt").exists()
