@@ -22,17 +22,25 @@ def run_ranks(worker: Callable, world: int, *args, timeout: float = 120) -> None
     """Run ``worker(rank, world, port, *args)`` in ``world`` spawned processes and wait for all of them.
 
     spawn, not fork: forking a process whose torch thread pools already run can deadlock. The deadline
-    keeps a stuck rendezvous from hanging the suite (the ranks are killed and the test fails).
+    keeps a stuck rendezvous from hanging the suite (the ranks are killed and the test fails). The port
+    was free when chosen but another process may take it before rank 0 listens: on that error alone
+    (EADDRINUSE) the ranks are started once more on a new port.
     """
-    ctx = mp.start_processes(
-        worker, args=(world, free_port(), *args), nprocs=world, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + timeout
-    while not ctx.join(timeout=1):
-        if time.monotonic() > deadline:
-            for proc in ctx.processes:
-                proc.kill()
-            pytest.fail(f"{world}-rank run did not finish within {timeout:.0f} s")
+    for attempt in (1, 2):
+        ctx = mp.start_processes(
+            worker, args=(world, free_port(), *args), nprocs=world, join=False, start_method="spawn"
+        )
+        deadline = time.monotonic() + timeout
+        try:
+            while not ctx.join(timeout=1):
+                if time.monotonic() > deadline:
+                    for proc in ctx.processes:
+                        proc.kill()
+                    pytest.fail(f"{world}-rank run did not finish within {timeout:.0f} s")
+            return
+        except mp.ProcessRaisedException as exc:
+            if attempt == 2 or "EADDRINUSE" not in str(exc):
+                raise
 
 
 def wait_for_steps(run: Path, n: int, timeout: float = 60) -> None:
