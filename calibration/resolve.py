@@ -28,13 +28,17 @@ from rawrcl.noise.spec import PER_FILE, NoiseSpec, parse_noise
 from .metadata import metadata_from_tags
 from .single_image import estimate_mosaic
 
+#: The preset (:data:`rawrcl.noise.samplers.PRESETS`) inference falls back to under ``auto`` when no
+#: estimate can be made: the middle of the camera ladder (a mid-ISO camera).
+FALLBACK = "L4"
+
 #: ``FileNoise.source`` → what the log says
 SOURCES = {
     "metadata": "DNG NoiseProfile",
     "profile": "noise profile",
     "image": "image estimate",
     "given": "--noise",
-    "fallback": "fallback preset",  # + FALLBACK
+    "fallback": f"fallback preset {FALLBACK}",
 }
 
 #: Retries of the single-image estimate after a refusal, in order (:class:`EstimatorSettings` overrides).
@@ -46,10 +50,6 @@ RELAXED: tuple[dict, ...] = (
     dict(max_clipped=0.25, min_count=8),
     dict(max_clipped=0.25, min_count=8, block=4),
 )
-
-#: The preset (:data:`rawrcl.noise.samplers.PRESETS`) inference falls back to under ``auto`` when no
-#: estimate can be made: the middle of the camera ladder (a mid-ISO camera).
-FALLBACK = "L4"
 
 HINT = "(give --noise λshot,λread)"
 
@@ -76,8 +76,7 @@ class FileNoise:
     @property
     def source_text(self) -> str:
         """Where the noise came from, for people: e.g. ``"DNG NoiseProfile"``, ``"image estimate"``."""
-        text = SOURCES.get(self.source, self.source)
-        return f"{text} {FALLBACK}" if self.source == "fallback" else text
+        return SOURCES.get(self.source, self.source)
 
     def describe(
         self, name: str | None = None, asked: str | None = None, seconds: float | None = None

@@ -115,9 +115,7 @@ def train_task(args) -> Path:
     model, info = prepare_model(
         source, task, "full", width=args.width, depth=args.depth, seed=args.seed, noise_aware=True
     )
-    if (
-        args.behind
-    ):  # cascade: train the JDD network behind a frozen RAW denoiser, as the two-stage model runs
+    if args.behind:  # cascade: the JDD network trains behind a frozen RAW denoiser, as the two-stage runs
         from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
         from rawrcl.models.loading import load_for_task
 
@@ -214,7 +212,11 @@ def install(run_dirs: list[Path], task: str, two_stage: bool = False) -> Path:
             **den["extra"].get("provenance", {}),
         }
     if config.get("arch") == "two_stage":  # trained --behind a denoiser: already both stages
-        first_stage["weights"] = "frozen during training (--behind, see the stages)"
+        behind = json.loads((run_dirs[-1] / "config.json").read_text()).get("behind")
+        if behind != "default":  # not the shipped denoiser: only its path is known here
+            first_stage = {"weights": f"frozen during training (--behind {behind})"}
+        else:
+            first_stage["weights"] = "frozen during training (--behind default, the shipped denoiser)"
     elif two_stage:  # the JDD network goes behind the shipped denoiser, in DenoiseThenDemosaic's layout
         if task != "jdd":
             raise SystemExit("--two-stage installs a JDD network behind the RAW denoiser: use --task jdd")

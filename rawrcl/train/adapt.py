@@ -318,11 +318,11 @@ def write_jdd(run: Path, source: str | os.PathLike | nn.Module | None) -> Path:
     from rawrcl.models.compose import RESIDUAL
     from rawrcl.models.loading import checkpoint_for, save_two_stage
 
-    second: Path | None = None
+    second = None  # the shipped JDD default
     if source not in (None, "default") and not isinstance(source, nn.Module):
-        p = checkpoint_for(source, "jdd")
-        if read_checkpoint(p)["config"].get("demosaicker"):
-            second = p
+        second = checkpoint_for(source, "jdd")
     cfg = read_checkpoint(checkpoint_for(second, "jdd"))["config"]
+    if not cfg.get("demosaicker"):  # not a two-stage model with a JDD network: the shipped one
+        second, cfg = None, read_checkpoint(checkpoint_for(None, "jdd"))["config"]
     residual = float(cfg.get("residual", RESIDUAL)) if cfg.get("arch") == "two_stage" else RESIDUAL
     return save_two_stage(run, second, run / RUN_JDD, residual)
