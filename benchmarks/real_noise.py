@@ -8,7 +8,9 @@ degraded with ``numpy.random.default_rng([seed, i])`` by the task (``rawrcl.task
 RGB, or unprocessed à la Brooks et al.), noise at each level of the ladder (``L1`` … ``L7``: large sensor at
 base ISO … small sensor at its highest ISO, plus ``low`` / ``high``; Gaussian heteroscedastic, not clipped —
 as ``rawrcl eval``). ``--source DIR --first N`` take the photos from another folder (for validating training
-choices on the training sources' held-out split, never on the test source).
+choices on the training sources' held-out split, never on the test source). ``--cast R,B`` multiplies the
+linear image's red and blue channels by R and B (green 1, clipped at white) before the CFA: an illuminant's
+colour cast on the sensor (``rawrcl.tasks.Task.cast``; e.g. ``2.5,0.5`` warm artificial light).
 
 RAW denoising rows (PSNR dB, linear [0, 1], packed CFA, 4-px border, as ``rawrcl eval --task raw-denoise``):
 ``noisy``; ``gat+bm3d`` with the TRUE (λshot, λread) (Mäkitalo & Foi; ``rawrcl.eval.raw_baselines``);
@@ -30,6 +32,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -118,6 +121,16 @@ def predictors(task_name: str, ckpts: dict, gharbi: str | None, estimate: bool =
     return fns
 
 
+def _cast(text: str) -> tuple[float, float]:
+    try:
+        r, b = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--cast takes two factors R,B, got {text!r}") from None
+    if r <= 0 or b <= 0:
+        raise argparse.ArgumentTypeError(f"--cast factors must be > 0, got {text!r}")
+    return r, b
+
+
 def measure(args) -> list[dict]:
     photos = test_photos(Path(args.data), args.every, args.crop, args.zoom, args.source, args.first)
     cache_path = Path(args.cache) if args.cache else None
@@ -126,6 +139,8 @@ def measure(args) -> list[dict]:
     photo_set = f"|z{args.zoom:g}" if args.zoom > 1 else ""
     if args.source != "sunhays80" or args.first:
         photo_set += f"|{args.source}{args.first}/{args.every}"
+    if args.cast:
+        photo_set += f"|cast{args.cast[0]:g},{args.cast[1]:g}"
     rows = []
     for task_name, ckpts in (
         ("raw-denoise", {"old": args.old_raw, "new": args.raw}),
@@ -137,6 +152,8 @@ def measure(args) -> list[dict]:
         border = 4 if task_name == "raw-denoise" else 8
         for domain, unprocess in (("photo", False), ("unproc", True)):
             task = get_task(task_name, unprocess=unprocess)
+            if args.cast:
+                task = replace(task, cast=args.cast)
             for level in args.levels:
                 t0 = time.perf_counter()
                 per: dict[str, list[float]] = {k: [] for k in fns}
@@ -192,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--crop", type=int, default=384, help="centre crop (photo pixels)")
     ap.add_argument(
         "--zoom", type=float, default=1.0, help="enlarge each test window by this factor (smooth content)"
+    )
+    ap.add_argument(
+        "--cast",
+        type=_cast,
+        default=None,
+        help="R,B: an illuminant colour cast, red and blue × these factors (green 1) before the CFA",
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)

@@ -65,6 +65,13 @@ from rawrcl.cli.common import (
     "(full-resolution-like smoothness; the shipped RAW denoiser used 0.8:8)",
 )
 @click.option(
+    "--cast",
+    default=None,
+    metavar="P:MAX",
+    help="RAW tasks: a share P of the crops gets an illuminant colour cast, red and blue × a factor "
+    "log-uniform in [1/MAX, MAX] (the shipped RAW denoiser's last stage used 0.5:4)",
+)
+@click.option(
     "--grad-clip",
     default=1.0,
     show_default=True,
@@ -103,6 +110,7 @@ def finetune(
     unprocess,
     augment,
     zoom,
+    cast,
     grad_clip,
     balance_noise,
     ema,
@@ -121,12 +129,8 @@ def finetune(
             labels = int(labels)
         except ValueError:
             raise RawrclError(f"--labels {labels!r}: expected an integer or 'all'") from None
-    if zoom is not None:
-        try:
-            p, zmax = (float(v) for v in zoom.split(":"))
-        except ValueError:
-            raise RawrclError(f"--zoom {zoom!r}: expected P:MAX, e.g. 0.8:8") from None
-        zoom = (p, zmax)
+    zoom = _share_max("--zoom", zoom, "0.8:8")
+    cast = _share_max("--cast", cast, "0.5:4")
     res = _finetune(
         ckpt,
         task,
@@ -152,6 +156,7 @@ def finetune(
         progress=not as_json,
         augment=augment,
         zoom=zoom,
+        cast=cast,
         grad_clip=grad_clip or None,
         ema=ema,
         balance_noise=balance_noise,
@@ -163,3 +168,16 @@ def finetune(
             f"fine-tuned {res['source']} ({res['protocol']}, {res['n_labels']} labels, {res['steps']} steps)"
             f" → {res['checkpoint']}"
         )
+
+
+def _share_max(option: str, text: str | None, example: str) -> tuple[float, float] | None:
+    """``P:MAX`` → (P, MAX) (range checks are the library's), None → None; a clear error otherwise."""
+    from rawrcl.errors import RawrclError
+
+    if text is None:
+        return None
+    try:
+        p, top = (float(v) for v in text.split(":"))
+    except ValueError:
+        raise RawrclError(f"{option} {text!r}: expected P:MAX, e.g. {example}") from None
+    return p, top

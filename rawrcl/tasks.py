@@ -103,6 +103,12 @@ class Task:
     exposure : optional (lo, hi): RAW tasks multiply the linear image by a gain drawn log-uniformly in
         [lo, hi] (under-exposed and low-light captures, where real files keep most pixels), with
         probability ``exposure_mix`` per sample; None = photo brightness as is.
+    cast : optional max factor c > 1: RAW tasks multiply the red and the blue channel of the linear image
+        (relative to green) each by a factor drawn log-uniformly in [1/c, c] — or by the fixed pair
+        (red, blue) — and then all three by 1 / the largest of (red, 1, blue) (the exposure follows the
+        brightest channel, so the cast clips nothing new), with probability ``cast_mix`` per sample: the
+        illuminant's colour cast on the sensor (tungsten, sodium and LED light, shade), far wider in real
+        files than the daylight white balance of ``rawrcl.isp.random_camera``; None = no cast.
     """
 
     name: str
@@ -117,6 +123,8 @@ class Task:
     unprocess_mix: float = 1.0
     exposure: tuple[float, float] | None = None
     exposure_mix: float = 1.0
+    cast: float | tuple[float, float] | None = None
+    cast_mix: float = 1.0
     pretext_head: str | None = None
     default_weights: str | None = None
     description: str = ""
@@ -177,6 +185,14 @@ class Task:
             gain = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
             x = x * gain
             meta["exposure"] = gain
+        if self.cast is not None and self.raw_input and (self.cast_mix >= 1 or rng.random() < self.cast_mix):
+            if isinstance(self.cast, tuple):
+                rb = np.asarray(self.cast, dtype=np.float64)
+            else:
+                rb = np.exp(rng.uniform(-np.log(self.cast), np.log(self.cast), size=2))
+            gains = torch.tensor([rb[0], 1.0, rb[1]], dtype=x.dtype) / float(max(rb.max(), 1.0))
+            x = (x * gains.view(3, 1, 1)).clamp_(0.0, 1.0)
+            meta["cast"] = (float(rb[0]), float(rb[1]))
         target = x
         src = downscale(x, self.down) if self.down > 1 else x
         inp = mosaic_packed(src, "RGGB") if self.raw_input else src

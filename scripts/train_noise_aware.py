@@ -14,7 +14,10 @@ Recipe (issue 19 §2–3; every choice fixed on synthetic data, none on the real
   cameras' range from base ISO to phone high ISO, Poisson shot noise, 10–14-bit quantisation, 35 % clipped
   at black); ``--zoom-p P`` of the crops are a smaller window enlarged by a factor log-uniform in [1,
   ``--zoom-max``] (bicubic): full-resolution camera files are much smoother per pixel than the downsampled
-  photo collections, and a model trained only on the latter stops averaging too early in flat regions.
+  photo collections, and a model trained only on the latter stops averaging too early in flat regions;
+  ``--cast-p P`` of the crops get an illuminant colour cast (red and blue × a factor log-uniform in
+  [1/``--cast-max``, ``--cast-max``] each, clipped at white): unprocessing alone gives only daylight
+  ratios (R/G ≈ 0.4–0.5, B/G ≈ 0.5–0.7), real files under artificial light go far beyond.
 - training: plain L1 (a noise-balanced loss measured worse on validation), Adam, cosine learning rate,
   gradient cap 1, weight EMA 0.999 (the checkpoint holds the average).
 
@@ -64,6 +67,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--zoom-p", type=float, default=0.0, help="share of crops enlarged (full-resolution-like smoothness)"
     )
     ap.add_argument("--zoom-max", type=float, default=4.0, help="largest enlargement factor of those crops")
+    ap.add_argument("--cast-p", type=float, default=0.0, help="share of crops with an illuminant colour cast")
+    ap.add_argument(
+        "--cast-max", type=float, default=4.0, help="red and blue × a factor log-uniform in [1/max, max]"
+    )
     ap.add_argument("--save-every", type=int, default=250)
     ap.add_argument("--install", action="store_true", help="install the result into rawrcl/weights/")
     ap.add_argument(
@@ -83,7 +90,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--two-stage",
         action="store_true",
         help="jdd: install as the second stage behind the shipped RAW denoiser (one two-stage checkpoint, "
-        "rawrcl.models.DenoiseThenDemosaic)",
+        "rawrcl.models.DenoiseThenDemosaic); a run trained --behind a denoiser gives its JDD stage",
     )
     return ap.parse_args(argv)
 
@@ -106,9 +113,10 @@ def train_task(args) -> Path:
     from rawrcl.train import Trainer
     from rawrcl.train.finetuning import LabelledCrops, prepare_model
 
-    task = replace(
-        get_task(args.task, unprocess=True), unprocess_mix=0.5, exposure=(0.02, 1.0), exposure_mix=0.6
-    )
+    task_options = {"unprocess_mix": 0.5, "exposure": (0.02, 1.0), "exposure_mix": 0.6}
+    if args.cast_p > 0:
+        task_options.update(cast=args.cast_max, cast_mix=args.cast_p)
+    task = replace(get_task(args.task, unprocess=True), **task_options)
     run_dir = Path(args.work) / args.task
     resume = (run_dir / "checkpoints" / "last.pt").exists()
     source = args.init or "scratch"
@@ -150,7 +158,7 @@ def train_task(args) -> Path:
         "source": info["source"],
         "recipe": "scripts/train_noise_aware.py",
         "train_photos": [n for n, _ in photos],
-        "task_options": {"unprocess_mix": 0.5, "exposure": [0.02, 1.0], "exposure_mix": 0.6},
+        "task_options": {k: list(v) if isinstance(v, tuple) else v for k, v in task_options.items()},
         "zoom": [args.zoom_p, args.zoom_max] if args.zoom_p > 0 else None,
         "behind": args.behind,
         "model": dict(model.config),
@@ -204,26 +212,40 @@ def install(run_dirs: list[Path], task: str, two_stage: bool = False) -> Path:
 
     raw = torch.load(run_dirs[-1] / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)
     config, state = raw["config"], raw["state_dict"]
+    trained_behind = config.get("arch") == "two_stage"  # trained --behind a denoiser: already both stages
     first_stage = None
-    if config.get("arch") == "two_stage" or two_stage:
+    if trained_behind or two_stage:
         den = torch.load(default_weights_path("raw-denoise"), map_location="cpu", weights_only=True)
         first_stage = {
             "weights": "rawrcl/weights/raw_denoise_default.pt",
             **den["extra"].get("provenance", {}),
         }
-    if config.get("arch") == "two_stage":  # trained --behind a denoiser: already both stages
-        behind = json.loads((run_dirs[-1] / "config.json").read_text()).get("behind")
-        if behind != "default":  # not the shipped denoiser: only its path is known here
-            first_stage = {"weights": f"frozen during training (--behind {behind})"}
-        else:
-            first_stage["weights"] = "frozen during training (--behind default, the shipped denoiser)"
-    elif two_stage:  # the JDD network goes behind the shipped denoiser, in DenoiseThenDemosaic's layout
+    if two_stage:  # the JDD network goes behind the shipped denoiser, in DenoiseThenDemosaic's layout
         if task != "jdd":
             raise SystemExit("--two-stage installs a JDD network behind the RAW denoiser: use --task jdd")
+        if trained_behind:  # re-seat a cascade-trained JDD stage behind the denoiser shipped now
+            trained = build_model(config)
+            trained.load_state_dict(state)
+            config, state = trained.demosaicker.config, trained.demosaicker.state_dict()
+            behind = json.loads((run_dirs[-1] / "config.json").read_text()).get("behind")
+            first_stage["note"] = (
+                f"the JDD stage was trained behind the denoiser of --behind {behind} at its training date "
+                "and re-seated behind this one"
+            )
         model = DenoiseThenDemosaic(build_model(den["config"]), build_model(config), RESIDUAL)
         model.denoiser.load_state_dict(den["state_dict"])
         model.demosaicker.load_state_dict(state)
         config, state = model.config, model.state_dict()
+    elif trained_behind:
+        behind = json.loads((run_dirs[-1] / "config.json").read_text()).get("behind")
+        frozen = {k[len("denoiser.") :]: v for k, v in state.items() if k.startswith("denoiser.")}
+        shipped = behind == "default" and all(
+            torch.allclose(frozen[k].float(), v.float(), atol=1e-3) for k, v in den["state_dict"].items()
+        )
+        if shipped:
+            first_stage["weights"] = "frozen during training (--behind default, the shipped denoiser)"
+        else:  # only its path is known here
+            first_stage = {"weights": f"frozen during training (--behind {behind}; not the shipped denoiser)"}
     git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
     first = json.loads((run_dirs[0] / "config.json").read_text())
     prov = {

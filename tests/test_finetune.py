@@ -227,13 +227,30 @@ def test_finetune_cli(tmp_path, photos):
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 1 and "exists" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(
-        main, [*args, "--force", "--no-skip", "--ema", "0.99", "--balance-noise", "--zoom", "0.5:4"]
+        main,
+        [
+            *args,
+            "--force",
+            "--no-skip",
+            "--ema",
+            "0.99",
+            "--balance-noise",
+            "--zoom",
+            "0.5:4",
+            "--cast",
+            "0.5:4",
+        ],
     )
     assert r.exit_code == 0, r.output
-    assert json.loads((tmp_path / "r" / "config.json").read_text())["zoom"] == [0.5, 4.0]
-    for bad in ("0.5", "2:4", "x:y"):  # not P:MAX, p outside [0, 1], not numbers
-        r = CliRunner().invoke(main, [*args, "--force", "--zoom", bad])
-        assert r.exit_code == 1 and "zoom" in r.output and "Traceback" not in r.output, r.output
+    cfg = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert cfg["zoom"] == [0.5, 4.0] and cfg["cast"] == [0.5, 4.0]
+    bads = [("--zoom", b) for b in ("0.5", "2:4", "x:y")] + [("--cast", b) for b in ("0.5", "0.5:1", "x:y")]
+    for opt, bad in bads:
+        r = CliRunner().invoke(main, [*args, "--force", opt, bad])  # not P:MAX, out of range, not numbers
+        assert r.exit_code == 1 and opt[2:] in r.output and "Traceback" not in r.output, r.output
+    rgb = [*args[:3], "denoise", *args[4:], "--force", "--cast", "0.5:4"]
+    r = CliRunner().invoke(main, rgb)
+    assert r.exit_code == 1 and "RAW tasks only" in r.output and "Traceback" not in r.output, r.output
     assert (tmp_path / "r" / "checkpoints" / "last.pt").exists()  # refused before --force cleared the run
     ckpt = read_checkpoint(res["checkpoint"])
     assert ckpt["config"]["skip"] is False

@@ -102,3 +102,36 @@ def test_unprocess_mix_trains_on_both_domains_and_keeps_test_sets_fixed():
     a = always.sample(photo, np.random.default_rng(1))["input"]
     b = replace(always, unprocess_mix=1.0).sample(photo, np.random.default_rng(1))["input"]
     assert torch.equal(a, b)
+
+
+def test_colour_cast_scales_red_and_blue_against_green_exposed_for_the_brightest():
+    from dataclasses import replace
+
+    flat = np.full((3, 32, 32), 0.3, np.float32)
+    task = replace(get_task("jdd"), cast=4.0)
+    casts = []
+    for i in range(30):
+        s = task.sample(flat, np.random.default_rng([5, i]), noise="none")
+        r, b = s["meta"]["cast"]
+        assert 0.25 <= r <= 4.0 and 0.25 <= b <= 4.0
+        top = max(r, 1.0, b)
+        tgt = s["target"]
+        for ch, gain in enumerate((r, 1.0, b)):
+            assert torch.allclose(tgt[ch], torch.full_like(tgt[ch], 0.3 * gain / top))
+        assert float(tgt.max()) <= 0.3 + 1e-6  # the brightest channel keeps its level: nothing clips
+        assert torch.equal(s["input"], mosaic_packed(tgt, "RGGB"))  # the cast is in the scene, before the CFA
+        casts.append((r, b))
+    rs = np.log([c[0] for c in casts])
+    assert rs.min() < -0.5 and rs.max() > 0.5  # both warm and cool casts are drawn
+    # cast_mix 0 draws no cast; RGB tasks ignore it
+    none = replace(task, cast_mix=0.0).sample(flat, np.random.default_rng(0), noise="none")
+    assert "cast" not in none["meta"]
+    rgb = replace(get_task("denoise"), cast=4.0).sample(flat, np.random.default_rng(0), noise="none")
+    assert "cast" not in rgb["meta"]
+    # a fixed (red, blue) pair, as the benchmarks' --cast
+    warm = replace(get_task("raw-denoise"), cast=(2.5, 0.5))
+    fixed = warm.sample(flat, np.random.default_rng(0), noise="none")
+    assert fixed["meta"]["cast"] == (2.5, 0.5)
+    assert torch.allclose(fixed["target"][0], torch.full_like(fixed["target"][0], 0.3))  # R plane of RGGB
+    assert torch.allclose(fixed["target"][1], torch.full_like(fixed["target"][1], 0.12))  # G
+    assert torch.allclose(fixed["target"][3], torch.full_like(fixed["target"][3], 0.06))  # B

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -171,6 +172,7 @@ def finetune(
     balance_noise: bool | str = False,
     noise_aware: bool = False,
     lr_schedule: str = "constant",
+    cast: tuple[float, float] | None = None,
 ) -> dict:
     """Fine-tune (or train from scratch) on N labelled photos; returns a summary dict.
 
@@ -179,7 +181,9 @@ def finetune(
     L1 ``supervised`` method, ``steps`` steps of ``batch_size`` crops of ``crop`` clean pixels;
     ``augment`` adds random flips/rotations of the clean crops (:class:`LabelledCrops`); ``zoom`` = (p,
     max) makes a share p of the crops a smaller window enlarged by a factor log-uniform in [1, max]
-    (full-resolution camera files are smoother per pixel than downsampled photo collections). ``grad_clip``
+    (full-resolution camera files are smoother per pixel than downsampled photo collections); ``cast`` =
+    (p, max) gives a share p of the RAW crops an illuminant colour cast (red and blue × a factor
+    log-uniform in [1/max, max], :attr:`rawrcl.tasks.Task.cast`). ``grad_clip``
     caps the global gradient norm (None: off); logged L1 norms stay within 0.03–0.7, so 1.0 only catches
     spikes (one diverged an lr-1e-3 run at step 900 without it). ``ema`` (a decay such as 0.999) makes the
     checkpoint hold an exponential moving average of the weights (:class:`rawrcl.train.WeightEMA`).
@@ -191,6 +195,13 @@ def finetune(
     "steps", "seed", "final_loss"}``; ``finetune.json`` in the run dir holds the same.
     """
     t = get_task(task, unprocess=unprocess)
+    if cast is not None:
+        p_cast, cast_max = (float(v) for v in cast)
+        if not t.raw_input:
+            raise RawrclError(f"task {t.name!r}: a colour cast applies to RAW tasks only")
+        if not (0 < p_cast <= 1 and cast_max > 1):
+            raise RawrclError(f"cast must be (share in (0, 1], max factor > 1), got {cast}")
+        t = replace(t, cast=cast_max, cast_mix=p_cast)
     images = load_images(clean)
     chosen = select_labels(images, labels, seed)
     model, info = prepare_model(
@@ -222,6 +233,7 @@ def finetune(
         "n_labels": len(chosen),
         "augment": bool(augment),
         "zoom": None if zoom is None else [float(zoom[0]), float(zoom[1])],
+        "cast": None if cast is None else [float(cast[0]), float(cast[1])],
         "grad_clip": None if grad_clip is None else float(grad_clip),
         "ema": None if ema is None else float(ema),
         "loss": {False: "l1", True: "l1-noise-balanced", "crop": "l1-crop-balanced"}[balance_noise],
