@@ -16,8 +16,8 @@ Recipe (issue 19 §2–3; every choice fixed on synthetic data, none on the real
   ``--zoom-max``] (bicubic): full-resolution camera files are much smoother per pixel than the downsampled
   photo collections, and a model trained only on the latter stops averaging too early in flat regions;
   ``--cast-p P`` of the crops get an illuminant colour cast (red and blue × a factor log-uniform in
-  [1/``--cast-max``, ``--cast-max``] each, clipped at white): unprocessing alone gives only daylight
-  ratios (R/G ≈ 0.4–0.5, B/G ≈ 0.5–0.7), real files under artificial light go far beyond.
+  [1/``--cast-max``, ``--cast-max``] each, exposed for the brightest channel): unprocessing alone gives
+  only daylight ratios (R/G ≈ 0.4–0.5, B/G ≈ 0.5–0.7), real files under artificial light go far beyond.
 - training: plain L1 (a noise-balanced loss measured worse on validation), Adam, cosine learning rate,
   gradient cap 1, weight EMA 0.999 (the checkpoint holds the average).
 
