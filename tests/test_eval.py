@@ -66,6 +66,16 @@ def test_evaluate_is_deterministic_and_nlm_helps(photos):
     assert evaluate("bicubic", "sr", photos)["psnr"] > 22
 
 
+def test_evaluate_default_is_the_shipped_weights(photos):
+    """``"default"`` scores the task's shipped weights (as ``--burst default`` does), well above the input."""
+    res = evaluate("default", "raw-denoise", photos, noise="high", seed=2)
+    assert res["model"] == "default" and res["n_images"] == 2
+    noisy = evaluate("noisy", "raw-denoise", photos, noise="high", seed=2)
+    assert res["psnr_linear"] > noisy["psnr_linear"] + 3
+    with pytest.raises(RawrclError, match="default"):
+        evaluate("no-such-model", "raw-denoise", photos, noise="high")
+
+
 def test_evaluate_module_matches_baseline(photos):
     class Identity(torch.nn.Module):
         def forward(self, x):

@@ -94,8 +94,9 @@ def evaluate(
 
     Parameters
     ----------
-    model_or_baseline : a baseline name (see ``BASELINES``), a checkpoint path or run dir, or an
-        ``nn.Module`` taking the task's input (B, C, h, w) and returning its target shape.
+    model_or_baseline : a baseline name (see ``BASELINES``), ``"default"`` (the task's shipped weights), a
+        checkpoint path or run dir, or an ``nn.Module`` taking the task's input (B, C, h, w) and returning
+        its target shape.
     task : task name or :class:`~rawrcl.tasks.Task`.
     clean : folder of clean photos, or a list of arrays/paths (see :func:`load_images`).
     noise : noise specification (default: the task's, i.e. the paper sampler); ``"high"`` etc.
@@ -128,11 +129,14 @@ def evaluate(
     else:
         if isinstance(model_or_baseline, torch.nn.Module):
             model, label = model_or_baseline, type(model_or_baseline).__name__
+        elif model_or_baseline == "default":  # the task's shipped weights, as `--burst default`
+            model, _ = load_for_task(None, t, device)
+            label = "default"
         else:
             if not Path(model_or_baseline).exists():
                 raise RawrclError(
                     f"{model_or_baseline}: no such checkpoint (or baseline name; known: "
-                    f"{', '.join(BASELINE_NAMES)})"
+                    f"{', '.join(BASELINE_NAMES)}, default)"
                 )
             model, _ = load_for_task(model_or_baseline, t, device)
             label = str(model_or_baseline)
