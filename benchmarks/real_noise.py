@@ -9,8 +9,9 @@ RGB, or unprocessed à la Brooks et al.), noise at each level of the ladder (``L
 base ISO … small sensor at its highest ISO, plus ``low`` / ``high``; Gaussian heteroscedastic, not clipped —
 as ``rawrcl eval``). ``--source DIR --first N`` take the photos from another folder (for validating training
 choices on the training sources' held-out split, never on the test source). ``--cast R,B`` multiplies the
-linear image's red and blue channels by R and B (green 1, clipped at white) before the CFA: an illuminant's
-colour cast on the sensor (``rawrcl.tasks.Task.cast``; e.g. ``2.5,0.5`` warm artificial light).
+linear image's red and blue channels by R and B (green 1; then all three ÷ the largest, the exposure follows
+the brightest channel) before the CFA: an illuminant's colour cast on the sensor (``rawrcl.tasks.Task.cast``;
+e.g. ``2.5,0.5`` warm artificial light).
 
 RAW denoising rows (PSNR dB, linear [0, 1], packed CFA, 4-px border, as ``rawrcl eval --task raw-denoise``):
 ``noisy``; ``gat+bm3d`` with the TRUE (λshot, λread) (Mäkitalo & Foi; ``rawrcl.eval.raw_baselines``);

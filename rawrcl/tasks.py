@@ -129,6 +129,14 @@ class Task:
     default_weights: str | None = None
     description: str = ""
 
+    def __post_init__(self) -> None:
+        c = self.cast
+        ok = c is None or (c > 1 if not isinstance(c, tuple) else len(c) == 2 and min(c) > 0)
+        if not ok:
+            raise RawrclError(
+                f"task {self.name!r}: cast must be a max factor > 1 or a (red, blue) pair > 0, got {c}"
+            )
+
     @property
     def domain(self) -> str:
         """ "raw" (packed RAW input: RAW files or simulated mosaics) or "rgb" (photos)."""

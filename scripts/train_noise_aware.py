@@ -213,6 +213,8 @@ def install(run_dirs: list[Path], task: str, two_stage: bool = False) -> Path:
     raw = torch.load(run_dirs[-1] / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)
     config, state = raw["config"], raw["state_dict"]
     trained_behind = config.get("arch") == "two_stage"  # trained --behind a denoiser: already both stages
+    if trained_behind:
+        behind = json.loads((run_dirs[-1] / "config.json").read_text()).get("behind")
     first_stage = None
     if trained_behind or two_stage:
         den = torch.load(default_weights_path("raw-denoise"), map_location="cpu", weights_only=True)
@@ -227,7 +229,6 @@ def install(run_dirs: list[Path], task: str, two_stage: bool = False) -> Path:
             trained = build_model(config)
             trained.load_state_dict(state)
             config, state = trained.demosaicker.config, trained.demosaicker.state_dict()
-            behind = json.loads((run_dirs[-1] / "config.json").read_text()).get("behind")
             first_stage["note"] = (
                 f"the JDD stage was trained behind the denoiser of --behind {behind} at its training date "
                 "and re-seated behind this one"
@@ -237,7 +238,6 @@ def install(run_dirs: list[Path], task: str, two_stage: bool = False) -> Path:
         model.demosaicker.load_state_dict(state)
         config, state = model.config, model.state_dict()
     elif trained_behind:
-        behind = json.loads((run_dirs[-1] / "config.json").read_text()).get("behind")
         frozen = {k[len("denoiser.") :]: v for k, v in state.items() if k.startswith("denoiser.")}
         shipped = behind == "default" and all(
             torch.allclose(frozen[k].float(), v.float(), atol=1e-3) for k, v in den["state_dict"].items()

@@ -199,9 +199,9 @@ def finetune(
         p_cast, cast_max = (float(v) for v in cast)
         if not t.raw_input:
             raise RawrclError(f"task {t.name!r}: a colour cast applies to RAW tasks only")
-        if not (0 < p_cast <= 1 and cast_max > 1):
-            raise RawrclError(f"cast must be (share in (0, 1], max factor > 1), got {cast}")
-        t = replace(t, cast=cast_max, cast_mix=p_cast)
+        if not 0 < p_cast <= 1:
+            raise RawrclError(f"cast share must be in (0, 1], got {cast}")
+        t = replace(t, cast=cast_max, cast_mix=p_cast)  # the Task checks the factor
     images = load_images(clean)
     chosen = select_labels(images, labels, seed)
     model, info = prepare_model(
