@@ -59,6 +59,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--schedule", choices=("constant", "cosine"), default="cosine")
     ap.add_argument("--ema", type=float, default=0.999)
     ap.add_argument("--init", default=None, help="start from this checkpoint (a low-lr continuation)")
+    ap.add_argument(
+        "--widen",
+        type=int,
+        default=None,
+        metavar="W",
+        help="widen the --init U-Net to width W first, computing the same function (rawrcl.models.widen)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--plane-p", type=float, default=0.0, help="share of crops with per-plane (white-balanced) noise"
@@ -123,6 +130,12 @@ def train_task(args) -> Path:
     model, info = prepare_model(
         source, task, "full", width=args.width, depth=args.depth, seed=args.seed, noise_aware=True
     )
+    if args.widen:  # more capacity from a trained start: the same function, then training uses it
+        from rawrcl.models.widen import widen
+
+        if not args.init:
+            raise SystemExit("--widen widens the --init checkpoint: give --init")
+        model = widen(model, args.widen)
     if args.behind:  # cascade: the JDD network trains behind a frozen RAW denoiser, as the two-stage runs
         from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
         from rawrcl.models.loading import load_for_task
@@ -161,6 +174,7 @@ def train_task(args) -> Path:
         "task_options": {k: list(v) if isinstance(v, tuple) else v for k, v in task_options.items()},
         "zoom": [args.zoom_p, args.zoom_max] if args.zoom_p > 0 else None,
         "behind": args.behind,
+        "widen": args.widen,
         "model": dict(model.config),
         "save_every": args.save_every,
         "keep_every": 0,
@@ -192,6 +206,8 @@ def _stage(run_dir: Path) -> dict:
     stage = {k: cfg.get(k) for k in keep}
     stage.update(task_options=cfg.get("task_options"), model=cfg.get("model"), behind=cfg.get("behind"))
     stage["init"] = "scratch" if cfg.get("source") == "scratch" else "the previous stage's EMA weights"
+    if cfg.get("widen"):
+        stage["init"] += f", widened to width {cfg['widen']} (rawrcl.models.widen, same function)"
     metrics = run_dir / "metrics.jsonl"
     lines = metrics.read_text().splitlines() if metrics.exists() else []
     if lines:  # a stage may be stopped early (SIGTERM saves last.pt): record where it ended

@@ -260,3 +260,57 @@ def test_two_stage_with_a_row_aware_denoiser():
         got = model(x, banded)
         assert torch.allclose(got, dem(den(x, banded), white * 0.1), atol=1e-6)
         assert not torch.allclose(got, model(x, white))
+
+
+@pytest.mark.parametrize(
+    "config,new_width",
+    [
+        ({"in_channels": 4, "head": "jdd", "width": 6, "depth": 3, "skip": True, "noise_aware": True}, 9),
+        (
+            {
+                "in_channels": 4,
+                "head": "raw",
+                "width": 5,
+                "depth": 2,
+                "skip": True,
+                "noise_aware": True,
+                "row_aware": True,
+            },
+            8,
+        ),
+        ({"in_channels": 3, "head": "rgb", "width": 3, "depth": 4}, 4),  # the 8×width cap on the bottom level
+    ],
+)
+def test_widen_keeps_the_function_and_breaks_the_symmetry(config, new_width):
+    from rawrcl.models.widen import widen
+
+    torch.manual_seed(0)
+    model = build_model({"arch": "unet", **config}).eval()
+    wide = widen(model, new_width, seed=1)
+    assert wide.config["width"] == new_width and not wide.training
+    assert sum(p.numel() for p in wide.parameters()) > sum(p.numel() for p in model.parameters())
+    x = torch.rand(2, config["in_channels"], 20, 28)
+    rows = 3 if config.get("row_aware") else 2
+    noise = torch.tensor([[2e-3] * 4, [1e-5] * 4, [1e-6] * 4])[None, :rows].repeat(2, 1, 1)
+    args = (x, noise) if config.get("noise_aware") else (x,)
+    with torch.no_grad():
+        torch.testing.assert_close(wide(*args), model(*args), atol=1e-5, rtol=1e-4)
+    # replicas of one channel start with equal incoming weights but are read with different weights, so
+    # they get different gradients (otherwise the extra width could never learn anything new)
+    wide(*args).square().mean().backward()
+    old_w = config["width"]
+    first = wide.body.down[0][0]
+    grads = first.weight.grad.flatten(1)
+    for j in range(old_w, new_width):
+        src = next(k for k in range(old_w) if torch.equal(first.weight[j], first.weight[k]))
+        assert not torch.allclose(grads[j], grads[src])
+
+
+def test_widen_refuses_what_it_cannot_widen():
+    from rawrcl.models.widen import widen
+
+    unet = build_model({"arch": "unet", "in_channels": 4, "head": "raw", "width": 4, "depth": 2})
+    with pytest.raises(RawrclError, match="exceed"):
+        widen(unet, 4)
+    with pytest.raises(RawrclError, match="U-Net"):
+        widen(build_model({"arch": "dncnn", "in_channels": 4, "head": "raw", "width": 4, "depth": 3}), 8)
