@@ -24,7 +24,9 @@ baseline), ``gharbi2016`` (``--gharbi DIR``, σ from the true parameters), ``old
 true / estimated.
 
 Usage: ``OMP_NUM_THREADS=1 nice python benchmarks/real_noise.py --raw CKPT --jdd CKPT --old-raw OLD
---old-jdd OLD [--gharbi DIR] [--levels L1,...] [--json PATH]``. GAT+BM3D costs ≈ 1 min/MP.
+--old-jdd OLD [--gharbi DIR] [--levels L1,...] [--json PATH]``. GAT+BM3D costs ≈ 1 min/MP: ``--cache FILE``
+keeps the scores that do not depend on ``--raw``/``--jdd`` between runs (the baselines, and ``old`` under
+the sha256 of its checkpoint file, so another ``--old-*`` model is scored again).
 """
 
 from __future__ import annotations
@@ -122,6 +124,15 @@ def predictors(task_name: str, ckpts: dict, gharbi: str | None, estimate: bool =
     return fns
 
 
+def _content_id(source: str, task_name: str) -> str:
+    """First 12 hex digits of the sha256 of the checkpoint file that ``source`` loads for ``task_name``
+    (the loader's own choice, :func:`rawrcl.models.loading.checkpoint_for`)."""
+    from rawrcl.export.graph import file_sha256
+    from rawrcl.models.loading import checkpoint_for
+
+    return file_sha256(checkpoint_for(source, get_task(task_name)))[:12]
+
+
 def _cast(text: str) -> tuple[float, float]:
     try:
         r, b = (float(v) for v in text.split(","))
@@ -150,6 +161,9 @@ def measure(args) -> list[dict]:
         if task_name not in args.tasks:
             continue
         fns = predictors(task_name, ckpts, args.gharbi, not args.true_only)
+        # the cached "old" scores belong to one checkpoint: its content names them (another --old-* file,
+        # or the same path rewritten, must not read an earlier model's scores)
+        names = {"old": f"old@{_content_id(ckpts['old'], task_name)}"} if ckpts["old"] else {}
         border = 4 if task_name == "raw-denoise" else 8
         for domain, unprocess in (("photo", False), ("unproc", True)):
             task = get_task(task_name, unprocess=unprocess)
@@ -162,7 +176,8 @@ def measure(args) -> list[dict]:
                     s = task.sample(img, np.random.default_rng([args.seed, i]), PRESETS[level])
                     meta = s["meta"]
                     for k, fn in fns.items():
-                        key = f"{task_name}|{domain}|{level}|{i}|{args.crop}|{args.seed}{photo_set}|{k}"
+                        name = names.get(k, k)
+                        key = f"{task_name}|{domain}|{level}|{i}|{args.crop}|{args.seed}{photo_set}|{name}"
                         if k in CACHED and key in cache:
                             per[k].append(cache[key])
                             continue
