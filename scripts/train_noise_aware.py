@@ -127,15 +127,19 @@ def train_task(args) -> Path:
     run_dir = Path(args.work) / args.task
     resume = (run_dir / "checkpoints" / "last.pt").exists()
     source = args.init or "scratch"
+    if args.widen and not args.init:
+        raise SystemExit("--widen widens the --init checkpoint: give --init")
     model, info = prepare_model(
         source, task, "full", width=args.width, depth=args.depth, seed=args.seed, noise_aware=True
     )
     if args.widen:  # more capacity from a trained start: the same function, then training uses it
+        from rawrcl.errors import RawrclError
         from rawrcl.models.widen import widen
 
-        if not args.init:
-            raise SystemExit("--widen widens the --init checkpoint: give --init")
-        model = widen(model, args.widen)
+        try:
+            model = widen(model, args.widen)
+        except RawrclError as exc:
+            raise SystemExit(f"--widen {args.widen}: {exc}") from None
     if args.behind:  # cascade: the JDD network trains behind a frozen RAW denoiser, as the two-stage runs
         from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
         from rawrcl.models.loading import load_for_task
