@@ -163,7 +163,7 @@ def measure(args) -> list[dict]:
         fns = predictors(task_name, ckpts, args.gharbi, not args.true_only)
         # the cached "old" scores belong to one checkpoint: its content names them (another --old-* file,
         # or the same path rewritten, must not read an earlier model's scores)
-        names = {"old": f"old@{_content_id(ckpts['old'], task_name)}"} if ckpts["old"] else {}
+        old_name = f"old@{_content_id(ckpts['old'], task_name)}" if ckpts["old"] else "old"
         border = 4 if task_name == "raw-denoise" else 8
         for domain, unprocess in (("photo", False), ("unproc", True)):
             task = get_task(task_name, unprocess=unprocess)
@@ -176,7 +176,7 @@ def measure(args) -> list[dict]:
                     s = task.sample(img, np.random.default_rng([args.seed, i]), PRESETS[level])
                     meta = s["meta"]
                     for k, fn in fns.items():
-                        name = names.get(k, k)
+                        name = old_name if k == "old" else k
                         key = f"{task_name}|{domain}|{level}|{i}|{args.crop}|{args.seed}{photo_set}|{name}"
                         if k in CACHED and key in cache:
                             per[k].append(cache[key])

@@ -14,6 +14,11 @@ import torch.nn.functional as F
 from rawrcl.models.geometry import pad_to_multiple
 
 
+def level_channels(width: int, depth: int) -> list[int]:
+    """Channels of each U-Net level, top to bottom: ``width`` doubled per level down, capped at 8×width."""
+    return [min(width * 2**i, width * 8) for i in range(depth + 1)]
+
+
 def _block(cin: int, cout: int) -> nn.Sequential:
     return nn.Sequential(
         nn.Conv2d(cin, cout, 3, padding=1),
@@ -40,7 +45,7 @@ class UNetBody(nn.Module):
         if depth < 1 or width < 1:
             raise ValueError("U-Net needs depth ≥ 1 and width ≥ 1")
         self.in_channels, self.width, self.depth = in_channels, width, depth
-        chans = [min(width * 2**i, width * 8) for i in range(depth + 1)]
+        chans = level_channels(width, depth)
         self.down = nn.ModuleList()
         cin = in_channels
         for c in chans[:-1]:

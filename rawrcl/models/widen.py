@@ -15,11 +15,7 @@ import torch
 import torch.nn as nn
 
 from rawrcl.errors import RawrclError
-
-
-def _channels(width: int, depth: int) -> list[int]:
-    """Channels per U-Net level, as :class:`rawrcl.models.unet.UNetBody` sets them."""
-    return [min(width * 2**i, width * 8) for i in range(depth + 1)]
+from rawrcl.models.unet import level_channels
 
 
 def widen_state(state: dict, config: dict, width: int, seed: int = 0) -> dict:
@@ -32,7 +28,7 @@ def widen_state(state: dict, config: dict, width: int, seed: int = 0) -> dict:
     if width <= w:
         raise RawrclError(f"the new width must exceed the current {w}, got {width}")
     gen = torch.Generator().manual_seed(seed)
-    old, new = _channels(w, depth), _channels(width, depth)
+    old, new = level_channels(w, depth), level_channels(width, depth)
     out: dict[str, torch.Tensor] = {}
 
     def space(level: int) -> tuple[torch.Tensor, torch.Tensor]:
