@@ -71,6 +71,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--plane-p", type=float, default=0.0, help="share of crops with per-plane (white-balanced) noise"
     )
     ap.add_argument(
+        "--plane-free-p",
+        type=float,
+        default=0.0,
+        help="of the per-plane crops, the share whose read noise gain is independent of the shot gain",
+    )
+    ap.add_argument(
         "--zoom-p", type=float, default=0.0, help="share of crops enlarged (full-resolution-like smoothness)"
     )
     ap.add_argument("--zoom-max", type=float, default=4.0, help="largest enlargement factor of those crops")
@@ -84,7 +90,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--install-only",
         nargs="+",
         metavar="RUN",
-        help="no training: install the last of these stage runs (first → last) into rawrcl/weights/",
+        help="no training: install the last of these stage runs (first → last) into rawrcl/weights/; an "
+        "entry may be an installed checkpoint file instead of a run (its recorded stages stand for it: "
+        "continue a shipped file, or re-seat its JDD stage with --two-stage)",
     )
     ap.add_argument(
         "--behind",
@@ -109,6 +117,14 @@ def training_photos(data: Path) -> list:
     for name, n in TRAIN_SOURCES:
         photos += [(f"{name}/{k}", a) for k, a in load_images(data / name)[:n]]
     return photos
+
+
+def _noise_name(args) -> str:
+    """The run's noise sampler, as recorded in its config and the installed provenance."""
+    if not args.plane_p:
+        return "camera"
+    free = f", plane_free_p {args.plane_free_p}" if args.plane_free_p else ""
+    return f"camera (plane_p {args.plane_p}{free})"
 
 
 def train_task(args) -> Path:
@@ -156,7 +172,7 @@ def train_task(args) -> Path:
         task,
         crop=args.crop,
         seed=args.seed,
-        noise=CameraSampler(plane_p=args.plane_p),
+        noise=CameraSampler(plane_p=args.plane_p, plane_free_p=args.plane_free_p),
         augment=True,
         zoom=(args.zoom_p, args.zoom_max) if args.zoom_p > 0 else None,
     )
@@ -171,7 +187,7 @@ def train_task(args) -> Path:
         "ema": args.ema,
         "grad_clip": 1.0,
         "seed": args.seed,
-        "noise": "camera" if not args.plane_p else f"camera (plane_p {args.plane_p})",
+        "noise": _noise_name(args),
         "source": info["source"],
         "recipe": "scripts/train_noise_aware.py",
         "train_photos": [n for n, _ in photos],
@@ -219,10 +235,36 @@ def _stage(run_dir: Path) -> dict:
     return stage
 
 
+def _stages(entry: Path) -> list[dict]:
+    """The stages one ``--install-only`` entry stands for: a run directory is one stage; an installed
+    checkpoint file (e.g. a copy of a shipped default) stands for the stages its provenance records."""
+    if entry.is_dir():
+        return [_stage(entry)]
+    import torch
+
+    raw = torch.load(entry, map_location="cpu", weights_only=True)
+    stages = raw.get("extra", {}).get("provenance", {}).get("stages")
+    if not stages:
+        raise SystemExit(f"{entry}: not a run directory, nor a checkpoint that records its stages")
+    return stages
+
+
+def _weights(entry: Path):
+    """(config, EMA state as float32, provenance or None) of a run's last checkpoint or a checkpoint file."""
+    import torch
+
+    path = entry / "checkpoints" / "last.pt" if entry.is_dir() else entry
+    raw = torch.load(path, map_location="cpu", weights_only=True)
+    prov = None if entry.is_dir() else raw.get("extra", {}).get("provenance")
+    state = {k: v.float() if v.is_floating_point() else v for k, v in raw["state_dict"].items()}
+    return raw["config"], state, prov
+
+
 def install(run_dirs: list[Path], task: str, two_stage: bool = False) -> Path:
     """Install the last stage's EMA weights (float16) as the task's shipped default, with the provenance
-    of every stage (``run_dirs``: first → last). ``two_stage`` (jdd): the network becomes the second stage
-    behind the shipped RAW denoiser, told λ × ``RESIDUAL`` (one checkpoint of arch ``two_stage``)."""
+    of every stage (``run_dirs``: first → last; an entry may be an installed checkpoint file, which stands
+    for the stages it records). ``two_stage`` (jdd): the network becomes the second stage behind the
+    shipped RAW denoiser, told λ × ``RESIDUAL`` (one checkpoint of arch ``two_stage``)."""
     import torch
 
     from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
@@ -230,10 +272,10 @@ def install(run_dirs: list[Path], task: str, two_stage: bool = False) -> Path:
     from rawrcl.models.registry import atomic_torch_save, build_model
     from rawrcl.tasks import get_task
 
-    raw = torch.load(run_dirs[-1] / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)
-    config, state = raw["config"], raw["state_dict"]
+    config, state, last_prov = _weights(run_dirs[-1])
     trained_behind = config.get("arch") == "two_stage"  # trained --behind a denoiser: already both stages
-    if trained_behind:
+    behind = None
+    if trained_behind and last_prov is None:
         behind = json.loads((run_dirs[-1] / "config.json").read_text()).get("behind")
     first_stage = None
     if trained_behind or two_stage:
@@ -249,14 +291,20 @@ def install(run_dirs: list[Path], task: str, two_stage: bool = False) -> Path:
             trained = build_model(config)
             trained.load_state_dict(state)
             config, state = trained.demosaicker.config, trained.demosaicker.state_dict()
-            first_stage["note"] = (
-                f"the JDD stage was trained behind the denoiser of --behind {behind} at its training date "
-                "and re-seated behind this one"
-            )
+            if last_prov is not None:  # a shipped two-stage file: its JDD stage's history goes with it
+                earlier = last_prov.get("two_stage", {}).get("first_stage", {}).get("note")
+                first_stage["note"] = (earlier + "; " if earlier else "") + "re-seated again behind this one"
+            else:
+                first_stage["note"] = (
+                    f"the JDD stage was trained behind the denoiser of --behind {behind} at its training "
+                    "date and re-seated behind this one"
+                )
         model = DenoiseThenDemosaic(build_model(den["config"]), build_model(config), RESIDUAL)
         model.denoiser.load_state_dict(den["state_dict"])
         model.demosaicker.load_state_dict(state)
         config, state = model.config, model.state_dict()
+    elif trained_behind and last_prov is not None:
+        raise SystemExit(f"{run_dirs[-1]}: a two-stage checkpoint file is installed with --two-stage")
     elif trained_behind:
         frozen = {k[len("denoiser.") :]: v for k, v in state.items() if k.startswith("denoiser.")}
         shipped = behind == "default" and all(
@@ -267,13 +315,17 @@ def install(run_dirs: list[Path], task: str, two_stage: bool = False) -> Path:
         else:  # only its path is known here
             first_stage = {"weights": f"frozen during training (--behind {behind}; not the shipped denoiser)"}
     git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    first = json.loads((run_dirs[0] / "config.json").read_text())
+    stages = [st for d in run_dirs for st in _stages(d)]
+    if run_dirs[0].is_dir():
+        photos = json.loads((run_dirs[0] / "config.json").read_text()).get("train_photos")
+    else:
+        photos = _weights(run_dirs[0])[2].get("train_photos")
     prov = {
         "recipe": "scripts/train_noise_aware.py",
         "commit": git.stdout.strip(),
         "date": dt.date.today().isoformat(),
-        "stages": [_stage(d) for d in run_dirs],
-        "train_photos": first.get("train_photos"),
+        "stages": stages,
+        "train_photos": photos,
         "held_out": ["cbsd68[58:]", "urban100[90:]", "sunhays80 (all)"],
     }
     if first_stage is not None:

@@ -242,3 +242,25 @@ def test_camera_sampler_per_plane_noise_follows_white_balance_gains():
         gains = shot / shot[1]
         assert np.all((gains >= 1 / 2.5 - 1e-12) & (gains <= 2.5 + 1e-12))
         np.testing.assert_allclose(read / read[1], gains**2, rtol=1e-9)
+
+
+def test_camera_sampler_free_read_gains_are_independent_and_keep_the_default_stream():
+    """plane_free_p = 1: the R/B read gains leave the g² law (independent draws in [1/s², s²]);
+    plane_free_p = 0 draws exactly what the sampler drew before the option existed."""
+    import numpy as np
+
+    from rawrcl.noise import CameraSampler
+
+    free = CameraSampler(plane_p=1.0, plane_spread=2.5, plane_free_p=1.0)
+    off_law = 0
+    for seed in range(30):
+        m = free(np.random.default_rng(seed))
+        shot, read = np.asarray(m.lambda_shot), np.asarray(m.lambda_read)
+        g, h = shot / shot[1], read / read[1]
+        assert np.all((h >= 1 / 6.25 - 1e-12) & (h <= 6.25 + 1e-12)) and h[1] == h[2] == 1.0
+        off_law += int(not np.allclose(h, g**2, rtol=1e-6))
+    assert off_law == 30
+    tied, base = CameraSampler(plane_p=0.5, plane_free_p=0.0), CameraSampler(plane_p=0.5)
+    for seed in range(10):
+        a, b = tied(np.random.default_rng(seed)), base(np.random.default_rng(seed))
+        np.testing.assert_array_equal(np.asarray(a.lambda_read), np.asarray(b.lambda_read))

@@ -91,8 +91,11 @@ class CameraSampler:
     ``pedestal_max``) of white. With probability ``plane_p`` the R and B planes get their own parameters,
     as in files whose planes were scaled by white-balance gains before writing (phone DNGs): a gain g per
     plane, log-uniform in [1/``plane_spread``, ``plane_spread``] (G1 = G2 = 1), gives λshot·g and λread·g²
-    (per-plane values in the order R, G1, G2, B). ``plane_p = 0``: one pair for all planes. [0, 1] units
-    throughout.
+    (per-plane values in the order R, G1, G2, B). ``plane_p = 0``: one pair for all planes. Of those
+    per-plane draws, a share ``plane_free_p`` gets a read gain h drawn independently of g, log-uniform in
+    [1/``plane_spread``², ``plane_spread``²] (λread·h): per-channel profiles measured on real cameras
+    (darktable's, DNG NoiseProfiles) often have shot ratios of 2–3 between channels with read ratios near 1,
+    which a single gain cannot give. [0, 1] units throughout.
     """
 
     shot_min: float = 3e-6
@@ -109,6 +112,7 @@ class CameraSampler:
     pedestal_max: float = 0.13
     plane_p: float = 0.0
     plane_spread: float = 2.5
+    plane_free_p: float = 0.0
 
     def __call__(self, rng: np.random.Generator) -> NoiseModel:
         def log_uniform(lo: float, hi: float) -> float:
@@ -125,7 +129,10 @@ class CameraSampler:
             lo, hi = 1 / self.plane_spread, self.plane_spread
             g = [log_uniform(lo, hi), 1.0, 1.0, log_uniform(lo, hi)]
             shots = tuple(shot * k for k in g)
-            reads = tuple(read * k * k for k in g)
+            h = [k * k for k in g]
+            if self.plane_free_p > 0 and rng.random() < self.plane_free_p:
+                h = [log_uniform(lo * lo, hi * hi), 1.0, 1.0, log_uniform(lo * lo, hi * hi)]
+            reads = tuple(read * k for k in h)
             return NoiseModel(shots, reads, poisson=True, readout=Readout(bits, black))
         return NoiseModel(shot, read, poisson=True, readout=Readout(bits, black))
 

@@ -1,0 +1,90 @@
+"""scripts/train_noise_aware.py's install step: the provenance of every stage, and continuing or re-seating
+from an installed checkpoint file (no run directories needed). Runs on tiny models in a temporary tree."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train_noise_aware.py"
+
+
+@pytest.fixture()
+def recipe(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("train_noise_aware", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    (tmp_path / "rawrcl" / "weights").mkdir(parents=True)
+    monkeypatch.setattr(mod, "REPO", tmp_path)
+    return mod
+
+
+def _denoiser(seed: int):
+    from rawrcl.models.registry import build_model
+
+    torch.manual_seed(seed)
+    cfg = {"arch": "unet", "in_channels": 4, "head": "raw", "width": 8, "depth": 2, "noise_aware": True}
+    return build_model(cfg)
+
+
+def _run_dir(root: Path, model, seed: int) -> Path:
+    run = root / f"run{seed}"
+    (run / "checkpoints").mkdir(parents=True)
+    torch.save({"config": model.config, "state_dict": model.state_dict()}, run / "checkpoints" / "last.pt")
+    cfg = {"task": "raw-denoise", "steps": 10, "seed": seed, "source": "x.pt", "train_photos": ["a.png"]}
+    (run / "config.json").write_text(json.dumps(cfg))
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 10}) + "\n")
+    return run
+
+
+def test_install_continues_the_stages_recorded_in_a_checkpoint_file(recipe, tmp_path):
+    first = _run_dir(tmp_path, _denoiser(1), 1)
+    shipped = recipe.install([first], "raw-denoise")
+    copy = tmp_path / "shipped_copy.pt"
+    copy.write_bytes(shipped.read_bytes())
+    new = _denoiser(2)
+    second = _run_dir(tmp_path, new, 2)
+    out = torch.load(recipe.install([copy, second], "raw-denoise"), weights_only=True)
+    stages = out["extra"]["provenance"]["stages"]
+    assert [s["seed"] for s in stages] == [1, 2] and stages[-1]["steps_done"] == 10
+    assert out["extra"]["provenance"]["train_photos"] == ["a.png"]
+    for k, v in new.state_dict().items():
+        if v.is_floating_point():
+            assert out["state_dict"][k].dtype == torch.float16
+            torch.testing.assert_close(out["state_dict"][k].float(), v.half().float())
+    with pytest.raises(SystemExit, match="records its stages"):
+        bare = tmp_path / "bare.pt"
+        torch.save({"config": new.config, "state_dict": new.state_dict()}, bare)
+        recipe.install([bare, second], "raw-denoise")
+
+
+def test_two_stage_file_is_reseated_behind_the_shipped_denoiser(recipe, tmp_path, monkeypatch):
+    from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
+    from rawrcl.models.registry import build_model
+
+    den_file = recipe.install([_run_dir(tmp_path, _denoiser(3), 3)], "raw-denoise")
+    monkeypatch.setattr("rawrcl.models.loading.default_weights_path", lambda task: den_file)
+    torch.manual_seed(4)
+    jdd_cfg = {"arch": "unet", "in_channels": 4, "head": "jdd", "width": 8, "depth": 2, "noise_aware": True}
+    old = DenoiseThenDemosaic(_denoiser(5), build_model(jdd_cfg), RESIDUAL)
+    prov = {"stages": [{"seed": 9}], "two_stage": {"first_stage": {"note": "trained behind X"}}}
+    jdd_file = tmp_path / "jdd_copy.pt"
+    torch.save(
+        {"config": old.config, "state_dict": old.state_dict(), "extra": {"provenance": prov}}, jdd_file
+    )
+    out = torch.load(recipe.install([jdd_file], "jdd", two_stage=True), weights_only=True)
+    den = torch.load(den_file, weights_only=True)["state_dict"]
+    for k, v in den.items():
+        torch.testing.assert_close(out["state_dict"][f"denoiser.{k}"], v)  # the new denoiser in front
+    for k, v in old.demosaicker.state_dict().items():  # the same JDD stage behind it
+        torch.testing.assert_close(out["state_dict"][f"demosaicker.{k}"].float(), v.half().float())
+    p = out["extra"]["provenance"]
+    assert [s["seed"] for s in p["stages"]] == [9]
+    assert p["two_stage"]["first_stage"]["note"] == "trained behind X; re-seated again behind this one"
+    assert [s["seed"] for s in p["two_stage"]["first_stage"]["stages"]] == [3]
+    with pytest.raises(SystemExit, match="--two-stage"):
+        recipe.install([jdd_file], "jdd")
