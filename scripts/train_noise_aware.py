@@ -235,27 +235,29 @@ def _stage(run_dir: Path) -> dict:
     return stage
 
 
-def _stages(entry: Path) -> list[dict]:
-    """The stages one ``--install-only`` entry stands for: a run directory is one stage; an installed
-    checkpoint file (e.g. a copy of a shipped default) stands for the stages its provenance records."""
-    if entry.is_dir():
-        return [_stage(entry)]
+def _recorded_stages(entry: Path, prov: dict) -> list[dict]:
+    """The stages an installed checkpoint file (e.g. a copy of a shipped default) stands for, from its
+    provenance ``prov``."""
+    if not prov.get("stages"):
+        raise SystemExit(f"{entry}: not a run directory, nor a checkpoint that records its stages")
+    return prov["stages"]
+
+
+def _provenance(entry: Path) -> dict:
+    """The provenance recorded in a checkpoint file ({} when it has none)."""
     import torch
 
-    raw = torch.load(entry, map_location="cpu", weights_only=True)
-    stages = raw.get("extra", {}).get("provenance", {}).get("stages")
-    if not stages:
-        raise SystemExit(f"{entry}: not a run directory, nor a checkpoint that records its stages")
-    return stages
+    return torch.load(entry, map_location="cpu", weights_only=True).get("extra", {}).get("provenance") or {}
 
 
 def _weights(entry: Path):
-    """(config, EMA state as float32, provenance or None) of a run's last checkpoint or a checkpoint file."""
+    """(config, EMA state as float32, provenance) of a run's last checkpoint (provenance None) or of a
+    checkpoint file (its recorded provenance, {} when it has none)."""
     import torch
 
     path = entry / "checkpoints" / "last.pt" if entry.is_dir() else entry
     raw = torch.load(path, map_location="cpu", weights_only=True)
-    prov = None if entry.is_dir() else raw.get("extra", {}).get("provenance")
+    prov = None if entry.is_dir() else raw.get("extra", {}).get("provenance") or {}
     state = {k: v.float() if v.is_floating_point() else v for k, v in raw["state_dict"].items()}
     return raw["config"], state, prov
 
@@ -315,11 +317,15 @@ def install(run_dirs: list[Path], task: str, two_stage: bool = False) -> Path:
         else:  # only its path is known here
             first_stage = {"weights": f"frozen during training (--behind {behind}; not the shipped denoiser)"}
     git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    stages = [st for d in run_dirs for st in _stages(d)]
-    if run_dirs[0].is_dir():
-        photos = json.loads((run_dirs[0] / "config.json").read_text()).get("train_photos")
+    # each checkpoint-file entry is read once (the last one above, with its weights)
+    provs = {d: _provenance(d) for d in run_dirs[:-1] if not d.is_dir()}
+    if last_prov is not None:
+        provs[run_dirs[-1]] = last_prov
+    stages = [st for d in run_dirs for st in (_recorded_stages(d, provs[d]) if d in provs else [_stage(d)])]
+    if run_dirs[0] in provs:
+        photos = provs[run_dirs[0]].get("train_photos")
     else:
-        photos = _weights(run_dirs[0])[2].get("train_photos")
+        photos = json.loads((run_dirs[0] / "config.json").read_text()).get("train_photos")
     prov = {
         "recipe": "scripts/train_noise_aware.py",
         "commit": git.stdout.strip(),
