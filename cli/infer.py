@@ -15,9 +15,9 @@ def _tile_options(func):
         click.option(
             "--tile",
             type=int,
-            default=512,
+            default=768,
             show_default=True,
-            help="Tile side in model-input pixels (packed pixels for RAW: 512 covers 1024² sensor pixels).",
+            help="Tile side in model-input pixels (packed pixels for RAW: 768 covers 1536² sensor pixels).",
         ),
         click.option(
             "--overlap",
@@ -27,7 +27,13 @@ def _tile_options(func):
             help="Pixels shared by neighbouring tiles (model-input pixels); larger = closer to whole-image.",
         ),
         click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N."),
-        click.option("--batch-tiles", type=int, default=4, show_default=True, help="Tiles per forward pass."),
+        click.option(
+            "--batch-tiles",
+            type=int,
+            default=1,
+            show_default=True,
+            help="Tiles per forward pass (more can help a GPU; memory grows with it).",
+        ),
         click.option(
             "--precision",
             type=click.Choice(["auto", "fp32", "bf16", "fp16"]),

@@ -116,7 +116,7 @@ def gray_world_wb(rgb_linear: np.ndarray, clip_level: float = 0.98) -> tuple[flo
 
     The fallback when a file carries no as-shot white balance (LibRaw reports none, or the neutral
     (1, 1, 1) it uses for "unknown"). Pixels with any channel ≥ ``clip_level`` (clipped highlights) are
-    left out.
+    left out. Images above 2 MP are sampled on a regular grid (every k-th row and column).
 
     Parameters
     ----------
@@ -126,7 +126,9 @@ def gray_world_wb(rgb_linear: np.ndarray, clip_level: float = 0.98) -> tuple[flo
     -------
     (R, G, B) multipliers, each clamped to [0.25, 8].
     """
-    x = np.asarray(rgb_linear, dtype=np.float64).reshape(3, -1)
+    x = np.asarray(rgb_linear)
+    step = max(1, int(np.sqrt(x.shape[-2] * x.shape[-1] / 2e6)))  # ≤ ≈ 2 MP are plenty for three means
+    x = np.asarray(x[:, ::step, ::step], dtype=np.float64).reshape(3, -1)
     keep = np.all(x < clip_level, axis=0) & np.all(x > 0, axis=0)
     if keep.sum() < 16:
         keep = np.ones(x.shape[1], dtype=bool)

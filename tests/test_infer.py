@@ -379,3 +379,40 @@ def test_tta_flag_keeps_the_grid_and_an_identity_exact(workdir: Path, tmp_path: 
     plain, tta = tifffile.imread(tmp_path / "plain.tiff"), tifffile.imread(tmp_path / "tta.tiff")
     assert plain.shape == tta.shape == (45, 63, 3)
     assert not np.array_equal(plain, tta)  # a random network: the average differs from one pass
+
+
+def test_cli_tile_defaults_are_the_library_defaults():
+    """`rawrcl jdd/denoise` and the API (TileOptions) tile a frame the same way by default."""
+    from rawrcl.cli.infer import jdd
+
+    defaults = {p.name: p.default for p in jdd.params}
+    opts = TileOptions()
+    assert (defaults["tile"], defaults["overlap"], defaults["batch_tiles"]) == (
+        opts.tile,
+        opts.overlap,
+        opts.batch_tiles,
+    )
+
+
+@pytest.mark.parametrize("env", [None, "default"])
+def test_keep_freed_memory_applies_once_unless_opted_out(env):
+    """glibc accepts the thresholds (True) on Linux; RAWRCL_MALLOC=default leaves them alone (False).
+    Run in a fresh interpreter: the setting is process-wide and applied once."""
+    import os
+    import subprocess
+    import sys
+
+    try:
+        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError):
+        libc = ""
+    if not (sys.platform.startswith("linux") and libc.startswith("glibc")):
+        pytest.skip("glibc only")
+    code = "from rawrcl.infer.memory import keep_freed_memory as k; print(k(), k())"
+    environ = {k: v for k, v in os.environ.items() if k != "RAWRCL_MALLOC"}
+    if env is not None:
+        environ["RAWRCL_MALLOC"] = env
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=environ, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == (["False", "False"] if env else ["True", "True"])

