@@ -1,0 +1,194 @@
+"""The validation rows that decide whether a training stage is kept (``docs/weights.md``, the stage rules).
+
+    python benchmarks/validate.py raw-denoise REF.pt NEW.pt [OTHER.pt ...]      # every group, ≈ 1 min a model
+    python benchmarks/validate.py jdd rawrcl/weights/jdd_default.pt runs/x/jdd.pt --groups U,C --json v.json
+
+Photos: 6 held out of training *and* of the test source — ``urban100[90::4][:3]`` and ``cbsd68[58::4][:3]``
+(sorted names; the training recipes use cbsd68[:58] and urban100[:90] with sunhays80 kept for testing) —
+384-px centre crops (``--crop``), or the centre crop/4 window enlarged ×4 (bicubic) for the ``4×`` rows, as
+smooth per pixel as a full-resolution camera file. Each photo *i* of each row is degraded with
+``numpy.random.default_rng([seed, i])``; models are told the TRUE noise (validation measures the network, the
+estimator has its own benchmark). PSNR dB, linear [0, 1]: packed CFA with a 4-px border (raw-denoise) or
+RGB with an 8-px border (jdd), as ``rawrcl eval``.
+
+Groups (16 rows each; ``{photo, unproc}`` = photo values as linear RGB / unprocessed à la Brooks et al.):
+
+- ``U`` uncast: {photo, unproc} × {1×, 4×} × {L2, L4, L6, high} (the noise ladder, ``rawrcl.noise.PRESETS``);
+- ``C`` colour casts (``rawrcl.tasks.Task.cast``): warm R×2.5 B×0.5 and cool R×0.5 B×2 × {photo, unproc} ×
+  {1×, 4×} × {L4, high};
+- ``P`` per-plane noise (camera profiles whose planes differ; per plane [R, G1, G2, B] shot and read
+  multipliers): P1 R shot ×2 read ×1.2, B ×2.9 / ×1.3; P2 R ×0.4 / ×4, B ×1.6 / ×0.5 × {photo, unproc} ×
+  {1×, 4×} × {L4, high}.
+
+Output: a Markdown table (one row per condition: the first model's PSNR, then every other model's change
+against it) and per group the mean, min and max change — the numbers a stage rule is written in. ``--json``
+keeps every score. Needs ``../shared/data`` (``--data``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rawrcl.eval import load_images, model_predictor, psnr_float
+from rawrcl.noise import PRESETS, NoiseModel
+from rawrcl.tasks import get_task
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+#: (source folder, first sorted index, step, count): the validation photos
+PHOTOS = (("urban100", 90, 4, 3), ("cbsd68", 58, 4, 3))
+CASTS = {"warm": (2.5, 0.5), "cool": (0.5, 2.0)}
+#: per-plane (shot, read) multipliers of [R, G1, G2, B]
+PROFILES = {
+    "P1": ((2.0, 1.0, 1.0, 2.9), (1.2, 1.0, 1.0, 1.3)),
+    "P2": ((0.4, 1.0, 1.0, 1.6), (4.0, 1.0, 1.0, 0.5)),
+}
+DOMAINS = (("photo", False), ("unproc", True))
+ZOOMS = (1, 4)
+
+
+def photos(data: Path, crop: int, zoom: int) -> list[np.ndarray]:
+    """The validation photos (3, crop, crop) float32 [0, 1]: centre crops, or centre windows of crop/zoom
+    enlarged ×zoom."""
+    from rawrcl.data.labelled import zoomed_crop
+
+    out = []
+    for source, first, step, count in PHOTOS:
+        files = sorted(p for p in (data / source).iterdir() if p.suffix.lower() in (".png", ".jpg"))
+        for _, img in load_images(files[first::step][:count]):
+            if zoom > 1:
+                out.append(zoomed_crop(img, min(crop, *img.shape[1:]) // 2 * 2, zoom))
+                continue
+            _, h, w = img.shape
+            c = min(crop, h, w) // 2 * 2
+            y, x = (h - c) // 4 * 2, (w - c) // 4 * 2
+            out.append(np.ascontiguousarray(img[:, y : y + c, x : x + c]))
+    return out
+
+
+def conditions(groups: str) -> list[dict]:
+    """Every row of the chosen groups (dicts: group, domain, zoom, level and, for C and P, the variant)."""
+    rows = []
+    for group in groups.split(","):
+        if group not in ("U", "C", "P"):
+            raise SystemExit(f"unknown group {group!r}: expected U, C, P")
+        for domain, _ in DOMAINS:
+            for zoom in ZOOMS:
+                if group == "U":
+                    rows += [
+                        dict(group="U", domain=domain, zoom=zoom, level=lv)
+                        for lv in ("L2", "L4", "L6", "high")
+                    ]
+                    continue
+                variants = CASTS if group == "C" else PROFILES
+                for name in variants:
+                    for lv in ("L4", "high"):
+                        rows.append(dict(group=group, domain=domain, zoom=zoom, level=lv, variant=name))
+    return rows
+
+
+def noise_of(row: dict) -> NoiseModel:
+    """The row's true noise: the preset, per plane scaled by its profile (group P)."""
+    shot, read = PRESETS[row["level"]]
+    if row["group"] != "P":
+        return NoiseModel(shot, read)
+    ks, kr = PROFILES[row["variant"]]
+    return NoiseModel(tuple(shot * k for k in ks), tuple(read * k for k in kr))
+
+
+def score(
+    task_name: str, models: dict[str, str], data: Path, crop: int, seed: int, groups: str
+) -> list[dict]:
+    """Per condition, each model's mean PSNR over the validation photos."""
+    from rawrcl.models.loading import load_for_task
+
+    border = 4 if task_name == "raw-denoise" else 8
+    preds = {}
+    for label, path in models.items():
+        model, _ = load_for_task(path, task_name)
+        preds[label] = model_predictor(model, get_task(task_name), multiple=8)
+    cache = {z: photos(data, crop, z) for z in ZOOMS}
+    out = []
+    for row in conditions(groups):
+        t0 = time.perf_counter()
+        task = get_task(task_name, unprocess=dict(DOMAINS)[row["domain"]])
+        if row["group"] == "C":
+            task = replace(task, cast=CASTS[row["variant"]])
+        noise = noise_of(row)
+        per: dict[str, list[float]] = {k: [] for k in preds}
+        for i, img in enumerate(cache[row["zoom"]]):
+            s = task.sample(img, np.random.default_rng([seed, i]), noise)
+            for label, run in preds.items():
+                y = run(s["input"].float(), task, s["meta"])
+                per[label].append(psnr_float(torch.as_tensor(y).float(), s["target"], border))
+        out.append(
+            {**row, **{k: float(np.mean(v)) for k, v in per.items()}, "seconds": time.perf_counter() - t0}
+        )
+    return out
+
+
+def report(rows: list[dict], labels: list[str]) -> dict:
+    """Print the table and the per-group summary; return the summary {group: {label: (mean, min, max)}}."""
+    ref, others = labels[0], labels[1:]
+    print(
+        f"| group | domain | zoom | noise | variant | {ref} (dB) | "
+        + " | ".join(f"Δ {k}" for k in others)
+        + " |"
+    )
+    print("|---|---|---|---|---|---|" + "---|" * len(others))
+    for r in rows:
+        deltas = " | ".join(f"{r[k] - r[ref]:+.3f}" for k in others)
+        print(
+            f"| {r['group']} | {r['domain']} | {r['zoom']}× | {r['level']} | {r.get('variant', '')} "
+            f"| {r[ref]:.2f} | {deltas} |"
+        )
+    summary: dict[str, dict] = {}
+    print()
+    for group in dict.fromkeys(r["group"] for r in rows):
+        sel = [r for r in rows if r["group"] == group]
+        summary[group] = {}
+        for k in others:
+            d = np.array([r[k] - r[ref] for r in sel])
+            summary[group][k] = (float(d.mean()), float(d.min()), float(d.max()))
+            print(
+                f"group {group} ({len(sel)} rows), {k} vs {ref}: mean {d.mean():+.3f} dB "
+                f"(min {d.min():+.3f}, max {d.max():+.3f})"
+            )
+    return summary
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("task", choices=["raw-denoise", "jdd"])
+    ap.add_argument(
+        "models", nargs="+", help="checkpoints (or run dirs / 'default'); the first is the reference"
+    )
+    ap.add_argument("--groups", default="U,C,P")
+    ap.add_argument("--data", default=str(DEFAULT_DATA))
+    ap.add_argument("--crop", type=int, default=384)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    data = Path(a.data)
+    if not (data / "urban100").is_dir() or not (data / "cbsd68").is_dir():
+        raise SystemExit(f"{data}: needs urban100/ and cbsd68/ (--data)")
+    labels = [f"{i}:{Path(m).name}" for i, m in enumerate(a.models)]
+    torch.manual_seed(0)
+    rows = score(a.task, dict(zip(labels, a.models, strict=True)), data, a.crop, a.seed, a.groups)
+    summary = report(rows, labels)
+    if a.json:
+        Path(a.json).write_text(
+            json.dumps({"task": a.task, "models": a.models, "rows": rows, "summary": summary}, indent=1)
+        )
+    return summary
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)
