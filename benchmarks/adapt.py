@@ -103,7 +103,7 @@ def run_adapt(name: str, files, out: Path, start_ckpt: str, steps: int, opts: di
     model, _ = load_checkpoint(out / "checkpoints" / "last.pt")  # the run's architecture (row-aware?)
     start_model, _ = load_checkpoint(start_ckpt)
     if is_row_aware(model):
-        start_model = add_row_input(start_model)
+        start_model = add_row_input(start_model, switch=bool(model.config.get("row_switch")))
     start = {k: v.clone() for k, v in start_model.state_dict().items()}
     rows = []
     held = {r["step"]: r for r in summ["held_out"]}

@@ -191,6 +191,45 @@ def test_add_row_input_is_the_same_model_until_trained(tmp_path):
         add_row_input(_tiny(noise_aware=False))
 
 
+def test_row_switch_keeps_the_start_for_samples_without_row_noise(tmp_path):
+    """``add_row_input(switch=True)``: the starting model is kept, frozen, and every sample told σ_row = 0 (or
+    no row) goes through it exactly, however the row-aware weights move; banded samples of the same batch
+    go through those weights, unless told no more than ``row_min``; the switch survives a checkpoint round
+    trip."""
+    from rawrcl.models.conditioning import add_row_input, is_row_aware
+    from rawrcl.models.registry import load_checkpoint, save_checkpoint
+    from rawrcl.noise import with_row_variance
+
+    base = _tiny()
+    sw = add_row_input(base, switch=True).eval()
+    assert is_row_aware(sw) and sw.config["row_switch"] and "row_switch" not in add_row_input(base).config
+    assert not any(p.requires_grad for p in sw.plain.parameters()) and any(
+        p.requires_grad for p in sw.parameters()
+    )
+    x = torch.rand(3, 4, 16, 16)
+    lam = torch.tensor([[2e-3] * 4, [2e-5] * 4]).expand(3, 2, 4)
+    lam3 = with_row_variance(lam, torch.tensor([0.0, 0.02, 0.0]))
+    with torch.no_grad():
+        ref = base(x, lam)
+        for p in sw.body.parameters():  # "adaptation"
+            p.add_(0.05)
+        out = sw(x, lam3)
+        assert torch.equal(sw(x, lam), ref) and torch.equal(out[0], ref[0]) and torch.equal(out[2], ref[2])
+        assert torch.allclose(out[1:2], sw._forward(x[1:2], lam3[1:2]), atol=1e-6)
+        assert not torch.allclose(out[1], ref[1])
+        save_checkpoint(tmp_path / "s.pt", sw)
+        back, cfg = load_checkpoint(tmp_path / "s.pt")
+        assert cfg["row_switch"] and torch.equal(back(x, lam3), out)
+        faint = add_row_input(base, switch=True, row_min=0.03).eval()  # σ_row 0.02 ≤ row_min: the start
+        for p in faint.body.parameters():
+            p.add_(0.05)
+        assert torch.equal(faint(x, lam3), ref)
+    with pytest.raises(RawrclError, match="row-aware"):
+        from rawrcl.models.registry import build_model
+
+        build_model({**base.config, "row_switch": True})
+
+
 def test_with_noise_and_recorrupt_carry_the_row_variance():
     from rawrcl.methods.r2r import recorrupt
     from rawrcl.models.conditioning import WithNoise

@@ -32,11 +32,12 @@ def is_row_aware(model: nn.Module) -> bool:
     return bool(getattr(unwrap(model), "row_aware", False))
 
 
-def add_row_input(model: nn.Module) -> nn.Module:
+def add_row_input(model: nn.Module, switch: bool = False, row_min: float = 0.0) -> nn.Module:
     """A row-aware copy of the noise-aware ``model`` (a :class:`~rawrcl.models.registry.RestorationModel`):
     the body's first convolution gets ``in_channels`` more inputs (the σ_row map) with zero weights, so
-    the copy computes exactly what ``model`` does until it is trained. Returned unchanged when already
-    row-aware; refused (RawrclError) for a blind model."""
+    the copy computes exactly what ``model`` does until it is trained. ``switch``: the copy also keeps
+    ``model`` itself, frozen, for every sample told σ_row ≤ ``row_min`` (config ``row_switch``). Returned
+    unchanged when already row-aware; refused (RawrclError) for a blind model."""
     from rawrcl.errors import RawrclError
     from rawrcl.models.registry import build_model, unwrap
 
@@ -45,13 +46,16 @@ def add_row_input(model: nn.Module) -> nn.Module:
         return model
     if not is_noise_aware(base):
         raise RawrclError("row-noise conditioning needs a noise-aware model")
-    new = build_model({**base.config, "row_aware": True})
+    extra = {"row_switch": True, "row_min": float(row_min)} if switch else {}
+    new = build_model({**base.config, "row_aware": True} | extra)
     p = next(base.parameters())
     new = new.to(device=p.device, dtype=p.dtype)
     key = next(f"body.{n}.weight" for n, m in base.body.named_modules() if isinstance(m, nn.Conv2d))
     state = dict(base.state_dict())
     w = state[key]  # the first convolution: (out, in, k, k) → zero weights for the σ_row inputs
     state[key] = torch.cat([w, w.new_zeros(w.shape[0], base.config["in_channels"], *w.shape[2:])], dim=1)
+    if switch:
+        state.update({f"plain.{k}": v for k, v in base.state_dict().items()})
     new.load_state_dict(state)
     return new
 

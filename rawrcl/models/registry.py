@@ -20,6 +20,12 @@ Config keys (JSON-able dict; missing keys get defaults, see :func:`model_config`
   (absent: 0). Made by :func:`rawrcl.models.conditioning.add_row_input` from a noise-aware model (zero
   weights on the new input, so the model is unchanged until trained), which ``rawrcl adapt`` does for
   banded files.
+- ``row_switch`` (default off, stored only when on; needs ``row_aware``) and ``row_min`` (σ_row, [0, 1]
+  units, default 0): the model also holds the frozen starting model (``plain.*``), which every sample told
+  σ_row ≤ ``row_min`` goes through, so the adapted weights serve banded files only
+  (:func:`rawrcl.models.conditioning.add_row_input` with ``switch=True``; ``rawrcl adapt`` sets ``row_min``
+  to half the smallest σ_row of its banded files, so a file read as faintly banded, e.g. a scene's
+  horizontal edges at base ISO, stays with the start).
 - ``demosaic``: the demosaic inside that skip for packed RAW → RGB heads, ``"bilinear"`` (default, so
   older checkpoints load unchanged) or ``"malvar"`` (Malvar–He–Cutler, sharper;
   :data:`rawrcl.models.heads.DEMOSAICS`).
@@ -34,6 +40,7 @@ Checkpoint file = ``torch.save({"config": dict, "state_dict": dict, "extra": dic
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable
@@ -85,6 +92,12 @@ class RestorationModel(nn.Module):
         self.skip = cfg["arch"] == "unet" and cfg["skip"]
         self.head = Head(cfg["head"], self.body.out_channels)
         self.size_multiple = int(getattr(self.body, "size_multiple", 1))
+        self.row_switch = bool(cfg.get("row_switch", False))
+        if self.row_switch:  # the starting model, frozen: what samples told σ_row ≤ row_min go through
+            self.row_min = cfg["row_min"]
+            plain = {k: v for k, v in cfg.items() if k not in ("row_switch", "row_min")}
+            self.plain = RestorationModel(plain | {"row_aware": False})
+            self.plain.requires_grad_(False)
 
     @property
     def head_name(self) -> str:
@@ -97,7 +110,29 @@ class RestorationModel(nn.Module):
     def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
         """``x`` (B, in_channels, h, w); ``noise`` (B, 2, in_channels) [λshot; λread] per channel (or
         (B, 3, in_channels) with σ_row², used by a row-aware model, ignored otherwise), required by (and only
-        by) a noise-aware model, whose body also sees the noise-std map (:func:`rawrcl.noise.std_map`)."""
+        by) a noise-aware model, whose body also sees the noise-std map (:func:`rawrcl.noise.std_map`).
+        With ``row_switch`` the samples told σ_row ≤ ``row_min`` (or no row) go through the frozen starting
+        model ``plain`` instead: an adapted banded camera's model is exactly the start on every other file."""
+        if self.row_switch and noise is not None:
+            noise = noise.to(x.device)
+            banded = (
+                (noise[:, 2] > self.row_min**2).any(dim=1)
+                if noise.shape[1] > 2
+                else x.new_zeros(len(x), dtype=torch.bool)
+            )
+            if not bool(banded.any()):
+                return self.plain(x, noise[:, :2])
+            if not bool(banded.all()):
+                out_b, out_p = (
+                    self._forward(x[banded], noise[banded]),
+                    self.plain(x[~banded], noise[~banded, :2]),
+                )
+                out = out_b.new_empty((len(x), *out_b.shape[1:]))
+                out[banded], out[~banded] = out_b, out_p.to(out_b.dtype)
+                return out
+        return self._forward(x, noise)
+
+    def _forward(self, x: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         if self.noise_aware:
             if noise is None:
                 raise RawrclError("this model is noise-aware: it needs the noise parameters (λshot, λread)")
@@ -222,6 +257,16 @@ def model_config(config: dict) -> dict:
         cfg["row_aware"] = bool(cfg.get("row_aware", False))
         if cfg["row_aware"] and not cfg["noise_aware"]:
             raise RawrclError("row_aware needs a noise-aware model")
+        if cfg.get("row_switch"):  # only stored when on, so other configs stay as they were
+            if not cfg["row_aware"]:
+                raise RawrclError("row_switch needs a row-aware model")
+            cfg["row_switch"] = True
+            cfg["row_min"] = float(cfg.get("row_min", 0.0))
+            if not (math.isfinite(cfg["row_min"]) and cfg["row_min"] >= 0):
+                raise RawrclError(f"row_min must be a finite σ_row ≥ 0, got {cfg['row_min']}")
+        else:
+            cfg.pop("row_switch", None)
+            cfg.pop("row_min", None)
         if arch == "unet":
             cfg["skip"] = bool(cfg.get("skip", False))
         else:

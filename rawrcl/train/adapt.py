@@ -179,16 +179,24 @@ def adapt(
         )
     model, src = start_model(source, task)
     if any(f.row > 0 for f in nfiles) and is_noise_aware(model) and not is_row_aware(model):
-        model = add_row_input(model)  # zero weights on the new input: the same model until trained
-        say("row noise: the model gets a σ_row input (row-aware; files without banding are told 0)")
+        # zero weights on the new input: the same model until trained; with the switch, files read below half
+        # the faintest banding of this folder stay with the start
+        row_min = 0.5 * min(f.row for f in nfiles if f.row > 0)
+        model = add_row_input(model, switch=c.row_switch, row_min=row_min)
+        say(
+            "row noise: the model gets a σ_row input (row-aware; files without banding are told 0"
+            + (", and keep the starting weights)" if c.row_switch else ")")
+        )
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    # with a row switch the start serves every file told no banding: all synthetic crops get the files' noise
+    own = c.mix_own if c.mix_own is not None else (1.0 if getattr(model, "row_switch", False) else 0.5)
     if c.train_only:  # adapt only the parameters whose names contain one of these strings
         for name, prm in model.named_parameters():
             prm.requires_grad_(any(t in name for t in c.train_only))
         if not any(prm.requires_grad for prm in model.parameters()):
             raise RawrclError(f"train_only {list(c.train_only)}: matches no parameter of the model")
     data = NoisyCrops(
-        nfiles, crop=crop, seed=seed, mix=synthetic_mix(crop, nfiles, c.mix_own) if c.mix > 0 else None
+        nfiles, crop=crop, seed=seed, mix=synthetic_mix(crop, nfiles, own) if c.mix > 0 else None
     )
     held = data.held_out()
     objective = Guarded(method, make_objective(method, alpha), start, c.anchor, c.mix)

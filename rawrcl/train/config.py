@@ -206,14 +206,17 @@ class AdaptConfig:
 
     ``method``: the self-supervised objective; ``steps`` × ``batch_size`` crop pairs of ``crop`` mosaic
     px; Adam at constant ``lr``; guards against forgetting: ``anchor`` (weight of Σ(θ − θ₀)²), ``mix``
-    (weight of the synthetic supervised crops; ``mix_own`` of them with the files' own noise);
+    (weight of the synthetic supervised crops; ``mix_own`` of them with the files' own noise, default 0.5,
+    or 1 when a row switch serves a banded camera: the camera-sampler half then has nothing to protect);
     ``alpha`` the recorruption strength of R2R; ``evals`` checkpoints scored on the held-out crops;
     ``select`` the score that picks among those within ``forget_tol`` dB on the forgetting check;
     ``train_only`` name fragments of the only parameters adapted (None: all); ``ema`` weight averaging;
     ``row_noise`` the files' row (banding) noise std in [0, 1] units: ``"off"`` (default: the estimate
     takes strong horizontal scene edges for banding on 5–20 % of small photos, docs/adaptation.md),
     ``"auto"`` (estimated per file, :mod:`rawrcl.calibration.rows`; used where significant), or a number
-    for every file.
+    for every file. ``row_switch`` (default on): a banded camera's adapted model keeps the starting weights
+    for files told no row noise (config ``row_switch`` of :mod:`rawrcl.models.registry`), so it forgets
+    nothing on them.
     Measured defaults: docs/adaptation.md.
     """
 
@@ -224,7 +227,7 @@ class AdaptConfig:
     lr: float = 3e-5
     anchor: float = 0.05
     mix: float = 0.5
-    mix_own: float = 0.5
+    mix_own: float | None = None
     alpha: float = 0.5
     evals: int = 4
     select: str = "sure"
@@ -233,6 +236,7 @@ class AdaptConfig:
     ema: float | None = None
     seed: int = 0
     row_noise: str = "off"
+    row_switch: bool = True
 
     def __post_init__(self) -> None:
         from rawrcl.calibration.rows import parse_row_noise
@@ -256,6 +260,8 @@ class AdaptConfig:
             ("mix_own", 0, 1),
             ("alpha", 0, 10),
         ):
+            if getattr(self, key) is None:  # mix_own: resolved by adapt (see the docstring)
+                continue
             v = float(getattr(self, key))
             if not (math.isfinite(v) and lo <= v <= hi) or (key == "alpha" and v == 0):
                 raise RawrclError(
