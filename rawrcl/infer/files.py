@@ -44,10 +44,11 @@ def _render(raw, rgb_linear: np.ndarray, render: str) -> np.ndarray:
         raise RawrclError(f"--render {render!r}: expected srgb or linear")
     from rawrcl.isp import gray_world_wb, has_white_balance, render_srgb
 
-    rgb = torch.from_numpy(np.ascontiguousarray(rgb_linear, dtype=np.float32)).clamp(0, 1)
+    rgb = np.clip(rgb_linear, 0, 1)
     # no as-shot white balance in the file: gray world, as a raw developer's auto white balance would
-    wb = raw.wb if has_white_balance(raw.wb) else gray_world_wb(rgb.numpy())
-    return render_srgb(rgb, wb, raw.ccm).numpy()  # in torch: its elementwise ops use every thread
+    wb = raw.wb if has_white_balance(raw.wb) else gray_world_wb(rgb)
+    out = render_srgb(rgb, wb, raw.ccm)
+    return out.numpy() if isinstance(out, torch.Tensor) else np.asarray(out)
 
 
 def jdd_file(
