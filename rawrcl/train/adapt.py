@@ -45,6 +45,7 @@ and the verdict. The objective and its guards live in :mod:`rawrcl.train.adapt_o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -189,14 +190,15 @@ def adapt(
         )
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
     # with a row switch the start serves every file told no banding: all synthetic crops get the files' noise
-    own = c.mix_own if c.mix_own is not None else (1.0 if getattr(model, "row_switch", False) else 0.5)
+    if c.mix_own is None:  # resolved here, and recorded so (run config, adapt.json, --resume)
+        c = dataclasses.replace(c, mix_own=1.0 if getattr(model, "row_switch", False) else 0.5)
     if c.train_only:  # adapt only the parameters whose names contain one of these strings
-        for name, prm in model.named_parameters():
-            prm.requires_grad_(any(t in name for t in c.train_only))
+        for name, prm in model.named_parameters():  # (never the frozen start of a row switch)
+            prm.requires_grad_(any(t in name for t in c.train_only) and not name.startswith("plain."))
         if not any(prm.requires_grad for prm in model.parameters()):
             raise RawrclError(f"train_only {list(c.train_only)}: matches no parameter of the model")
     data = NoisyCrops(
-        nfiles, crop=crop, seed=seed, mix=synthetic_mix(crop, nfiles, own) if c.mix > 0 else None
+        nfiles, crop=crop, seed=seed, mix=synthetic_mix(crop, nfiles, c.mix_own) if c.mix > 0 else None
     )
     held = data.held_out()
     objective = Guarded(method, make_objective(method, alpha), start, c.anchor, c.mix)
