@@ -44,14 +44,16 @@ def make_dng(path: Path, mp: float = 12.0) -> tuple[int, int]:
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     """(wall seconds, peak RSS in MiB) of one run of ``cmd``; raises if it fails."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    if proc.returncode != 0:
-        raise SystemExit(f"{shlex.join(cmd)} failed ({proc.returncode}): {err.strip()[-500:]}")
+    with tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            err.seek(0)
+            text = err.read().decode(errors="replace").strip()[-500:]
+            raise SystemExit(f"{shlex.join(cmd)} failed ({proc.returncode}): {text}")
     return wall, usage.ru_maxrss / 1024
 
 

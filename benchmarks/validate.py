@@ -37,9 +37,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rawrcl.eval import load_images, model_predictor, psnr_float
+from rawrcl.eval import model_predictor, psnr_float
 from rawrcl.noise import PRESETS, NoiseModel
 from rawrcl.tasks import get_task
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from real_noise import test_photos  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 #: (source folder, first sorted index, step, count): the validation photos
@@ -56,21 +59,12 @@ ZOOMS = (1, 4)
 
 def photos(data: Path, crop: int, zoom: int) -> list[np.ndarray]:
     """The validation photos (3, crop, crop) float32 [0, 1]: centre crops, or centre windows of crop/zoom
-    enlarged ×zoom."""
-    from rawrcl.data.labelled import zoomed_crop
-
-    out = []
-    for source, first, step, count in PHOTOS:
-        files = sorted(p for p in (data / source).iterdir() if p.suffix.lower() in (".png", ".jpg"))
-        for _, img in load_images(files[first::step][:count]):
-            if zoom > 1:
-                out.append(zoomed_crop(img, min(crop, *img.shape[1:]) // 2 * 2, zoom))
-                continue
-            _, h, w = img.shape
-            c = min(crop, h, w) // 2 * 2
-            y, x = (h - c) // 4 * 2, (w - c) // 4 * 2
-            out.append(np.ascontiguousarray(img[:, y : y + c, x : x + c]))
-    return out
+    enlarged ×zoom (:func:`real_noise.test_photos`, the held-out table's own cropping)."""
+    return [
+        img
+        for source, first, step, count in PHOTOS
+        for _, img in test_photos(data, step, crop, zoom, source, first)[:count]
+    ]
 
 
 def conditions(groups: str) -> list[dict]:

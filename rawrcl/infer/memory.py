@@ -3,9 +3,10 @@
 A tiled forward pass allocates and frees activations of 10–200 MB per layer. glibc's malloc serves every
 block above its mmap threshold (≤ 32 MB by default) with a fresh ``mmap`` and returns it with ``munmap``,
 so each layer's output is page-faulted in and zeroed by the kernel again. On a 12 MP ``rawrcl jdd`` (fp32,
-2 threads) that was 8–10 s of system time and ≈ 4 s of wall time (18.6 → 14.5 s; peak memory 1.70 →
-2.04 GB; ``docs/weights.md``, "Speed"). :func:`keep_freed_memory` raises the mmap threshold to 1 GiB and
-the trim threshold to 2 GiB, so freed blocks stay in the heap and are reused by the next tile.
+2 threads, 512-pixel tiles in fours) that was 8–10 s of system time and ≈ 4 s of wall time (18.6 → 14.5 s;
+peak memory 1.70 → 2.04 GB; ``docs/weights.md``, "Speed"). :func:`keep_freed_memory` raises the mmap
+threshold to 1 GiB and the trim threshold to 2 GiB, so freed blocks stay in the heap and are reused by the
+next tile.
 
 Process-wide and one-way (glibc offers no undo short of resetting the values), so it is applied only by
 the inference entry point (:func:`rawrcl.infer.tiling.tiled_apply` on the CPU), once per process; set
@@ -23,9 +24,8 @@ import sys
 _M_TRIM_THRESHOLD = -1  # mallopt parameters, <malloc.h>
 _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 1 << 30  #: blocks below 1 GiB come from the heap (bytes)
-TRIM_THRESHOLD = (
-    1 << 31
-) - 1  #: free memory kept at the top of the heap, ≈ 2 GiB (bytes; mallopt takes an int)
+#: free memory kept at the top of the heap, ≈ 2 GiB (bytes; mallopt takes an int)
+TRIM_THRESHOLD = (1 << 31) - 1
 
 _applied: bool | None = None
 

@@ -51,11 +51,12 @@ def add_row_input(model: nn.Module, switch: bool = False, row_min: float = 0.0) 
     p = next(base.parameters())
     new = new.to(device=p.device, dtype=p.dtype)
     key = next(f"body.{n}.weight" for n, m in base.body.named_modules() if isinstance(m, nn.Conv2d))
-    state = dict(base.state_dict())
+    start = base.state_dict()
+    state = dict(start)
     w = state[key]  # the first convolution: (out, in, k, k) → zero weights for the σ_row inputs
     state[key] = torch.cat([w, w.new_zeros(w.shape[0], base.config["in_channels"], *w.shape[2:])], dim=1)
     if switch:
-        state.update({f"plain.{k}": v for k, v in base.state_dict().items()})
+        state.update({f"plain.{k}": v for k, v in start.items()})
     new.load_state_dict(state)
     return new
 

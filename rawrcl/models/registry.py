@@ -115,20 +115,16 @@ class RestorationModel(nn.Module):
         model ``plain`` instead: an adapted banded camera's model is exactly the start on every other file."""
         if self.row_switch and noise is not None:
             noise = noise.to(x.device)
-            banded = (
-                (noise[:, 2] > self.row_min**2).any(dim=1)
-                if noise.shape[1] > 2
-                else x.new_zeros(len(x), dtype=torch.bool)
-            )
+            if noise.shape[1] < 3:  # no row noise told: the start
+                return self.plain(x, noise)
+            banded = (noise[:, 2] > self.row_min**2).any(dim=1)
             if not bool(banded.any()):
                 return self.plain(x, noise[:, :2])
             if not bool(banded.all()):
-                out_b, out_p = (
-                    self._forward(x[banded], noise[banded]),
-                    self.plain(x[~banded], noise[~banded, :2]),
-                )
+                out_b = self._forward(x[banded], noise[banded])
                 out = out_b.new_empty((len(x), *out_b.shape[1:]))
-                out[banded], out[~banded] = out_b, out_p.to(out_b.dtype)
+                out[banded] = out_b
+                out[~banded] = self.plain(x[~banded], noise[~banded, :2]).to(out_b.dtype)
                 return out
         return self._forward(x, noise)
 
