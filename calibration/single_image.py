@@ -151,9 +151,8 @@ def cfa_details(
     floor = black_floor(packed)
     black = packed <= floor if floor is not None else np.zeros(packed.shape, dtype=bool)
     excluded &= ~black
-    weights = [
-        fit_predictor(mosaic, s, radius, st.fit_samples, unpack(excluded | black, "RGGB")) for s in SITES
-    ]
+    unfit = unpack(excluded | black, "RGGB")
+    weights = [fit_predictor(mosaic, s, radius, st.fit_samples, unfit) for s in SITES]
     clipped = unpack(excluded, "RGGB")
     bands = tile_bands(h, w, block, c, st.max_tiles, margin=_MARGIN)
     if bands is None:

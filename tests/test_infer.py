@@ -416,3 +416,26 @@ def test_keep_freed_memory_applies_once_unless_opted_out(env):
         [sys.executable, "-c", code], env=environ, capture_output=True, text=True, check=True
     )
     assert out.stdout.split() == (["False", "False"] if env else ["True", "True"])
+
+
+def test_banded_rendering_and_quantisation_match_the_whole_image_formulas():
+    from types import SimpleNamespace
+
+    from rawrcl.infer.files import _render
+    from rawrcl.infer.writers import BAND_ROWS, to_uint
+    from rawrcl.isp import render_srgb
+
+    rng = np.random.default_rng(0)
+    rgb = rng.uniform(-0.1, 1.2, (3, 2 * BAND_ROWS + 5, 9)).astype(np.float32)  # rows not a band multiple
+    ccm = np.array([[1.6, -0.4, -0.2], [-0.2, 1.5, -0.3], [0.0, -0.5, 1.5]])
+    raw = SimpleNamespace(wb=(2.0, 1.0, 1.5), ccm=ccm)
+    whole = render_srgb(np.clip(rgb, 0, 1), raw.wb, ccm)
+    assert np.array_equal(_render(raw, rgb, "srgb"), whole)
+    for bits in (8, 16):
+        top = (1 << bits) - 1
+        ref = (
+            (np.clip(whole, 0, 1) * top + 0.5).transpose(1, 2, 0).astype(np.uint8 if bits == 8 else np.uint16)
+        )
+        got = to_uint(whole, bits)
+        assert got.dtype == ref.dtype and got.shape == (2 * BAND_ROWS + 5, 9, 3)
+        assert np.array_equal(got, ref)

@@ -21,12 +21,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-import torch
 import torch.nn as nn
 
 from rawrcl.device import resolve_device
 from rawrcl.errors import RawrclError
 from rawrcl.infer.batch import BatchResult, _format_from, _prepare, expand_inputs, output_is_file, run_batch
+from rawrcl.infer.memory import keep_freed_memory
 from rawrcl.infer.noise import NoiseOptions, deband_raw, prepare_raw, raw_model_for, rgb_model_for
 from rawrcl.infer.pipeline import TileOptions, denoise_cfa, denoise_rgb, jdd_cfa, task_model
 from rawrcl.infer.writers import write_cfa_tiff, write_denoised_dng, write_image
@@ -42,13 +42,17 @@ def _render(raw, rgb_linear: np.ndarray, render: str) -> np.ndarray:
         return rgb_linear
     if render != "srgb":
         raise RawrclError(f"--render {render!r}: expected srgb or linear")
+    from rawrcl.infer.writers import BAND_ROWS
     from rawrcl.isp import gray_world_wb, has_white_balance, render_srgb
 
-    rgb = np.clip(rgb_linear, 0, 1)
+    rgb = np.asarray(rgb_linear)
     # no as-shot white balance in the file: gray world, as a raw developer's auto white balance would
     wb = raw.wb if has_white_balance(raw.wb) else gray_world_wb(rgb)
-    out = render_srgb(rgb, wb, raw.ccm)
-    return out.numpy() if isinstance(out, torch.Tensor) else np.asarray(out)
+    out = np.empty(rgb.shape, dtype=np.float32)
+    for r0 in range(0, rgb.shape[1], BAND_ROWS):  # in bands of rows: no full-size temporaries
+        band = np.clip(rgb[:, r0 : r0 + BAND_ROWS], 0, 1)
+        out[:, r0 : r0 + BAND_ROWS] = render_srgb(band, wb, raw.ccm)
+    return out
 
 
 def jdd_file(
@@ -73,6 +77,7 @@ def jdd_file(
     dst = Path(dst)
     if dst.exists() and not overwrite:
         raise RawrclError(f"{dst}: exists (use --force to overwrite)")
+    keep_freed_memory()  # full-size arrays reused from here on (rawrcl.infer.memory)
     raw = read_raw(src, clip=False)  # keep noise below black: models are trained unclipped
     raw, fn = prepare_raw(raw, src, noise, log)
     raw, fn = deband_raw(model, raw, src, noise, log, fn)
@@ -119,6 +124,7 @@ def denoise_file(
     if model is None:
         raise RawrclError(f"{src}: no RAW denoising model")
     net = model() if not isinstance(model, nn.Module) else model
+    keep_freed_memory()  # full-size arrays reused from here on (rawrcl.infer.memory)
     raw = read_raw(src, clip=False)  # keep noise below black: models are trained unclipped
     raw, fn = prepare_raw(raw, src, noise, log)
     raw, fn = deband_raw(net, raw, src, noise, log, fn)
