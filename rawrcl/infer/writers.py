@@ -96,12 +96,19 @@ def requantize_cfa(
     Shapes: (H, W) float → (H, W) uint16. ``black_level`` holds 4 values, one per position of the 2×2
     tile, row-major (the :class:`~rawrcl.io.raw.RawImage` convention).
     """
-    cfa = np.asarray(cfa, dtype=np.float64)
+    cfa = np.asarray(cfa)
     black = np.asarray(black_level, dtype=np.float64).reshape(2, 2)
     h, w = cfa.shape
-    bl = np.tile(black, ((h + 1) // 2, (w + 1) // 2))[:h, :w]
-    dn = bl + cfa * (float(white_level) - bl)
-    return np.clip(np.rint(dn), 0, min(float(white_level), 65535)).astype(np.uint16)
+    top = min(float(white_level), 65535)
+    rows = BAND_ROWS + BAND_ROWS % 2  # even: every band starts on the same Bayer row phase
+    bl = np.tile(black, ((rows + 1) // 2, (w + 1) // 2))[:rows, :w]
+    out = np.empty((h, w), dtype=np.uint16)
+    for r0 in range(0, h, rows):  # in bands of rows: no full-size float64 temporaries
+        b = bl[: min(rows, h - r0)]
+        dn = np.asarray(cfa[r0 : r0 + rows], dtype=np.float64) * (float(white_level) - b)
+        dn += b
+        out[r0 : r0 + rows] = np.clip(np.rint(dn, out=dn), 0, top, out=dn)
+    return out
 
 
 def write_denoised_dng(path: str | os.PathLike, raw, cfa: np.ndarray, overwrite: bool = False) -> Path:
