@@ -154,6 +154,13 @@ def test_requantize_per_position_black_levels():
     dn = requantize_cfa(cfa, "RGGB", (100, 200, 300, 400), 1100)
     assert dn.dtype == np.uint16
     np.testing.assert_array_equal(dn, [[100, 1100], [700, 575]])
+    # several bands of rows, an odd height: every row keeps its own Bayer row's black levels
+    from rawrcl.infer.writers import BAND_ROWS
+
+    big = np.random.default_rng(0).uniform(-0.1, 1.1, (3 * BAND_ROWS + 3, 5))
+    black = np.tile([[100.0, 200.0], [300.0, 400.0]], (big.shape[0] // 2 + 1, 3))[: big.shape[0], :5]
+    want = np.clip(np.rint(black + big * (1100 - black)), 0, 1100).astype(np.uint16)
+    np.testing.assert_array_equal(requantize_cfa(big, "RGGB", (100, 200, 300, 400), 1100), want)
 
 
 def test_write_image_atomic_and_no_overwrite(tmp_path: Path):
