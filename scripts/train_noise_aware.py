@@ -18,7 +18,8 @@ Recipe (issue 19 §2–3; every choice fixed on synthetic data, none on the real
   ``--cast-p P`` of the crops get an illuminant colour cast (red and blue × a factor log-uniform in
   [1/``--cast-max``, ``--cast-max``] each, exposed for the brightest channel): unprocessing alone gives
   only daylight ratios (R/G ≈ 0.4–0.5, B/G ≈ 0.5–0.7), real files under artificial light go far beyond.
-- training: plain L1 (a noise-balanced loss measured worse on validation), Adam, cosine learning rate,
+- training: plain L1 (a noise-balanced loss measured worse on validation; `--loss log-mse` maximises the
+  mean per-crop PSNR instead), Adam, cosine learning rate,
   gradient cap 1, weight EMA 0.999 (the checkpoint holds the average).
 
 Resumable: re-running the same command continues ``WORK/<task>`` from its last checkpoint (the trainer's
@@ -37,6 +38,7 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,6 +85,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--cast-p", type=float, default=0.0, help="share of crops with an illuminant colour cast")
     ap.add_argument(
         "--cast-max", type=float, default=4.0, help="red and blue × a factor log-uniform in [1/max, max]"
+    )
+    ap.add_argument(
+        "--loss",
+        choices=("l1", "log-mse", "rmse"),
+        default="l1",
+        help="l1; log-mse: the batch mean of log10 per-crop MSE (maximises the mean PSNR over crops); rmse: "
+        "the batch mean of per-crop RMS errors",
     )
     ap.add_argument("--save-every", type=int, default=250)
     ap.add_argument("--install", action="store_true", help="install the result into rawrcl/weights/")
@@ -178,6 +187,7 @@ def train_task(args) -> Path:
     )
     cfg = {
         "method": "supervised",
+        "loss": args.loss,
         "task": task.name,
         "steps": args.steps,
         "batch_size": args.batch,
@@ -203,7 +213,9 @@ def train_task(args) -> Path:
         "progress": sys.stderr.isatty(),
     }
     torch.manual_seed(args.seed)
-    Trainer(model, supervised, dataset, run_dir, cfg).fit()
+    balance = {"l1": False, "log-mse": "psnr", "rmse": "rmse"}[args.loss]
+    method = partial(supervised, balance=balance) if balance else supervised
+    Trainer(model, method, dataset, run_dir, cfg).fit()
     return run_dir
 
 
@@ -222,6 +234,7 @@ def _stage(run_dir: Path) -> dict:
         "seed",
         "noise",
         "zoom",
+        "loss",
     )
     stage = {k: cfg.get(k) for k in keep}
     stage.update(task_options=cfg.get("task_options"), model=cfg.get("model"), behind=cfg.get("behind"))

@@ -379,3 +379,35 @@ def test_crop_balanced_l1_uses_the_crop_noise_level():
     assert out["loss"].item() == pytest.approx((w / w.mean() * torch.tensor([0.001, 0.01])).mean().item())
     with pytest.raises(RawrclError, match="sigma_crop"):
         supervised({"input": inp, "target": target, "sigma": sig}, model, balance="crop")
+
+
+def test_psnr_balanced_loss_is_the_mean_log_mse_and_weights_samples_by_their_error():
+    from rawrcl.methods.supervised import PSNR_MSE_FLOOR
+
+    target = torch.zeros(2, 1, 2, 2)
+    inp = torch.stack([torch.full((1, 2, 2), v) for v in (0.001, 0.1)]).requires_grad_(True)
+    out = supervised({"input": inp, "target": target}, torch.nn.Identity(), balance="psnr")
+    expected = (torch.log10(torch.tensor([1e-6, 1e-2]) + PSNR_MSE_FLOOR)).mean()
+    assert out["loss"].item() == pytest.approx(expected.item(), rel=1e-6)
+    assert out["l1"] == pytest.approx((0.001 + 0.1) / 2, rel=1e-6)
+    out["loss"].backward()
+    g = inp.grad.flatten(1)[:, 0]
+    # d log(e²) / de = 2/e: the sample with 100× less error gets 100× the gradient (plain MSE: 1/100)
+    assert (g[0] / g[1]).item() == pytest.approx(100.0, rel=1e-3)
+
+
+def test_rmse_balanced_loss_is_the_mean_per_sample_rms_error():
+    from rawrcl.methods.supervised import PSNR_MSE_FLOOR
+
+    target = torch.zeros(2, 1, 2, 2)
+    inp = torch.stack([torch.tensor([[[0.0, 0.02], [0.0, 0.02]]]), torch.full((1, 2, 2), 0.1)])
+    inp.requires_grad_(True)
+    out = supervised({"input": inp, "target": target}, torch.nn.Identity(), balance="rmse")
+    rms = torch.sqrt(torch.tensor([2e-4, 1e-2]) + PSNR_MSE_FLOOR)
+    assert out["loss"].item() == pytest.approx(rms.mean().item(), rel=1e-5)
+    out["loss"].backward()
+    g = inp.grad.flatten(1)
+    # within a sample the gradient grows with the error (squared error: the mean, not the median) ...
+    assert g[0, 0].item() == 0.0 and g[0, 1].item() > 0
+    # ... across samples each one's squared error is weighted by 1/RMSE: a pixel of error e gets ∝ e / RMSE
+    assert g[0, 1].item() == pytest.approx(g[1, 0].item() * (0.02 / 0.1) / (rms[0] / rms[1]).item(), rel=1e-4)

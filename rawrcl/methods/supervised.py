@@ -20,6 +20,10 @@ BALANCE_SIGMA0 = 2.0 / 255.0
 #: σ₀ of the crop-balanced weights (``balance="crop"``), [0, 1] units: RAW crops can be far darker than 0.5.
 CROP_SIGMA0 = 5e-4
 
+#: Floor of the per-sample MSE in ``balance="psnr"`` ([0, 1]² units; 1e-9 = 90 dB): keeps a near-perfect
+#: sample from taking the whole gradient.
+PSNR_MSE_FLOOR = 1e-9
+
 
 def supervised(batch: dict, model: torch.nn.Module, *, balance: bool | str = False) -> dict:
     """Mean absolute error between ``model(batch["input"])`` and ``batch["target"]``.
@@ -31,7 +35,11 @@ def supervised(batch: dict, model: torch.nn.Module, *, balance: bool | str = Fal
     in training; the weights even that out. ``balance="crop"`` uses ``batch["sigma_crop"]`` instead, the noise
     std at the crop's own mean signal, with σ₀ = :data:`CROP_SIGMA0` — for data whose brightness varies
     (exposure-scaled RAW), where the std at 0.5 says little about a dark crop's noise; weighting each
-    crop's L1 by 1/σ approximates maximising the mean PSNR over crops.
+    crop's L1 by 1/σ approximates maximising the mean PSNR over crops. ``balance="psnr"`` maximises it
+    directly: the loss is the batch mean of ``log10(MSEᵢ + PSNR_MSE_FLOOR)`` (−PSNRᵢ/10 up to a constant), so
+    each sample's squared-error gradient is weighted by 1/MSEᵢ. ``balance="rmse"``: the batch mean of
+    per-sample RMS errors — squared error within a sample (the posterior mean, what PSNR rewards), weighted
+    across samples by 1/RMSEᵢ, the balance plain L1 gives (between L1 and ``"psnr"``).
 
     Returns ``{"loss": scalar tensor (differentiable), "l1": float}`` (``l1`` always the plain mean).
     """
@@ -44,6 +52,14 @@ def supervised(batch: dict, model: torch.nn.Module, *, balance: bool | str = Fal
     if not balance:
         loss = F.l1_loss(out, target)
         return {"loss": loss, "l1": float(loss.detach())}
+    if balance == "rmse":
+        per_mse = (out - target).square().flatten(1).mean(dim=1)
+        loss = (per_mse + PSNR_MSE_FLOOR).sqrt().mean()
+        return {"loss": loss, "l1": float((out - target).abs().mean().detach())}
+    if balance == "psnr":
+        per_mse = (out - target).square().flatten(1).mean(dim=1)
+        loss = torch.log10(per_mse + PSNR_MSE_FLOOR).mean()
+        return {"loss": loss, "l1": float((out - target).abs().mean().detach())}
     key, sigma0 = ("sigma_crop", CROP_SIGMA0) if balance == "crop" else ("sigma", BALANCE_SIGMA0)
     if key not in batch:
         raise RawrclError(f"the noise-balanced loss needs batches with {key!r} (each sample's noise level)")

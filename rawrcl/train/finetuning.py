@@ -236,7 +236,13 @@ def finetune(
         "cast": None if cast is None else [float(cast[0]), float(cast[1])],
         "grad_clip": None if grad_clip is None else float(grad_clip),
         "ema": None if ema is None else float(ema),
-        "loss": {False: "l1", True: "l1-noise-balanced", "crop": "l1-crop-balanced"}[balance_noise],
+        "loss": {
+            False: "l1",
+            True: "l1-noise-balanced",
+            "crop": "l1-crop-balanced",
+            "psnr": "log-mse",
+            "rmse": "rmse",
+        }[balance_noise],
         "model": dict(getattr(model, "config", {})),
     }
     if device:
