@@ -20,13 +20,14 @@ BALANCE_SIGMA0 = 2.0 / 255.0
 #: σ₀ of the crop-balanced weights (``balance="crop"``), [0, 1] units: RAW crops can be far darker than 0.5.
 CROP_SIGMA0 = 5e-4
 
-#: Floor of the per-sample MSE in ``balance="psnr"`` ([0, 1]² units; 1e-9 = 90 dB): keeps a near-perfect
-#: sample from taking the whole gradient.
+#: Floor of the per-sample MSE in ``balance="psnr"`` and ``"rmse"`` ([0, 1]² units; 1e-9 = 90 dB): keeps a
+#: near-perfect sample from taking the whole gradient (and the square root's gradient finite at 0).
 PSNR_MSE_FLOOR = 1e-9
 
 
 def supervised(batch: dict, model: torch.nn.Module, *, balance: bool | str = False) -> dict:
-    """Mean absolute error between ``model(batch["input"])`` and ``batch["target"]``.
+    """Mean absolute error between ``model(batch["input"])`` and ``batch["target"]`` (or, with ``balance``, a
+    weighted or mean-squared variant).
 
     ``balance=True`` (noise-balanced L1) weights sample i's mean L1 by ``1 / (σᵢ + σ₀)``, normalised to mean 1
     over the batch, with ``σᵢ = batch["sigma"][i]`` its noise std at signal 0.5 ([0, 1] units, see
