@@ -139,7 +139,7 @@ def _noise_name(args) -> str:
 def train_task(args) -> Path:
     import torch
 
-    from rawrcl.methods.supervised import supervised
+    from rawrcl.methods.supervised import LOSS_NAMES, supervised
     from rawrcl.noise import CameraSampler
     from rawrcl.tasks import get_task
     from rawrcl.train import Trainer
@@ -213,7 +213,7 @@ def train_task(args) -> Path:
         "progress": sys.stderr.isatty(),
     }
     torch.manual_seed(args.seed)
-    balance = {"l1": False, "log-mse": "psnr", "rmse": "rmse"}[args.loss]
+    balance = {name: key for key, name in LOSS_NAMES.items()}[args.loss]
     method = partial(supervised, balance=balance) if balance else supervised
     Trainer(model, method, dataset, run_dir, cfg).fit()
     return run_dir

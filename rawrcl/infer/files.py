@@ -29,7 +29,7 @@ from rawrcl.infer.batch import BatchResult, _format_from, _prepare, expand_input
 from rawrcl.infer.memory import keep_freed_memory
 from rawrcl.infer.noise import NoiseOptions, deband_raw, prepare_raw, raw_model_for, rgb_model_for
 from rawrcl.infer.pipeline import TileOptions, denoise_cfa, denoise_rgb, jdd_cfa, task_model
-from rawrcl.infer.writers import write_cfa_tiff, write_denoised_dng, write_image
+from rawrcl.infer.writers import BAND_ROWS, write_cfa_tiff, write_denoised_dng, write_image
 from rawrcl.io import PHOTO_EXTENSIONS, RAW_EXTENSIONS, read_photo_depth
 
 # ----------------------------------------------------------------------------------------------------
@@ -42,7 +42,6 @@ def _render(raw, rgb_linear: np.ndarray, render: str) -> np.ndarray:
         return rgb_linear
     if render != "srgb":
         raise RawrclError(f"--render {render!r}: expected srgb or linear")
-    from rawrcl.infer.writers import BAND_ROWS
     from rawrcl.isp import gray_world_wb, has_white_balance, render_srgb
 
     rgb = np.asarray(rgb_linear)

@@ -104,8 +104,9 @@ def requantize_cfa(
     bl = np.tile(black, ((rows + 1) // 2, (w + 1) // 2))[:rows, :w]
     out = np.empty((h, w), dtype=np.uint16)
     for r0 in range(0, h, rows):  # in bands of rows: no full-size float64 temporaries
-        b = bl[: min(rows, h - r0)]
-        dn = np.asarray(cfa[r0 : r0 + rows], dtype=np.float64) * (float(white_level) - b)
+        band = np.asarray(cfa[r0 : r0 + rows], dtype=np.float64)
+        b = bl[: len(band)]
+        dn = band * (float(white_level) - b)
         dn += b
         out[r0 : r0 + rows] = np.clip(np.rint(dn, out=dn), 0, top, out=dn)
     return out

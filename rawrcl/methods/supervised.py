@@ -24,6 +24,15 @@ CROP_SIGMA0 = 5e-4
 #: near-perfect sample from taking the whole gradient (and the square root's gradient finite at 0).
 PSNR_MSE_FLOOR = 1e-9
 
+#: The recorded name of each ``balance`` setting (run configs, provenance, ``--loss`` choices).
+LOSS_NAMES = {
+    False: "l1",
+    True: "l1-noise-balanced",
+    "crop": "l1-crop-balanced",
+    "psnr": "log-mse",
+    "rmse": "rmse",
+}
+
 
 def supervised(batch: dict, model: torch.nn.Module, *, balance: bool | str = False) -> dict:
     """Mean absolute error between ``model(batch["input"])`` and ``batch["target"]`` (or, with ``balance``, a
@@ -53,14 +62,11 @@ def supervised(batch: dict, model: torch.nn.Module, *, balance: bool | str = Fal
     if not balance:
         loss = F.l1_loss(out, target)
         return {"loss": loss, "l1": float(loss.detach())}
-    if balance == "rmse":
-        per_mse = (out - target).square().flatten(1).mean(dim=1)
-        loss = (per_mse + PSNR_MSE_FLOOR).sqrt().mean()
-        return {"loss": loss, "l1": float((out - target).abs().mean().detach())}
-    if balance == "psnr":
-        per_mse = (out - target).square().flatten(1).mean(dim=1)
-        loss = torch.log10(per_mse + PSNR_MSE_FLOOR).mean()
-        return {"loss": loss, "l1": float((out - target).abs().mean().detach())}
+    if balance in ("rmse", "psnr"):
+        err = out - target
+        per_mse = err.square().flatten(1).mean(dim=1) + PSNR_MSE_FLOOR
+        loss = (per_mse.sqrt() if balance == "rmse" else torch.log10(per_mse)).mean()
+        return {"loss": loss, "l1": float(err.abs().mean().detach())}
     key, sigma0 = ("sigma_crop", CROP_SIGMA0) if balance == "crop" else ("sigma", BALANCE_SIGMA0)
     if key not in batch:
         raise RawrclError(f"the noise-balanced loss needs batches with {key!r} (each sample's noise level)")

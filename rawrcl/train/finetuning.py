@@ -26,7 +26,7 @@ import torch
 from rawrcl.data.labelled import LabelledCrops  # (its old home; kept importable from here)
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_write_text, load_images
-from rawrcl.methods.supervised import supervised
+from rawrcl.methods.supervised import LOSS_NAMES, supervised
 from rawrcl.noise import NoiseLike, noise_label
 from rawrcl.tasks import Task, get_task
 from rawrcl.train.engine import Trainer
@@ -236,13 +236,7 @@ def finetune(
         "cast": None if cast is None else [float(cast[0]), float(cast[1])],
         "grad_clip": None if grad_clip is None else float(grad_clip),
         "ema": None if ema is None else float(ema),
-        "loss": {
-            False: "l1",
-            True: "l1-noise-balanced",
-            "crop": "l1-crop-balanced",
-            "psnr": "log-mse",
-            "rmse": "rmse",
-        }[balance_noise],
+        "loss": LOSS_NAMES[balance_noise],
         "model": dict(getattr(model, "config", {})),
     }
     if device:
