@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy.special import gammaincinv, gammaln, ndtr
 
 from rawrcl.errors import RawrclError
 
 from .nlf_fit import PureNoiseTable, binned_quantiles, fit_nlf
 from .result import PlaneBins
+from .special import gammaincinv, gammaln, ndtr
 
 #: bins whose level is less than this many noise std above the floor (more than ~50 % of their samples
 #: clipped) are left out of the fit: there the inversion of the censored curve is ill-conditioned

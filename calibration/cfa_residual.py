@@ -187,9 +187,11 @@ def tile_means(
 
 def window_touches(mask: np.ndarray, radius: int) -> np.ndarray:
     """(H, W) bool: the (2·radius+1)² window around the sample contains a ``mask`` sample."""
-    from scipy.ndimage import maximum_filter
+    import cv2  # a binary dilation (scipy.ndimage's maximum_filter, without its import time)
 
-    return maximum_filter(mask.astype(np.uint8), size=2 * radius + 1, mode="constant") > 0
+    box = np.ones((2 * radius + 1, 2 * radius + 1), np.uint8)
+    grown = cv2.dilate(mask.astype(np.uint8), box, borderType=cv2.BORDER_CONSTANT, borderValue=0)
+    return grown > 0
 
 
 def cfa_residual(

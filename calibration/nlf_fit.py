@@ -10,7 +10,6 @@ Units: means in [0, 1] after black/white level, variances in [0, 1]².
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import nnls
 
 from rawrcl.errors import RawrclError
 
@@ -20,6 +19,29 @@ def _median(x: np.ndarray) -> float:
     s = np.sort(x)
     k = s.size // 2
     return float(s[k]) if s.size % 2 else float((s[k - 1] + s[k]) / 2)
+
+
+def nnls2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """argmin ‖a·x − b‖² over x ≥ 0 for two unknowns: ``a`` (n, 2), ``b`` (n,) → x (2,).
+
+    Exact (the same optimum as ``scipy.optimize.nnls``): the unconstrained least-squares solution when it
+    is non-negative, else the better of the two one-column solutions — the optimum of a convex problem
+    sits on one of these supports. Small enough to spare the CLI the import of ``scipy.optimize``.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    best, best_r = np.zeros(2), float(b @ b)
+    sol, *_ = np.linalg.lstsq(a, b, rcond=None)
+    if (sol >= 0).all():
+        return sol
+    for j in (0, 1):
+        col = a[:, j]
+        nn = float(col @ col)
+        x = max(float(col @ b) / nn, 0.0) if nn > 0 else 0.0
+        r = b - col * x
+        if float(r @ r) < best_r:
+            best_r, best = float(r @ r), np.where(np.arange(2) == j, x, 0.0)
+    return best
 
 
 def fit_nlf(
@@ -52,7 +74,7 @@ def fit_nlf(
         w = np.sqrt(count * rob) / np.maximum(model, 1e-20)
         aw = a * w[:, None]
         scale = np.maximum(np.abs(aw).max(axis=0), 1e-30)
-        sol, _ = nnls(aw / scale, var * w)
+        sol = nnls2(aw / scale, var * w)
         coef = sol / scale
         model = np.maximum(a @ coef, 1e-3 * max(_median(var), 1e-20))
         if robust and it >= 1 and mean.size >= 4:

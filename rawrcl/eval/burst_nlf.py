@@ -68,7 +68,7 @@ def untruncate(m: float, v: float, iters: int = 50) -> tuple[float, float]:
     """Signal level and variance (x, σ²) of a normal whose samples were kept only when > 0 (a black-clipped
     burst: pixels with any clipped frame are masked), from the kept samples' mean ``m`` and variance ``v``:
     m = x + σλ, v = σ²(1 − αλ − λ²) with α = x/σ, λ = φ(α)/Φ(α) (fixed-point iteration)."""
-    from scipy.special import ndtr
+    from rawrcl.calibration.special import ndtr
 
     x, var = m, v
     for _ in range(iters):
@@ -83,7 +83,7 @@ def untruncate(m: float, v: float, iters: int = 50) -> tuple[float, float]:
 
 def _fit_line(x: np.ndarray, v: np.ndarray, n: np.ndarray) -> tuple[float, float]:
     """Weighted non-negative least squares v ≈ λshot·x + λread, weights n / v̂² (two passes)."""
-    from scipy.optimize import nnls
+    from rawrcl.calibration.nlf_fit import nnls2
 
     if x.size < 2:
         raise RawrclError("burst NLF: fewer than 2 usable signal-level bins (scene too dark or too clipped)")
@@ -91,7 +91,7 @@ def _fit_line(x: np.ndarray, v: np.ndarray, n: np.ndarray) -> tuple[float, float
     coef = np.zeros(2)
     for _ in range(2):
         sw = np.sqrt(n) / vhat
-        coef, _ = nnls(np.stack([x, np.ones_like(x)], axis=1) * sw[:, None], v * sw)
+        coef = nnls2(np.stack([x, np.ones_like(x)], axis=1) * sw[:, None], v * sw)
         vhat = np.maximum(coef[0] * x + coef[1], 1e-12)
     return float(coef[0]), float(coef[1])
 

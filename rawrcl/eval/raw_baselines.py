@@ -148,7 +148,7 @@ def is_black_clipped(packed: np.ndarray, min_zero_fraction: float = 0.005) -> bo
 
 def clipped_mean(x: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane) -> np.ndarray:
     """E[max(x + s·ε, 0)], s² = λshot·max(x, 0) + λread, ε ~ N(0, 1): the mean of a black-clipped reading."""
-    from scipy.special import ndtr
+    from rawrcl.calibration.special import ndtr
 
     ls, lr = _per_plane(lambda_shot, "lambda_shot"), _per_plane(lambda_read, "lambda_read")
     x = np.asarray(x, dtype=np.float64)
