@@ -79,10 +79,15 @@ from rawrcl.cli.common import (
     help="cap on the global gradient norm (catches loss spikes; 0 disables)",
 )
 @click.option(
-    "--balance-noise",
-    is_flag=True,
-    help="noise-balanced L1: weight each crop's error by 1/(σ + 2/255), σ its noise std at 0.5 ([0,1] units)",
+    "--loss",
+    default=None,
+    metavar="NAME",
+    help="training loss [default: l1]: l1, l1-noise-balanced, l1-crop-balanced, log-mse or rmse; "
+    "l1-noise-balanced weights each crop's L1 by 1/(σ + 2/255), σ its "
+    "noise std at 0.5 ([0,1] units); l1-crop-balanced by its own noise level; log-mse maximises the mean "
+    "per-crop PSNR; rmse is the mean per-crop RMS error (the shipped RAW denoiser's last stage)",
 )
+@click.option("--balance-noise", is_flag=True, help="the same as --loss l1-noise-balanced")
 @ema_option
 @click.option("--device", default=None)
 @train_precision_option
@@ -112,6 +117,7 @@ def finetune(
     zoom,
     cast,
     grad_clip,
+    loss,
     balance_noise,
     ema,
     device,
@@ -120,7 +126,7 @@ def finetune(
     as_json,
 ):
     """Fine-tune checkpoint CKPT (or 'scratch' = supervised learning from scratch, the paper's SL) on N
-    labelled photos with an L1 loss; writes RUN/checkpoints/last.pt and RUN/finetune.json."""
+    labelled photos (L1 loss unless --loss); writes RUN/checkpoints/last.pt and RUN/finetune.json."""
     from rawrcl.errors import RawrclError
     from rawrcl.train.finetuning import finetune as _finetune
 
@@ -160,6 +166,7 @@ def finetune(
         grad_clip=grad_clip or None,
         ema=ema,
         balance_noise=balance_noise,
+        loss=loss,
     )
     if as_json:
         click.echo(json.dumps(res, indent=2))

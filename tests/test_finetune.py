@@ -258,6 +258,12 @@ def test_finetune_cli(tmp_path, photos):
     assert json.loads((tmp_path / "r" / "config.json").read_text())["loss"] == "l1-noise-balanced"
     r = CliRunner().invoke(main, [*args, "--force", "--ema", "1"])
     assert r.exit_code == 2 and "--ema" in r.output and "Traceback" not in r.output
+    for bad in (["--loss", "l2"], ["--loss", "rmse", "--balance-noise"]):  # unknown; the loss given twice
+        r = CliRunner().invoke(main, [*args, "--force", *bad])
+        assert r.exit_code == 1 and "loss" in r.output and "Traceback" not in r.output, r.output
+    r = CliRunner().invoke(main, [*args, "--force", "--loss", "rmse"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["loss"] == "rmse"
 
 
 def _bench_photo_dirs(tmp_path, photos) -> None:

@@ -34,6 +34,14 @@ LOSS_NAMES = {
 }
 
 
+def balance_for(loss: str) -> bool | str:
+    """The ``balance`` setting of a recorded loss name (the inverse of :data:`LOSS_NAMES`)."""
+    for key, name in LOSS_NAMES.items():
+        if name == loss:
+            return key
+    raise RawrclError(f"unknown loss {loss!r}: expected one of {', '.join(LOSS_NAMES.values())}")
+
+
 def supervised(batch: dict, model: torch.nn.Module, *, balance: bool | str = False) -> dict:
     """Mean absolute error between ``model(batch["input"])`` and ``batch["target"]`` (or, with ``balance``, a
     weighted or mean-squared variant).

@@ -26,7 +26,7 @@ import torch
 from rawrcl.data.labelled import LabelledCrops  # (its old home; kept importable from here)
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_write_text, load_images
-from rawrcl.methods.supervised import LOSS_NAMES, supervised
+from rawrcl.methods.supervised import LOSS_NAMES, balance_for, supervised
 from rawrcl.noise import NoiseLike, noise_label
 from rawrcl.tasks import Task, get_task
 from rawrcl.train.engine import Trainer
@@ -170,6 +170,7 @@ def finetune(
     grad_clip: float | None = 1.0,
     ema: float | None = None,
     balance_noise: bool | str = False,
+    loss: str | None = None,
     noise_aware: bool = False,
     lr_schedule: str = "constant",
     cast: tuple[float, float] | None = None,
@@ -190,10 +191,16 @@ def finetune(
     ``balance_noise`` (True or ``"crop"``) weights each sample's L1 by its noise level (``supervised(...,
     balance=...)``, see
     :mod:`rawrcl.methods.supervised`), so low-noise samples are not drowned out by high-noise ones.
+    ``loss`` names the loss instead (a value of :data:`rawrcl.methods.supervised.LOSS_NAMES`: ``"l1"``,
+    ``"l1-noise-balanced"``, ``"l1-crop-balanced"``, ``"log-mse"``, ``"rmse"``); give one of the two.
 
     Returns ``{"run_dir", "checkpoint", "labels": [names], "n_labels", "protocol", "task", "source",
     "steps", "seed", "final_loss"}``; ``finetune.json`` in the run dir holds the same.
     """
+    if loss is not None:
+        if balance_noise:
+            raise RawrclError(f"give the loss once: loss={loss!r} or balance_noise={balance_noise!r}")
+        balance_noise = balance_for(loss)
     t = get_task(task, unprocess=unprocess)
     if cast is not None:
         p_cast, cast_max = (float(v) for v in cast)
