@@ -104,6 +104,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "continue a shipped file, or re-seat its JDD stage with --two-stage)",
     )
     ap.add_argument(
+        "--average-with",
+        default=None,
+        metavar="RUN",
+        help="with --install-only: install the half/half weight average of the last entry and RUN (a stage "
+        "trained from it, same architecture); RUN's stage is recorded as averaged",
+    )
+    ap.add_argument(
         "--behind",
         default=None,
         metavar="DENOISER",
@@ -139,7 +146,7 @@ def _noise_name(args) -> str:
 def train_task(args) -> Path:
     import torch
 
-    from rawrcl.methods.supervised import LOSS_NAMES, supervised
+    from rawrcl.methods.supervised import balance_for, supervised
     from rawrcl.noise import CameraSampler
     from rawrcl.tasks import get_task
     from rawrcl.train import Trainer
@@ -213,7 +220,7 @@ def train_task(args) -> Path:
         "progress": sys.stderr.isatty(),
     }
     torch.manual_seed(args.seed)
-    balance = {name: key for key, name in LOSS_NAMES.items()}[args.loss]
+    balance = balance_for(args.loss)
     method = partial(supervised, balance=balance) if balance else supervised
     Trainer(model, method, dataset, run_dir, cfg).fit()
     return run_dir
@@ -275,11 +282,16 @@ def _weights(entry: Path):
     return raw["config"], state, prov
 
 
-def install(run_dirs: list[Path], task: str, two_stage: bool = False) -> Path:
+def install(
+    run_dirs: list[Path], task: str, two_stage: bool = False, average_with: Path | None = None
+) -> Path:
     """Install the last stage's EMA weights (float16) as the task's shipped default, with the provenance
     of every stage (``run_dirs``: first → last; an entry may be an installed checkpoint file, which stands
     for the stages it records). ``two_stage`` (jdd): the network becomes the second stage behind the
-    shipped RAW denoiser, told λ × ``RESIDUAL`` (one checkpoint of arch ``two_stage``)."""
+    shipped RAW denoiser, told λ × ``RESIDUAL`` (one checkpoint of arch ``two_stage``). ``average_with``:
+    a run trained from the last entry; the installed weights are the half/half average of the two (a
+    weight average of two points of one basin, as the EMA is of one run) and its stage is recorded with
+    ``"averaged": 0.5``."""
     import torch
 
     from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
@@ -288,6 +300,11 @@ def install(run_dirs: list[Path], task: str, two_stage: bool = False) -> Path:
     from rawrcl.tasks import get_task
 
     config, state, last_prov = _weights(run_dirs[-1])
+    if average_with is not None:
+        other_config, other, _ = _weights(average_with)
+        if other_config != config or other.keys() != state.keys():
+            raise SystemExit(f"--average-with {average_with}: not the architecture of {run_dirs[-1]}")
+        state = {k: (v + other[k]) / 2 if v.is_floating_point() else v for k, v in state.items()}
     trained_behind = config.get("arch") == "two_stage"  # trained --behind a denoiser: already both stages
     behind = None
     if trained_behind and last_prov is None:
@@ -335,6 +352,8 @@ def install(run_dirs: list[Path], task: str, two_stage: bool = False) -> Path:
     if last_prov is not None:
         provs[run_dirs[-1]] = last_prov
     stages = [st for d in run_dirs for st in (_recorded_stages(d, provs[d]) if d in provs else [_stage(d)])]
+    if average_with is not None:
+        stages.append({**_stage(average_with), "averaged": 0.5})
     if run_dirs[0] in provs:
         photos = provs[run_dirs[0]].get("train_photos")
     else:
@@ -360,8 +379,11 @@ def install(run_dirs: list[Path], task: str, two_stage: bool = False) -> Path:
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     if args.install_only:
-        install([Path(d) for d in args.install_only], args.task, args.two_stage)
+        avg = Path(args.average_with) if args.average_with else None
+        install([Path(d) for d in args.install_only], args.task, args.two_stage, avg)
         return
+    if args.average_with:
+        raise SystemExit("--average-with installs an average: use it with --install-only")
     run_dir = train_task(args)
     if args.install:
         init = Path(args.init) if args.init else None
