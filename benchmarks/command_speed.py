@@ -3,6 +3,7 @@
     python benchmarks/command_speed.py                           # defaults, fp32, 2 threads, 3 runs each
     python benchmarks/command_speed.py --variant "tile512=--tile 512 --batch-tiles 4" \\
         --variant "glibc-malloc=RAWRCL_MALLOC=default"           # side by side, runs interleaved
+    git worktree add ../before HEAD~3 && python benchmarks/command_speed.py --tree before=../before
 
 What the target counts: the whole process — start-up and imports, reading the file, the single-image noise
 estimate (the DNG carries no NoiseProfile, as most cameras' files), both networks, rendering and writing —
@@ -42,11 +43,11 @@ def make_dng(path: Path, mp: float = 12.0) -> tuple[int, int]:
     return dn.shape
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS in MiB) of one run of ``cmd``; raises if it fails."""
+def timed(cmd: list[str], env: dict[str, str], cwd: str | None = None) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MiB) of one run of ``cmd`` in ``cwd``; raises if it fails."""
     with tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err, cwd=cwd)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -55,6 +56,22 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
             text = err.read().decode(errors="replace").strip()[-500:]
             raise SystemExit(f"{shlex.join(cmd)} failed ({proc.returncode}): {text}")
     return wall, usage.ru_maxrss / 1024
+
+
+def package_of(tree: Path, dest: Path) -> Path:
+    """A ``PYTHONPATH`` entry that imports the whole of checkout ``tree``: ``dest/rawrcl`` links every entry
+    of ``tree/rawrcl`` plus ``calibration`` and ``cli`` (installed as ``rawrcl.calibration`` and
+    ``rawrcl.cli``). ``PYTHONPATH=tree`` alone is not enough: under an editable install of another checkout
+    those two subpackages would still come from that checkout."""
+    if not (tree / "rawrcl" / "__init__.py").is_file():
+        raise SystemExit(f"--tree {tree}: not a rawrcl checkout")
+    pkg = dest / "rawrcl"
+    pkg.mkdir(parents=True)
+    for entry in (tree / "rawrcl").iterdir():
+        (pkg / entry.name).symlink_to(entry.resolve())
+    for sub in ("calibration", "cli"):
+        (pkg / sub).symlink_to((tree / sub).resolve())
+    return dest
 
 
 def parse_variant(text: str) -> tuple[str, list[str], dict[str, str]]:
@@ -77,12 +94,23 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--commands", default="jdd,denoise")
     ap.add_argument("--variant", action="append", default=[], help="NAME=ARGS (options and KEY=VALUE env)")
+    ap.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="another checkout of rawrcl (e.g. a git worktree of an older commit) as a variant",
+    )
     a = ap.parse_args(argv)
     exe = [sys.executable, "-m", "rawrcl.cli"]
     env0 = {**os.environ, "OMP_NUM_THREADS": str(a.threads)}
     variants = [("default", [], {})] + [parse_variant(v) for v in a.variant]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        for spec in a.tree:
+            name, _, tree = spec.partition("=")
+            path = package_of(Path(tree), Path(tmp) / f"tree-{name}")
+            variants.append((name, [], {"PYTHONPATH": str(path)}))
         src = Path(tmp) / "frame.dng"
         h, w = make_dng(src, a.mp)
         mp = h * w / 1e6
@@ -92,7 +120,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             runs: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in variants}
             for i in range(a.runs + 1):  # the first round warms the file cache and is not counted
                 for name, args, env in variants:
-                    t = timed(base + args, {**env0, **env})
+                    # run outside any checkout: `python -m` puts the working directory first on sys.path
+                    t = timed(base + args, {**env0, **env}, cwd=tmp)
                     if i:
                         runs[name].append(t)
             for name, args, env in variants:
