@@ -2,6 +2,7 @@
 
     python benchmarks/validate.py raw-denoise REF.pt NEW.pt [OTHER.pt ...]      # every group, ≈ 1 min a model
     python benchmarks/validate.py jdd rawrcl/weights/jdd_default.pt runs/x/jdd.pt --groups U,C --json v.json
+    python benchmarks/validate.py raw-denoise default --groups U --told 0.7,0.85,1.2,1.4  # wrong noise level
 
 Photos: 6 held out of training *and* of the test source — ``urban100[90::4][:3]`` and ``cbsd68[58::4][:3]``
 (sorted names; the training recipes use cbsd68[:58] and urban100[:90] with sunhays80 kept for testing) —
@@ -97,17 +98,42 @@ def noise_of(row: dict) -> NoiseModel:
     return NoiseModel(tuple(shot * k for k in ks), tuple(read * k for k in kr))
 
 
+def told_times(s: float):
+    """``noise_of`` for :func:`rawrcl.eval.model_predictor`: the sample's true noise with both λ × ``s``."""
+
+    def noise_of(inp, meta: dict) -> NoiseModel:
+        nm = meta["noise"]
+
+        def times(v):  # a float, or one value per plane
+            return tuple(float(x) * s for x in v) if np.ndim(v) else float(v) * s
+
+        return replace(nm, lambda_shot=times(nm.lambda_shot), lambda_read=times(nm.lambda_read))
+
+    return noise_of
+
+
 def score(
-    task_name: str, models: dict[str, str], data: Path, crop: int, seed: int, groups: str
+    task_name: str,
+    models: dict[str, str],
+    data: Path,
+    crop: int,
+    seed: int,
+    groups: str,
+    told: tuple[float, ...] = (),
 ) -> list[dict]:
-    """Per condition, each model's mean PSNR over the validation photos."""
+    """Per condition, each model's mean PSNR over the validation photos; with ``told``, each model also
+    told λ × s for every s (labels ``"<model> ×s"``: the cost of a wrong noise level)."""
     from rawrcl.models.loading import load_for_task
 
     border = 4 if task_name == "raw-denoise" else 8
     preds = {}
     for label, path in models.items():
-        model, _ = load_for_task(path, task_name)
+        model, _ = load_for_task(None if path == "default" else path, task_name)
         preds[label] = model_predictor(model, get_task(task_name), multiple=8)
+        for s in told:
+            preds[f"{label} ×{s:g}"] = model_predictor(
+                model, get_task(task_name), multiple=8, noise_of=told_times(s)
+            )
     cache = {z: photos(data, crop, z) for z in ZOOMS}
     out = []
     for row in conditions(groups):
@@ -169,13 +195,23 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--crop", type=int, default=384)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--told",
+        default="",
+        metavar="S,S,…",
+        help="also score each model told λ × S (true noise unchanged): what a wrong noise level costs",
+    )
     a = ap.parse_args(argv)
     data = Path(a.data)
     if not (data / "urban100").is_dir() or not (data / "cbsd68").is_dir():
         raise SystemExit(f"{data}: needs urban100/ and cbsd68/ (--data)")
     labels = [f"{i}:{Path(m).name}" for i, m in enumerate(a.models)]
     torch.manual_seed(0)
-    rows = score(a.task, dict(zip(labels, a.models, strict=True)), data, a.crop, a.seed, a.groups)
+    told = tuple(float(v) for v in a.told.split(",") if v)
+    if any(s <= 0 for s in told):
+        raise SystemExit(f"--told {a.told}: factors must be > 0")
+    rows = score(a.task, dict(zip(labels, a.models, strict=True)), data, a.crop, a.seed, a.groups, told)
+    labels += [f"{label} ×{s:g}" for label in labels for s in told]
     summary = report(rows, labels)
     if a.json:
         Path(a.json).write_text(
