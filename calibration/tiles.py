@@ -66,7 +66,11 @@ def coarse_structure(plane: np.ndarray, scale: int = 3) -> np.ndarray:
     sigma = scale / 2
     k = 2 * int(4 * sigma + 0.5) + 1
     p = cv2.GaussianBlur(
-        np.asarray(plane, dtype=np.float64), (k, k), sigma, sigmaY=sigma, borderType=cv2.BORDER_REPLICATE
+        np.ascontiguousarray(plane, dtype=np.float64),
+        (k, k),
+        sigma,
+        sigmaY=sigma,
+        borderType=cv2.BORDER_REPLICATE,
     )
     g = np.zeros_like(p)
     g[:-scale] += (p[scale:] - p[:-scale]) ** 2

@@ -62,6 +62,26 @@ def test_install_continues_the_stages_recorded_in_a_checkpoint_file(recipe, tmp_
         recipe.install([bare, second], "raw-denoise")
 
 
+def test_install_average_with_records_the_averaged_stage(recipe, tmp_path):
+    """--average-with: the installed weights are the half/half average; the stage is recorded as averaged."""
+    a, b = _denoiser(1), _denoiser(2)
+    out = torch.load(
+        recipe.install([_run_dir(tmp_path, a, 1)], "raw-denoise", average_with=_run_dir(tmp_path, b, 2)),
+        weights_only=True,
+    )
+    stages = out["extra"]["provenance"]["stages"]
+    assert [(s["seed"], s.get("averaged")) for s in stages] == [(1, None), (2, 0.5)]
+    sa, sb = a.state_dict(), b.state_dict()
+    for k, v in out["state_dict"].items():
+        if v.is_floating_point():
+            torch.testing.assert_close(v.float(), ((sa[k] + sb[k]) / 2).half().float())
+    from rawrcl.models.registry import build_model
+
+    wide = build_model({**_denoiser(4).config, "width": 16})  # another architecture
+    with pytest.raises(SystemExit, match="not the architecture"):
+        recipe.install([_run_dir(tmp_path, a, 5)], "raw-denoise", average_with=_run_dir(tmp_path, wide, 6))
+
+
 def test_two_stage_file_is_reseated_behind_the_shipped_denoiser(recipe, tmp_path, monkeypatch):
     from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
     from rawrcl.models.registry import build_model
