@@ -98,20 +98,6 @@ def noise_of(row: dict) -> NoiseModel:
     return NoiseModel(tuple(shot * k for k in ks), tuple(read * k for k in kr))
 
 
-def told_times(s: float):
-    """``noise_of`` for :func:`rawrcl.eval.model_predictor`: the sample's true noise with both λ × ``s``."""
-
-    def noise_of(inp, meta: dict) -> NoiseModel:
-        nm = meta["noise"]
-
-        def times(v):  # a float, or one value per plane
-            return tuple(float(x) * s for x in v) if np.ndim(v) else float(v) * s
-
-        return replace(nm, lambda_shot=times(nm.lambda_shot), lambda_read=times(nm.lambda_read))
-
-    return noise_of
-
-
 def score(
     task_name: str,
     models: dict[str, str],
@@ -132,7 +118,10 @@ def score(
         preds[label] = model_predictor(model, get_task(task_name), multiple=8)
         for s in told:
             preds[f"{label} ×{s:g}"] = model_predictor(
-                model, get_task(task_name), multiple=8, noise_of=told_times(s)
+                model,
+                get_task(task_name),
+                multiple=8,
+                noise_of=lambda inp, meta, s=s: meta["noise"].scaled(s),
             )
     cache = {z: photos(data, crop, z) for z in ZOOMS}
     out = []

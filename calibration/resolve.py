@@ -143,7 +143,7 @@ def file_noise(
         return FileNoise(NoiseModel(s * scale, r * scale), "given", scale)
     if spec.kind == "profile":
         m = spec.fixed_model(raw.make or "", raw.model or "", raw.iso)
-        return FileNoise(_scaled(m, scale), "profile", scale)
+        return FileNoise(m.scaled(scale), "profile", scale)
     if spec.kind in ("auto", "metadata"):
         meta = _metadata(raw, path)
         if meta is not None:
@@ -156,7 +156,7 @@ def file_noise(
             except RawrclError:
                 m = None  # not this camera: fall through to the estimate
             if m is not None:
-                return FileNoise(_scaled(m, scale), "profile", scale)
+                return FileNoise(m.scaled(scale), "profile", scale)
     try:
         per_plane, note = image_estimate(raw.cfa, raw.pattern, name)
     except RawrclError as err:
@@ -190,15 +190,6 @@ def image_estimate(cfa, pattern: str, name: str = "image") -> tuple[dict[str, tu
             return res.per_plane, note
     msg = str(first) if first is not None else f"{name}: could not estimate the noise from the image"
     raise RawrclError(f"{msg} {HINT}")
-
-
-def _scaled(m: NoiseModel, scale: float) -> NoiseModel:
-    import numpy as np
-
-    s = np.asarray(m.lambda_shot, dtype=np.float64) * scale
-    r = np.asarray(m.lambda_read, dtype=np.float64) * scale
-    as_value = (lambda a: tuple(float(v) for v in a)) if s.ndim else float
-    return NoiseModel(as_value(s), as_value(r) if r.ndim else float(r))
 
 
 def _metadata(raw, path: str | Path | None) -> dict[str, tuple[float, float]] | None:

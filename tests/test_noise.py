@@ -264,3 +264,10 @@ def test_camera_sampler_free_read_gains_are_independent_and_keep_the_default_str
     for seed in range(10):
         a, b = tied(np.random.default_rng(seed)), base(np.random.default_rng(seed))
         np.testing.assert_array_equal(np.asarray(a.lambda_read), np.asarray(b.lambda_read))
+
+
+def test_scaled_multiplies_both_lambdas_and_keeps_the_rest():
+    m = NoiseModel(0.01, [1e-4, 2e-4, 3e-4, 4e-4], poisson=True, row=0.01)
+    s = m.scaled(2.0)
+    assert s.lambda_shot == pytest.approx(0.02) and s.lambda_read == pytest.approx((2e-4, 4e-4, 6e-4, 8e-4))
+    assert (s.poisson, s.row) == (True, 0.01) and isinstance(s.lambda_read, tuple)

@@ -50,7 +50,7 @@ def test_old_run_resumes_one_more_step(tmp_path):
     assert res.exit_code == 0, res.output
     summary = json.loads(res.output[res.output.index("{") :])
     assert summary["start_step"] == 4 and summary["steps"] == 5
-    ckpt = torch.load(run / "checkpoints" / "last.pt", map_location="cpu", weights_only=False)
+    ckpt = torch.load(run / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)
     assert ckpt["extra"]["step"] == 5
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["resumed_from_step"] == 4 and cfg["model"]["arch"] == "dncnn"

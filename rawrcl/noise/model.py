@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -112,6 +112,15 @@ class NoiseModel:
                 raise RawrclError(f"noise model has {a.size} per-channel values, the signal {channels}")
             rows.append(np.broadcast_to(a, (channels,)))
         return torch.as_tensor(np.stack(rows), dtype=torch.float32)
+
+    def scaled(self, factor: float) -> NoiseModel:
+        """The same noise with both λ × ``factor`` (the σ map × √factor; ``--noise-scale``); per-channel
+        values stay per channel (as tuples), every other field is kept."""
+
+        def times(v: PerChannel) -> PerChannel:
+            return tuple(float(x) * factor for x in v) if np.ndim(v) else float(v) * factor
+
+        return replace(self, lambda_shot=times(self.lambda_shot), lambda_read=times(self.lambda_read))
 
     def conditioning(self, channels: int) -> torch.Tensor:
         """The ``noise`` input of noise-aware models: :meth:`params`, plus a third row σ_row² (the row
