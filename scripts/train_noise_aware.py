@@ -114,14 +114,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--behind",
         default=None,
         metavar="DENOISER",
-        help="jdd: train behind this frozen RAW denoiser ('default': the shipped one), told λ × the "
-        "two-stage residual (the run is a two-stage model)",
+        help="jdd: train behind this frozen RAW denoiser (a checkpoint; 'default': the shipped RAW denoiser; "
+        "'jdd-default': the first stage of the shipped JDD file), told λ × the two-stage residual (the run "
+        "is a two-stage model)",
     )
     ap.add_argument(
         "--two-stage",
-        action="store_true",
-        help="jdd: install as the second stage behind the shipped RAW denoiser (one two-stage checkpoint, "
-        "rawrcl.models.DenoiseThenDemosaic); a run trained --behind a denoiser gives its JDD stage",
+        nargs="?",
+        const="default",
+        default=None,
+        metavar="DENOISER",
+        help="jdd: install as the second stage behind a RAW denoiser (as --behind; alone: 'default', the "
+        "shipped RAW denoiser) in one two-stage checkpoint (rawrcl.models.DenoiseThenDemosaic); a run "
+        "trained --behind a denoiser gives its JDD stage",
     )
     return ap.parse_args(argv)
 
@@ -174,11 +179,10 @@ def train_task(args) -> Path:
             raise SystemExit(f"--widen {args.widen}: {exc}") from None
     if args.behind:  # cascade: the JDD network trains behind a frozen RAW denoiser, as the two-stage runs
         from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
-        from rawrcl.models.loading import load_for_task
 
         if args.task != "jdd":
             raise SystemExit("--behind trains a JDD network behind a RAW denoiser: use --task jdd")
-        den, _ = load_for_task(None if args.behind == "default" else args.behind, "raw-denoise")
+        den, _ = first_stage_denoiser(args.behind)
         for prm in den.parameters():
             prm.requires_grad_(False)
         model = DenoiseThenDemosaic(den.float(), model, RESIDUAL)
@@ -282,20 +286,42 @@ def _weights(entry: Path):
     return raw["config"], state, prov
 
 
+def first_stage_denoiser(spec: str):
+    """(frozen RAW denoiser in eval mode, provenance record) that ``spec`` names: ``"default"`` the shipped
+    RAW denoiser, ``"jdd-default"`` the first stage of the shipped JDD file (a JDD stage continued behind
+    the denoiser it ships with), else a checkpoint file or run directory."""
+    from rawrcl.models.compose import DenoiseThenDemosaic
+    from rawrcl.models.loading import default_weights_path, load_for_task, read_checkpoint
+
+    if spec == "jdd-default":
+        jdd, _ = load_for_task(None, "jdd")
+        if not isinstance(jdd, DenoiseThenDemosaic):
+            raise SystemExit("--behind/--two-stage jdd-default: the shipped JDD file has no first stage")
+        prov = read_checkpoint(default_weights_path("jdd")).get("extra", {}).get("provenance") or {}
+        rec = prov.get("two_stage", {}).get("first_stage", {})
+        return jdd.denoiser, {**rec, "weights": "the first stage of rawrcl/weights/jdd_default.pt"}
+    src = None if spec == "default" else spec
+    den, _ = load_for_task(src, "raw-denoise")
+    path = default_weights_path("raw-denoise") if src is None else Path(spec)
+    prov = read_checkpoint(path).get("extra", {}).get("provenance") or {} if path.is_file() else {}
+    name = "rawrcl/weights/raw_denoise_default.pt" if src is None else path.name
+    return den, {"weights": name, **prov}
+
+
 def install(
-    run_dirs: list[Path], task: str, two_stage: bool = False, average_with: Path | None = None
+    run_dirs: list[Path], task: str, two_stage: str | bool | None = None, average_with: Path | None = None
 ) -> Path:
     """Install the last stage's EMA weights (float16) as the task's shipped default, with the provenance
     of every stage (``run_dirs``: first → last; an entry may be an installed checkpoint file, which stands
-    for the stages it records). ``two_stage`` (jdd): the network becomes the second stage behind the
-    shipped RAW denoiser, told λ × ``RESIDUAL`` (one checkpoint of arch ``two_stage``). ``average_with``:
+    for the stages it records). ``two_stage`` (jdd): the network becomes the second stage behind the RAW
+    denoiser it names (:func:`first_stage_denoiser`; ``True``: the shipped one), told λ × ``RESIDUAL`` (one
+    checkpoint of arch ``two_stage``). ``average_with``:
     a run trained from the last entry; the installed weights are the half/half average of the two (a
     weight average of two points of one basin, as the EMA is of one run) and its stage is recorded with
     ``"averaged": 0.5``."""
     import torch
 
     from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
-    from rawrcl.models.loading import default_weights_path
     from rawrcl.models.registry import atomic_torch_save, build_model
     from rawrcl.tasks import get_task
 
@@ -309,13 +335,18 @@ def install(
     behind = None
     if trained_behind and last_prov is None:
         behind = json.loads((run_dirs[-1] / "config.json").read_text()).get("behind")
-    first_stage = None
+    if two_stage is True:
+        two_stage = "default"
+    first_stage = den = None
     if trained_behind or two_stage:
-        den = torch.load(default_weights_path("raw-denoise"), map_location="cpu", weights_only=True)
-        first_stage = {
-            "weights": "rawrcl/weights/raw_denoise_default.pt",
-            **den["extra"].get("provenance", {}),
-        }
+        from rawrcl.errors import RawrclError
+
+        try:
+            den, first_stage = first_stage_denoiser(two_stage or behind or "default")
+        except (RawrclError, OSError) as exc:
+            if two_stage:
+                raise SystemExit(f"--two-stage {two_stage}: {exc}") from None
+            den, first_stage = None, {}  # the denoiser trained behind is gone: its weights are in the run
     if two_stage:  # the JDD network goes behind the shipped denoiser, in DenoiseThenDemosaic's layout
         if task != "jdd":
             raise SystemExit("--two-stage installs a JDD network behind the RAW denoiser: use --task jdd")
@@ -331,21 +362,24 @@ def install(
                     f"the JDD stage was trained behind the denoiser of --behind {behind} at its training "
                     "date and re-seated behind this one"
                 )
-        model = DenoiseThenDemosaic(build_model(den["config"]), build_model(config), RESIDUAL)
-        model.denoiser.load_state_dict(den["state_dict"])
+        model = DenoiseThenDemosaic(den, build_model(config), RESIDUAL)
         model.demosaicker.load_state_dict(state)
         config, state = model.config, model.state_dict()
     elif trained_behind and last_prov is not None:
         raise SystemExit(f"{run_dirs[-1]}: a two-stage checkpoint file is installed with --two-stage")
     elif trained_behind:
         frozen = {k[len("denoiser.") :]: v for k, v in state.items() if k.startswith("denoiser.")}
-        shipped = behind == "default" and all(
-            torch.allclose(frozen[k].float(), v.float(), atol=1e-3) for k, v in den["state_dict"].items()
+        same = (
+            den is not None
+            and frozen.keys() == den.state_dict().keys()
+            and all(
+                torch.allclose(frozen[k].float(), v.float(), atol=1e-3) for k, v in den.state_dict().items()
+            )
         )
-        if shipped:
-            first_stage["weights"] = "frozen during training (--behind default, the shipped denoiser)"
-        else:  # only its path is known here
-            first_stage = {"weights": f"frozen during training (--behind {behind}; not the shipped denoiser)"}
+        if same:
+            first_stage["weights"] = f"frozen during training (--behind {behind}: {first_stage['weights']})"
+        else:  # changed since the training: only its name is known here
+            first_stage = {"weights": f"frozen during training (--behind {behind}; since changed)"}
     git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
     # each checkpoint-file entry is read once (the last one above, with its weights)
     provs = {d: _provenance(d) for d in run_dirs[:-1] if not d.is_dir()}

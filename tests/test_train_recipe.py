@@ -108,3 +108,49 @@ def test_two_stage_file_is_reseated_behind_the_shipped_denoiser(recipe, tmp_path
     assert [s["seed"] for s in p["two_stage"]["first_stage"]["stages"]] == [3]
     with pytest.raises(SystemExit, match="--two-stage"):
         recipe.install([jdd_file], "jdd")
+
+
+def test_jdd_stage_trained_behind_the_jdd_files_own_denoiser(recipe, tmp_path, monkeypatch):
+    """--behind jdd-default: a JDD stage continued behind the first stage of the shipped JDD file (not the
+    shipped RAW denoiser, which may be another network) is installed with that first stage and says so;
+    --two-stage jdd-default re-seats a JDD stage behind it."""
+    from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
+    from rawrcl.models.registry import build_model
+
+    raw_file = recipe.install([_run_dir(tmp_path, _denoiser(3), 3)], "raw-denoise")
+    jdd_cfg = {"arch": "unet", "in_channels": 4, "head": "jdd", "width": 8, "depth": 2, "noise_aware": True}
+    torch.manual_seed(4)
+    shipped = DenoiseThenDemosaic(_denoiser(5), build_model(jdd_cfg), RESIDUAL)
+    prov = {
+        "stages": [{"seed": 9}],
+        "two_stage": {"first_stage": {"note": "stage 11", "stages": [{"seed": 5}]}},
+    }
+    jdd_file = tmp_path / "jdd_shipped.pt"
+    torch.save(
+        {"config": shipped.config, "state_dict": shipped.state_dict(), "extra": {"provenance": prov}},
+        jdd_file,
+    )
+    paths = {"raw-denoise": raw_file, "jdd": jdd_file}
+    monkeypatch.setattr("rawrcl.models.loading.default_weights_path", lambda t: paths[getattr(t, "name", t)])
+    den, rec = recipe.first_stage_denoiser("jdd-default")
+    for k, v in shipped.denoiser.state_dict().items():
+        torch.testing.assert_close(den.state_dict()[k], v)
+    assert rec["note"] == "stage 11" and "jdd_default.pt" in rec["weights"]
+
+    torch.manual_seed(6)
+    trained = DenoiseThenDemosaic(shipped.denoiser, build_model(jdd_cfg), RESIDUAL)
+    run = _run_dir(tmp_path, trained, 10)
+    cfg = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**cfg, "task": "jdd", "behind": "jdd-default"}))
+    out = torch.load(recipe.install([run], "jdd"), weights_only=True)
+    for k, v in shipped.denoiser.state_dict().items():  # the JDD file's own first stage, not raw_file's
+        torch.testing.assert_close(out["state_dict"][f"denoiser.{k}"].float(), v.half().float())
+    first = out["extra"]["provenance"]["two_stage"]["first_stage"]
+    assert first["weights"].startswith("frozen during training (--behind jdd-default: the first stage")
+    assert [s["seed"] for s in first["stages"]] == [5]
+
+    out = torch.load(recipe.install([run], "jdd", two_stage="jdd-default"), weights_only=True)
+    for k, v in shipped.denoiser.state_dict().items():
+        torch.testing.assert_close(out["state_dict"][f"denoiser.{k}"].float(), v.half().float())
+    raw = torch.load(raw_file, weights_only=True)["state_dict"]
+    assert not all(torch.equal(out["state_dict"][f"denoiser.{k}"], v) for k, v in raw.items())
