@@ -347,7 +347,7 @@ def install(
             if two_stage:
                 raise SystemExit(f"--two-stage {two_stage}: {exc}") from None
             den, first_stage = None, {}  # the denoiser trained behind is gone: its weights are in the run
-    if two_stage:  # the JDD network goes behind the shipped denoiser, in DenoiseThenDemosaic's layout
+    if two_stage:  # the JDD network goes behind the named denoiser, in DenoiseThenDemosaic's layout
         if task != "jdd":
             raise SystemExit("--two-stage installs a JDD network behind the RAW denoiser: use --task jdd")
         if trained_behind:  # re-seat a cascade-trained JDD stage behind the denoiser shipped now
