@@ -291,19 +291,18 @@ def first_stage_denoiser(spec: str):
     RAW denoiser, ``"jdd-default"`` the first stage of the shipped JDD file (a JDD stage continued behind
     the denoiser it ships with), else a checkpoint file or run directory."""
     from rawrcl.models.compose import DenoiseThenDemosaic
-    from rawrcl.models.loading import default_weights_path, load_for_task, read_checkpoint
+    from rawrcl.models.loading import default_weights_path, load_for_task
 
     if spec == "jdd-default":
         jdd, _ = load_for_task(None, "jdd")
         if not isinstance(jdd, DenoiseThenDemosaic):
             raise SystemExit("--behind/--two-stage jdd-default: the shipped JDD file has no first stage")
-        prov = read_checkpoint(default_weights_path("jdd")).get("extra", {}).get("provenance") or {}
-        rec = prov.get("two_stage", {}).get("first_stage", {})
+        rec = _provenance(default_weights_path("jdd")).get("two_stage", {}).get("first_stage", {})
         return jdd.denoiser, {**rec, "weights": "the first stage of rawrcl/weights/jdd_default.pt"}
     src = None if spec == "default" else spec
     den, _ = load_for_task(src, "raw-denoise")
     path = default_weights_path("raw-denoise") if src is None else Path(spec)
-    prov = read_checkpoint(path).get("extra", {}).get("provenance") or {} if path.is_file() else {}
+    prov = _provenance(path) if path.is_file() else {}
     name = "rawrcl/weights/raw_denoise_default.pt" if src is None else path.name
     return den, {"weights": name, **prov}
 
@@ -332,6 +331,8 @@ def install(
             raise SystemExit(f"--average-with {average_with}: not the architecture of {run_dirs[-1]}")
         state = {k: (v + other[k]) / 2 if v.is_floating_point() else v for k, v in state.items()}
     trained_behind = config.get("arch") == "two_stage"  # trained --behind a denoiser: already both stages
+    if trained_behind and last_prov is not None and not two_stage:
+        raise SystemExit(f"{run_dirs[-1]}: a two-stage checkpoint file is installed with --two-stage")
     behind = None
     if trained_behind and last_prov is None:
         behind = json.loads((run_dirs[-1] / "config.json").read_text()).get("behind")
@@ -365,8 +366,6 @@ def install(
         model = DenoiseThenDemosaic(den, build_model(config), RESIDUAL)
         model.demosaicker.load_state_dict(state)
         config, state = model.config, model.state_dict()
-    elif trained_behind and last_prov is not None:
-        raise SystemExit(f"{run_dirs[-1]}: a two-stage checkpoint file is installed with --two-stage")
     elif trained_behind:
         frozen = {k[len("denoiser.") :]: v for k, v in state.items() if k.startswith("denoiser.")}
         same = (
