@@ -17,7 +17,9 @@ Recipe (issue 19 §2–3; every choice fixed on synthetic data, none on the real
   photo collections, and a model trained only on the latter stops averaging too early in flat regions;
   ``--cast-p P`` of the crops get an illuminant colour cast (red and blue × a factor log-uniform in
   [1/``--cast-max``, ``--cast-max``] each, exposed for the brightest channel): unprocessing alone gives
-  only daylight ratios (R/G ≈ 0.4–0.5, B/G ≈ 0.5–0.7), real files under artificial light go far beyond.
+  only daylight ratios (R/G ≈ 0.4–0.5, B/G ≈ 0.5–0.7), real files under artificial light go far beyond;
+  ``--hard-p P`` of the plain crops are the hardest of ``--hard-k`` windows for bilinear demosaicking
+  (hard-example mining, as Gharbi et al. 2016 built their training set).
 - training: plain L1 (a noise-balanced loss measured worse on validation; `--loss log-mse` maximises the
   mean per-crop PSNR instead), Adam, cosine learning rate,
   gradient cap 1, weight EMA 0.999 (the checkpoint holds the average).
@@ -82,6 +84,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--zoom-p", type=float, default=0.0, help="share of crops enlarged (full-resolution-like smoothness)"
     )
     ap.add_argument("--zoom-max", type=float, default=4.0, help="largest enlargement factor of those crops")
+    ap.add_argument(
+        "--hard-p",
+        type=float,
+        default=0.0,
+        help="share of the plain crops mined for demosaicking difficulty (the hardest of --hard-k windows)",
+    )
+    ap.add_argument("--hard-k", type=int, default=4, help="candidate windows per mined crop")
     ap.add_argument("--cast-p", type=float, default=0.0, help="share of crops with an illuminant colour cast")
     ap.add_argument(
         "--cast-max", type=float, default=4.0, help="red and blue × a factor log-uniform in [1/max, max]"
@@ -195,6 +204,7 @@ def train_task(args) -> Path:
         noise=CameraSampler(plane_p=args.plane_p, plane_free_p=args.plane_free_p),
         augment=True,
         zoom=(args.zoom_p, args.zoom_max) if args.zoom_p > 0 else None,
+        hard=(args.hard_p, args.hard_k) if args.hard_p > 0 else None,
     )
     cfg = {
         "method": "supervised",
@@ -214,6 +224,7 @@ def train_task(args) -> Path:
         "train_photos": [n for n, _ in photos],
         "task_options": {k: list(v) if isinstance(v, tuple) else v for k, v in task_options.items()},
         "zoom": [args.zoom_p, args.zoom_max] if args.zoom_p > 0 else None,
+        "hard": [args.hard_p, args.hard_k] if args.hard_p > 0 else None,
         "behind": args.behind,
         "widen": args.widen,
         "model": dict(model.config),
@@ -245,6 +256,7 @@ def _stage(run_dir: Path) -> dict:
         "seed",
         "noise",
         "zoom",
+        "hard",
         "loss",
     )
     stage = {k: cfg.get(k) for k in keep}

@@ -112,6 +112,40 @@ def test_labelled_crops_zoom(photos):
             LabelledCrops(photos, TASKS["jdd"], crop=32, zoom=bad)
 
 
+def test_demosaic_difficulty_ranks_aliasing_content():
+    """Bilinear-demosaicking error: 0 on a flat patch, tiny on a slow ramp, large on fine stripes."""
+    from rawrcl.data.labelled import demosaic_difficulty
+
+    x = np.arange(32, dtype=np.float32)[None, None, :] * np.ones((3, 32, 1), np.float32)
+    flat = np.full((3, 32, 32), 0.3, np.float32)
+    ramp, stripes = 0.2 + 0.01 * x, 0.5 + 0.4 * np.sin(2.6 * x)
+    assert demosaic_difficulty(flat) == pytest.approx(0.0, abs=1e-12)
+    assert demosaic_difficulty(ramp) < 1e-6 < 1e-2 < demosaic_difficulty(stripes)
+
+
+def test_labelled_crops_hard_mining(photos):
+    """hard (p, k): p = 1 picks the hardest of k windows (higher mean difficulty than the plain crops, same
+    shapes and RGGB phase, deterministic per key); p = 0 or None keeps the plain crops; bad values refused."""
+    from rawrcl.data.labelled import demosaic_difficulty
+
+    plain = LabelledCrops(photos, TASKS["jdd"], crop=32, seed=1, noise="none")
+    off = LabelledCrops(photos, TASKS["jdd"], crop=32, seed=1, noise="none", hard=(0.0, 4))
+    hard = LabelledCrops(photos, TASKS["jdd"], crop=32, seed=1, noise="none", hard=(1.0, 8))
+    score = {"plain": [], "hard": []}
+    for i in range(len(photos)):
+        for k in range(8):
+            assert torch.equal(plain[(i, k)]["target"], off[(i, k)]["target"])
+            s = hard[(i, k)]
+            assert torch.equal(s["target"], hard[(i, k)]["target"])
+            assert torch.equal(s["input"], mosaic_packed(s["target"], "RGGB"))
+            for name, ds in (("plain", plain), ("hard", hard)):
+                score[name].append(demosaic_difficulty(ds[(i, k)]["target"].numpy()))
+    assert np.mean(score["hard"]) > 1.5 * np.mean(score["plain"])
+    for bad in ((1.5, 4), (0.5, 0)):
+        with pytest.raises(RawrclError):
+            LabelledCrops(photos, TASKS["jdd"], crop=32, hard=bad)
+
+
 def test_supervised_is_l1():
     model = torch.nn.Conv2d(3, 3, 1)
     batch = {"input": torch.rand(2, 3, 8, 8), "target": torch.rand(2, 3, 8, 8)}

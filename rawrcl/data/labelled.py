@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from rawrcl.cfa import mosaic
 from rawrcl.data.augment import dihedral
+from rawrcl.demosaic import demosaic
 from rawrcl.errors import RawrclError
 from rawrcl.noise import NoiseLike
 
@@ -34,6 +36,15 @@ def zoomed_crop(
     return out[0].clamp(0.0, 1.0).numpy()
 
 
+def demosaic_difficulty(patch: np.ndarray) -> float:
+    """Mean squared error of bilinear demosaicking (:func:`rawrcl.demosaic.demosaic`) on the noise-free
+    RGGB mosaic of ``patch`` (3, h, w) in [0, 1], 2-px border excluded: high where the content aliases (fine
+    stripes, colour edges, text) — the crops a demosaicker gets wrong, the criterion Gharbi et al. (2016)
+    mined their training set with."""
+    out = demosaic(mosaic(patch, "RGGB")[0], "RGGB", "bilinear")
+    return float(((out - patch)[:, 2:-2, 2:-2] ** 2).mean())
+
+
 class LabelledCrops(torch.utils.data.Dataset):
     """Random crops of labelled photos degraded by a task.
 
@@ -49,6 +60,10 @@ class LabelledCrops(torch.utils.data.Dataset):
     augment : apply one of the 8 flips/rotations by 90° (drawn from the same generator) to the *clean*
         square crop before the task degrades it, so the mosaic and noise are synthesised after the
         geometry change and stay correctly phased (8× more distinct labels; off = the paper's protocol).
+    zoom : (p, max): a share p of the crops is a smaller window enlarged by a factor log-uniform in [1, max]
+        (:func:`zoomed_crop`).
+    hard : (p, k): a share p of the plain (not enlarged) crops is the hardest of k candidate windows of the
+        photo by :func:`demosaic_difficulty` (hard-example mining for demosaicking); None: off.
 
     Items: ``{"input": (C_in, h, w), "target": (C_out, s·h, s·w), "sigma": (), "noise": (2, C_in)}`` float32
     tensors; ``sigma`` is the drawn noise's standard deviation at signal 0.5, √(λshot·0.5 + λread) in [0, 1]
@@ -70,6 +85,7 @@ class LabelledCrops(torch.utils.data.Dataset):
         noise: NoiseLike = None,
         augment: bool = False,
         zoom: tuple[float, float] | None = None,
+        hard: tuple[float, int] | None = None,
     ) -> None:
         if not images:
             raise RawrclError("fine-tuning needs at least one labelled photo")
@@ -79,6 +95,10 @@ class LabelledCrops(torch.utils.data.Dataset):
         if zoom is not None and not (0 <= zoom[0] <= 1 and zoom[1] >= 1):
             raise RawrclError(f"zoom must be (probability in [0, 1], max factor ≥ 1), got {zoom}")
         self.zoom = zoom if zoom is not None and zoom[0] > 0 and zoom[1] > 1 else None  # None: plain crops
+        if hard is not None and not (0 <= hard[0] <= 1 and int(hard[1]) >= 1):
+            raise RawrclError(f"hard must be (probability in [0, 1], candidates ≥ 1), got {hard}")
+        mined = hard is not None and hard[0] > 0 and int(hard[1]) > 1
+        self.hard = (float(hard[0]), int(hard[1])) if mined else None  # None: plain crops
         m = task.multiple
         self.crop = max(2 * m, (int(crop) // m) * m)
         small = [n for n, a in images if min(a.shape[1:]) < self.crop]
@@ -100,9 +120,15 @@ class LabelledCrops(torch.utils.data.Dataset):
         if self.zoom is not None and rng.random() < self.zoom[0]:
             patch = zoomed_crop(img, c, float(np.exp(rng.uniform(0.0, np.log(self.zoom[1])))), rng)
         else:
-            y = int(rng.integers(0, (h - c) // m + 1)) * m
-            x = int(rng.integers(0, (w - c) // m + 1)) * m
-            patch = img[:, y : y + c, x : x + c]
+            tries = self.hard[1] if self.hard is not None and rng.random() < self.hard[0] else 1
+            best = -1.0
+            for _ in range(tries):
+                y = int(rng.integers(0, (h - c) // m + 1)) * m
+                x = int(rng.integers(0, (w - c) // m + 1)) * m
+                window = img[:, y : y + c, x : x + c]
+                score = demosaic_difficulty(window) if tries > 1 else 0.0
+                if score > best:
+                    patch, best = window, score
         if self.augment:
             patch = np.ascontiguousarray(dihedral(patch, int(rng.integers(0, 8))))
         s = self.task.sample(patch, rng, self.noise)
