@@ -196,6 +196,8 @@ def train_task(args) -> Path:
             prm.requires_grad_(False)
         model = DenoiseThenDemosaic(den.float(), model, RESIDUAL)
     photos = training_photos(Path(args.data))
+    zoom = (args.zoom_p, args.zoom_max) if args.zoom_p > 0 else None
+    hard = (args.hard_p, args.hard_k) if args.hard_p > 0 else None
     dataset = LabelledCrops(
         photos,
         task,
@@ -203,8 +205,8 @@ def train_task(args) -> Path:
         seed=args.seed,
         noise=CameraSampler(plane_p=args.plane_p, plane_free_p=args.plane_free_p),
         augment=True,
-        zoom=(args.zoom_p, args.zoom_max) if args.zoom_p > 0 else None,
-        hard=(args.hard_p, args.hard_k) if args.hard_p > 0 else None,
+        zoom=zoom,
+        hard=hard,
     )
     cfg = {
         "method": "supervised",
@@ -223,8 +225,8 @@ def train_task(args) -> Path:
         "recipe": "scripts/train_noise_aware.py",
         "train_photos": [n for n, _ in photos],
         "task_options": {k: list(v) if isinstance(v, tuple) else v for k, v in task_options.items()},
-        "zoom": [args.zoom_p, args.zoom_max] if args.zoom_p > 0 else None,
-        "hard": [args.hard_p, args.hard_k] if args.hard_p > 0 else None,
+        "zoom": list(zoom) if zoom else None,
+        "hard": list(hard) if hard else None,
         "behind": args.behind,
         "widen": args.widen,
         "model": dict(model.config),

@@ -121,14 +121,12 @@ class LabelledCrops(torch.utils.data.Dataset):
             patch = zoomed_crop(img, c, float(np.exp(rng.uniform(0.0, np.log(self.zoom[1])))), rng)
         else:
             tries = self.hard[1] if self.hard is not None and rng.random() < self.hard[0] else 1
-            best = -1.0
+            windows = []
             for _ in range(tries):
                 y = int(rng.integers(0, (h - c) // m + 1)) * m
                 x = int(rng.integers(0, (w - c) // m + 1)) * m
-                window = img[:, y : y + c, x : x + c]
-                score = demosaic_difficulty(window) if tries > 1 else 0.0
-                if score > best:
-                    patch, best = window, score
+                windows.append(img[:, y : y + c, x : x + c])
+            patch = max(windows, key=demosaic_difficulty) if tries > 1 else windows[0]
         if self.augment:
             patch = np.ascontiguousarray(dihedral(patch, int(rng.integers(0, 8))))
         s = self.task.sample(patch, rng, self.noise)
