@@ -19,7 +19,9 @@ Recipe (issue 19 §2–3; every choice fixed on synthetic data, none on the real
   [1/``--cast-max``, ``--cast-max``] each, exposed for the brightest channel): unprocessing alone gives
   only daylight ratios (R/G ≈ 0.4–0.5, B/G ≈ 0.5–0.7), real files under artificial light go far beyond;
   ``--hard-p P`` of the plain crops are the hardest of ``--hard-k`` windows for bilinear demosaicking
-  (hard-example mining, as Gharbi et al. 2016 built their training set).
+  (hard-example mining, as Gharbi et al. 2016 built their training set); ``--told-p P`` of the crops tell
+  the model a noise level off by a log-normal factor of log-std ``--told-spread`` (level and per plane, as a
+  profile or the single-image estimate errs), so that a calibration error costs less.
 - training: plain L1 (a noise-balanced loss measured worse on validation; `--loss log-mse` maximises the
   mean per-crop PSNR instead), Adam, cosine learning rate,
   gradient cap 1, weight EMA 0.999 (the checkpoint holds the average).
@@ -91,6 +93,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="share of the plain crops mined for demosaicking difficulty (the hardest of --hard-k windows)",
     )
     ap.add_argument("--hard-k", type=int, default=4, help="candidate windows per mined crop")
+    ap.add_argument("--told-p", type=float, default=0.0, help="share of crops told a wrong noise level")
+    ap.add_argument(
+        "--told-spread", type=float, default=0.25, help="log-std of the told level's error (told_noise)"
+    )
     ap.add_argument("--cast-p", type=float, default=0.0, help="share of crops with an illuminant colour cast")
     ap.add_argument(
         "--cast-max", type=float, default=4.0, help="red and blue × a factor log-uniform in [1/max, max]"
@@ -198,6 +204,7 @@ def train_task(args) -> Path:
     photos = training_photos(Path(args.data))
     zoom = (args.zoom_p, args.zoom_max) if args.zoom_p > 0 else None
     hard = (args.hard_p, args.hard_k) if args.hard_p > 0 else None
+    told = (args.told_p, args.told_spread) if args.told_p > 0 else None
     dataset = LabelledCrops(
         photos,
         task,
@@ -207,6 +214,7 @@ def train_task(args) -> Path:
         augment=True,
         zoom=zoom,
         hard=hard,
+        told=told,
     )
     cfg = {
         "method": "supervised",
@@ -227,6 +235,7 @@ def train_task(args) -> Path:
         "task_options": {k: list(v) if isinstance(v, tuple) else v for k, v in task_options.items()},
         "zoom": list(zoom) if zoom else None,
         "hard": list(hard) if hard else None,
+        "told": list(told) if told else None,
         "behind": args.behind,
         "widen": args.widen,
         "model": dict(model.config),
@@ -259,6 +268,7 @@ def _stage(run_dir: Path) -> dict:
         "noise",
         "zoom",
         "hard",
+        "told",
         "loss",
     )
     stage = {k: cfg.get(k) for k in keep}

@@ -146,6 +146,34 @@ def test_labelled_crops_hard_mining(photos):
             LabelledCrops(photos, TASKS["jdd"], crop=32, hard=bad)
 
 
+def test_labelled_crops_told_noise(photos):
+    """told (p, s): the input, target and true sigma stay those of the plain crops; with p = 1 every told
+    level is the truth times a log-normal factor (level spread s shared, s/2 per plane, log-mean ≈ 0), apart
+    for shot and read; p = 0 tells the truth; bad values refused."""
+    task = TASKS["raw-denoise"]
+    plain = LabelledCrops(photos, task, crop=32, seed=1, noise="camera")
+    off = LabelledCrops(photos, task, crop=32, seed=1, noise="camera", told=(0.0, 0.25))
+    told = LabelledCrops(photos, task, crop=32, seed=1, noise="camera", told=(1.0, 0.25))
+    logs = []
+    for i in range(len(photos)):
+        for k in range(40):
+            a, b = plain[(i, k)], told[(i, k)]
+            for key in ("input", "target", "sigma", "sigma_crop"):
+                assert torch.equal(a[key], b[key])
+            assert torch.equal(a["noise"], off[(i, k)]["noise"])
+            assert torch.equal(b["noise"], told[(i, k)]["noise"])
+            logs.append(torch.log(b["noise"] / a["noise"]).numpy())
+    logs = np.stack(logs)  # (draws, 2, 4)
+    assert abs(logs.mean()) < 0.05
+    assert 0.2 < logs.std() < 0.36  # √(0.25² + 0.125²) ≈ 0.28
+    level = logs.mean(axis=2)
+    assert abs(np.corrcoef(level[:, 0], level[:, 1])[0, 1]) < 0.25  # shot and read drawn apart
+    assert np.abs(logs - logs.mean(axis=2, keepdims=True)).max() > 0.05  # the planes differ
+    for bad in ((1.5, 0.2), (0.5, -0.1)):
+        with pytest.raises(RawrclError):
+            LabelledCrops(photos, task, crop=32, told=bad)
+
+
 def test_supervised_is_l1():
     model = torch.nn.Conv2d(3, 3, 1)
     batch = {"input": torch.rand(2, 3, 8, 8), "target": torch.rand(2, 3, 8, 8)}

@@ -45,6 +45,16 @@ def demosaic_difficulty(patch: np.ndarray) -> float:
     return float(((out - patch)[:, 2:-2, 2:-2] ** 2).mean())
 
 
+def told_noise(params: torch.Tensor, spread: float, rng: np.random.Generator) -> torch.Tensor:
+    """A noise level as a calibration would tell it: ``params`` (2, C) [λshot; λread] per channel ([0, 1]
+    units) times exp(u + v_c), drawn apart for λshot and λread: u ~ N(0, spread²) shared by the channels,
+    v_c ~ N(0, (spread/2)²) per channel — the level and per-plane errors of a profile or single-image
+    estimate. Returns a new (2, C) float32 tensor."""
+    c = params.shape[1]
+    log_f = rng.normal(0.0, spread, size=(2, 1)) + rng.normal(0.0, spread / 2, size=(2, c))
+    return (params * torch.from_numpy(np.exp(log_f))).float()
+
+
 class LabelledCrops(torch.utils.data.Dataset):
     """Random crops of labelled photos degraded by a task.
 
@@ -64,6 +74,8 @@ class LabelledCrops(torch.utils.data.Dataset):
         (:func:`zoomed_crop`).
     hard : (p, k): a share p of the plain (not enlarged) crops is the hardest of k candidate windows of the
         photo by :func:`demosaic_difficulty` (hard-example mining for demosaicking); None: off.
+    told : (p, s): a share p of the crops tells the model a wrong noise level, as a calibration does —
+        :func:`told_noise`, log-spread s; the noise drawn into the input is unchanged. None: the truth.
 
     Items: ``{"input": (C_in, h, w), "target": (C_out, s·h, s·w), "sigma": (), "noise": (2, C_in)}`` float32
     tensors; ``sigma`` is the drawn noise's standard deviation at signal 0.5, √(λshot·0.5 + λread) in [0, 1]
@@ -86,6 +98,7 @@ class LabelledCrops(torch.utils.data.Dataset):
         augment: bool = False,
         zoom: tuple[float, float] | None = None,
         hard: tuple[float, int] | None = None,
+        told: tuple[float, float] | None = None,
     ) -> None:
         if not images:
             raise RawrclError("fine-tuning needs at least one labelled photo")
@@ -97,6 +110,10 @@ class LabelledCrops(torch.utils.data.Dataset):
         self.zoom = zoom if zoom is not None and zoom[0] > 0 and zoom[1] > 1 else None  # None: plain crops
         if hard is not None and not (0 <= hard[0] <= 1 and int(hard[1]) >= 1):
             raise RawrclError(f"hard must be (probability in [0, 1], candidates ≥ 1), got {hard}")
+        if told is not None and not (0 <= told[0] <= 1 and told[1] >= 0):
+            raise RawrclError(f"told must be (probability in [0, 1], spread ≥ 0), got {told}")
+        wrong = told is not None and told[0] > 0 and told[1] > 0
+        self.told = (float(told[0]), float(told[1])) if wrong else None  # None: the truth
         mined = hard is not None and hard[0] > 0 and int(hard[1]) > 1
         self.hard = (float(hard[0]), int(hard[1])) if mined else None  # None: plain crops
         m = task.multiple
@@ -140,6 +157,8 @@ class LabelledCrops(torch.utils.data.Dataset):
             params = nm.conditioning(channels)
             mean_signal = float(s["target"].clamp_min(0).mean())
             sigma_crop = float(params[0].mean() * mean_signal + params[1].mean()) ** 0.5
+            if self.told is not None and rng.random() < self.told[0]:  # drawn last: the crops stay the same
+                params = told_noise(params, self.told[1], rng)
         return {
             "input": s["input"],
             "target": s["target"],
