@@ -272,7 +272,8 @@ def _stage(run_dir: Path) -> dict:
         "loss",
     )
     stage = {k: cfg.get(k) for k in keep}
-    stage.update(task_options=cfg.get("task_options"), model=cfg.get("model"), behind=cfg.get("behind"))
+    behind = _spec_name(cfg.get("behind"))
+    stage.update(task_options=cfg.get("task_options"), model=cfg.get("model"), behind=behind)
     stage["init"] = "scratch" if cfg.get("source") == "scratch" else "the previous stage's EMA weights"
     if cfg.get("widen"):
         stage["init"] += f", widened to width {cfg['widen']} (rawrcl.models.widen, same function)"
@@ -308,6 +309,12 @@ def _weights(entry: Path):
     prov = None if entry.is_dir() else raw.get("extra", {}).get("provenance") or {}
     state = {k: v.float() if v.is_floating_point() else v for k, v in raw["state_dict"].items()}
     return raw["config"], state, prov
+
+
+def _spec_name(spec: str | None) -> str | None:
+    """A ``--behind``/``--two-stage`` value as provenance records it: the names ``default`` and
+    ``jdd-default`` as given, a checkpoint path by its file name only (no machine paths in shipped files)."""
+    return spec if spec in (None, "default", "jdd-default") else Path(spec).name
 
 
 def first_stage_denoiser(spec: str):
@@ -360,6 +367,7 @@ def install(
     behind = None
     if trained_behind and last_prov is None:
         behind = json.loads((run_dirs[-1] / "config.json").read_text()).get("behind")
+    behind_name = _spec_name(behind)
     if two_stage is True:
         two_stage = "default"
     first_stage = den = None
@@ -384,8 +392,8 @@ def install(
                 first_stage["note"] = (earlier + "; " if earlier else "") + "re-seated again behind this one"
             else:
                 first_stage["note"] = (
-                    f"the JDD stage was trained behind the denoiser of --behind {behind} at its training "
-                    "date and re-seated behind this one"
+                    f"the JDD stage was trained behind the denoiser of --behind {behind_name} at its "
+                    "training date and re-seated behind this one"
                 )
         model = DenoiseThenDemosaic(den, build_model(config), RESIDUAL)
         model.demosaicker.load_state_dict(state)
@@ -400,9 +408,10 @@ def install(
             )
         )
         if same:
-            first_stage["weights"] = f"frozen during training (--behind {behind}: {first_stage['weights']})"
+            was = first_stage["weights"]
+            first_stage["weights"] = f"frozen during training (--behind {behind_name}: {was})"
         else:  # changed since the training: only its name is known here
-            first_stage = {"weights": f"frozen during training (--behind {behind}; since changed)"}
+            first_stage = {"weights": f"frozen during training (--behind {behind_name}; since changed)"}
     git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
     # each checkpoint-file entry is read once (the last one above, with its weights)
     provs = {d: _provenance(d) for d in run_dirs[:-1] if not d.is_dir()}

@@ -154,3 +154,31 @@ def test_jdd_stage_trained_behind_the_jdd_files_own_denoiser(recipe, tmp_path, m
         torch.testing.assert_close(out["state_dict"][f"denoiser.{k}"].float(), v.half().float())
     raw = torch.load(raw_file, weights_only=True)["state_dict"]
     assert not all(torch.equal(out["state_dict"][f"denoiser.{k}"], v) for k, v in raw.items())
+
+
+def test_jdd_stage_trained_behind_a_denoiser_file_records_its_name_not_its_path(recipe, tmp_path):
+    """--behind PATH (a denoiser checkpoint file, e.g. a new first stage): the installed two-stage file holds
+    that denoiser and its recorded stages, and the provenance names it by file name — no machine path."""
+    from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
+    from rawrcl.models.registry import build_model
+
+    den = _denoiser(7)
+    den_file = tmp_path / "deep" / "folder" / "den_told.pt"
+    den_file.parent.mkdir(parents=True)
+    prov = {"stages": [{"seed": 7}]}
+    ckpt = {"config": den.config, "state_dict": den.state_dict(), "extra": {"provenance": prov}}
+    torch.save(ckpt, den_file)
+    jdd_cfg = {"arch": "unet", "in_channels": 4, "head": "jdd", "width": 8, "depth": 2, "noise_aware": True}
+    torch.manual_seed(8)
+    run = _run_dir(tmp_path, DenoiseThenDemosaic(den, build_model(jdd_cfg), RESIDUAL), 11)
+    cfg = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**cfg, "task": "jdd", "behind": str(den_file)}))
+    out = torch.load(recipe.install([run], "jdd"), weights_only=True)
+    for k, v in den.state_dict().items():
+        torch.testing.assert_close(out["state_dict"][f"denoiser.{k}"].float(), v.half().float())
+    p = out["extra"]["provenance"]
+    first = p["two_stage"]["first_stage"]
+    assert first["weights"] == "frozen during training (--behind den_told.pt: den_told.pt)"
+    assert [s["seed"] for s in first["stages"]] == [7]
+    assert p["stages"][-1]["behind"] == "den_told.pt"
+    assert str(tmp_path) not in json.dumps(p)
