@@ -80,7 +80,7 @@ class LabelledCrops(torch.utils.data.Dataset):
     Items: ``{"input": (C_in, h, w), "target": (C_out, s·h, s·w), "sigma": (), "noise": (2, C_in)}`` float32
     tensors; ``sigma`` is the drawn noise's standard deviation at signal 0.5, √(λshot·0.5 + λread) in [0, 1]
     units (0 for a noise-free task), for the noise-balanced loss; ``noise`` its [λshot; λread] per input
-    channel, the input of noise-aware models.
+    channel as the model is told it (the truth unless ``told``), the input of noise-aware models.
 
     ``keyed = True``: the trainer passes ``(image, sample seed)`` keys with a fresh seed every step, so every
     step sees new crops, noise draws (and cameras, flips); a plain int index would fix one sample per photo.
