@@ -129,9 +129,9 @@ def _rcl_rank(rank, world, port, out):
 
     torch.set_num_threads(1)
     # a file store, not the TCP store: rank 0 then hosts no store server thread. With the TCP store rank 0
-    # aborted about once in 40 runs under load (SIGABRT, "terminate called without an active exception",
-    # rank 1 still alive): most likely that thread torn down while rank 1 was still connected. ``port``
-    # is unused here.
+    # aborted once in CI and once in 81 runs here under load (SIGABRT, "terminate called without an active
+    # exception", rank 1 still alive): most likely that thread torn down while rank 1 was still connected.
+    # ``port`` is unused here.
     dist.init_process_group("gloo", init_method=f"file://{out}.store", rank=rank, world_size=world)
     try:
         xa, xb = torch.load(out + ".in.pt", weights_only=True)
