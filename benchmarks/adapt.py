@@ -75,6 +75,23 @@ def _save(path: Path, doc: dict) -> None:
     path.write_text(json.dumps(doc, indent=1) + "\n")
 
 
+def load_start(path) -> tuple:
+    """(the RAW denoiser adaptation trains, ``wrap(model)`` → what is scored): for a two-stage RAW start (the
+    shipped default, the CFA-site blend) its first stage, scored inside the start's blend; else the model
+    itself, scored as it is."""
+    from rawrcl.models.compose import DenoiseThenDemosaic, first_stage
+    from rawrcl.models.registry import load_checkpoint
+
+    full, _ = load_checkpoint(path)
+    if not (isinstance(full, DenoiseThenDemosaic) and full.output == "raw"):
+        return full, lambda m: m
+
+    def wrap(m):
+        return DenoiseThenDemosaic(m, full.demosaicker, full.residual, "raw", full.blend, full.blend_sigma)
+
+    return first_stage(full), wrap
+
+
 def checkpoints(run: Path, start: dict) -> list[tuple[int, dict]]:
     """(step, state_dict) of the start, every kept checkpoint and the final trained weights."""
     from rawrcl.models.registry import read_checkpoint
@@ -101,7 +118,7 @@ def run_adapt(name: str, files, out: Path, start_ckpt: str, steps: int, opts: di
     summ = adapt(files, out, source=start_ckpt, steps=steps, force=True, progress=False, **opts)
     secs = time.perf_counter() - t
     model, _ = load_checkpoint(out / "checkpoints" / "last.pt")  # the run's architecture (row-aware?)
-    start_model, _ = load_checkpoint(start_ckpt)
+    start_model, wrap = load_start(start_ckpt)
     if is_row_aware(model):
         start_model = add_row_input(start_model, switch=bool(model.config.get("row_switch")))
     start = {k: v.clone() for k, v in start_model.state_dict().items()}
@@ -109,7 +126,7 @@ def run_adapt(name: str, files, out: Path, start_ckpt: str, steps: int, opts: di
     held = {r["step"]: r for r in summ["held_out"]}
     for s, sd in checkpoints(out, start):
         model.load_state_dict(sd)
-        sc = score(model.eval())
+        sc = score(wrap(model).eval())
         rows.append({"step": s, **sc, **{f"held_{k}": v for k, v in held.get(s, {}).items() if k != "step"}})
         shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in rows[-1].items() if k != "step"}
         log(f"  {name} step {s}: {json.dumps(shown)}")
@@ -161,16 +178,14 @@ def part_burst(args, doc: dict, path: Path, log) -> None:
 
     loose = br.valid & ~burst.clipped[0]  # as benchmarks/burst.py: keeps the shadows the strict mask drops
     if args.rescore:  # add the scores of the existing runs' checkpoints (e.g. a metric added later)
-        from rawrcl.models.registry import load_checkpoint
-
         for name, rec in doc["burst"].get("runs", {}).items():
-            model, _ = load_checkpoint(args.start)
+            model, wrap = load_start(args.start)
             start = {k: v.clone() for k, v in model.state_dict().items()}
             run = Path(args.out) / "runs" / f"burst-{name}"
             by_step = dict(checkpoints(run, start))
             for r in rec["rows"]:
                 model.load_state_dict(by_step[r["step"]])
-                r.update(score(model.eval()))
+                r.update(score(wrap(model).eval()))
             log(f"rescored {name}")
         _save(path, doc)
         return
@@ -259,7 +274,6 @@ def part_synth(args, doc: dict, path: Path, log) -> None:
     from rawrcl.data.noisy_crops import pack_file
     from rawrcl.eval import load_images
     from rawrcl.methods.supervised import supervised
-    from rawrcl.models.registry import load_checkpoint
     from rawrcl.noise import NoiseModel, Readout
     from rawrcl.train import Trainer
     from rawrcl.train.config import AdaptConfig
@@ -309,7 +323,7 @@ def part_synth(args, doc: dict, path: Path, log) -> None:
         from rawrcl.models.conditioning import add_row_input
         from rawrcl.noise import with_row_variance
 
-        model, _ = load_checkpoint(args.start)
+        model, wrap = load_start(args.start)  # a two-stage start: its first stage is trained
         model = model.float().train()
         sup_lam = lam
         if args.banding > 0:  # the reference is told the true row noise (row-aware, like adapted models)
@@ -334,7 +348,7 @@ def part_synth(args, doc: dict, path: Path, log) -> None:
         rec = {
             "name": "supervised",
             "seconds": round(time.perf_counter() - t, 1),
-            "rows": [{"step": args.steps, **score(model.eval())}],
+            "rows": [{"step": args.steps, **score(wrap(model).eval())}],
         }
         log(f"  supervised: {rec['rows'][0]}")
         doc["synth"].setdefault("runs", {})["supervised"] = rec

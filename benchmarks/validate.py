@@ -12,9 +12,10 @@ smooth per pixel as a full-resolution camera file. Each photo *i* of each row is
 estimator has its own benchmark). PSNR dB, linear [0, 1]: packed CFA with a 4-px border (raw-denoise) or
 RGB with an 8-px border (jdd), as ``rawrcl eval``.
 
-Groups (16 rows each; ``{photo, unproc}`` = photo values as linear RGB / unprocessed à la Brooks et al.):
+Groups (16 rows each, B 8; ``{photo, unproc}`` = photo values as linear RGB / unprocessed à la Brooks et al.):
 
 - ``U`` uncast: {photo, unproc} × {1×, 4×} × {L2, L4, L6, high} (the noise ladder, ``rawrcl.noise.PRESETS``);
+- ``B`` base ISO (8 rows, added 2026-11-28): the same at L1 and L3, the clean end U leaves out;
 - ``C`` colour casts (``rawrcl.tasks.Task.cast``): warm R×2.5 B×0.5 and cool R×0.5 B×2 × {photo, unproc} ×
   {1×, 4×} × {L4, high};
 - ``P`` per-plane noise (camera profiles whose planes differ; per plane [R, G1, G2, B] shot and read
@@ -49,6 +50,8 @@ DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 #: (source folder, first sorted index, step, count): the validation photos
 PHOTOS = (("urban100", 90, 4, 3), ("cbsd68", 58, 4, 3))
 CASTS = {"warm": (2.5, 0.5), "cool": (0.5, 2.0)}
+#: the uncast groups' noise levels: U the ladder, B the clean end (base ISO) U leaves out
+UNCAST = {"U": ("L2", "L4", "L6", "high"), "B": ("L1", "L3")}
 #: per-plane (shot, read) multipliers of [R, G1, G2, B]
 PROFILES = {
     "P1": ((2.0, 1.0, 1.0, 2.9), (1.2, 1.0, 1.0, 1.3)),
@@ -72,15 +75,12 @@ def conditions(groups: str) -> list[dict]:
     """Every row of the chosen groups (dicts: group, domain, zoom, level and, for C and P, the variant)."""
     rows = []
     for group in groups.split(","):
-        if group not in ("U", "C", "P"):
-            raise SystemExit(f"unknown group {group!r}: expected U, C, P")
+        if group not in ("U", "B", "C", "P"):
+            raise SystemExit(f"unknown group {group!r}: expected U, B, C, P")
         for domain, _ in DOMAINS:
             for zoom in ZOOMS:
-                if group == "U":
-                    rows += [
-                        dict(group="U", domain=domain, zoom=zoom, level=lv)
-                        for lv in ("L2", "L4", "L6", "high")
-                    ]
+                if group in UNCAST:
+                    rows += [dict(group=group, domain=domain, zoom=zoom, level=lv) for lv in UNCAST[group]]
                     continue
                 variants = CASTS if group == "C" else PROFILES
                 for name in variants:

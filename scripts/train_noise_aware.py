@@ -126,6 +126,23 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "trained from it, same architecture); RUN's stage is recorded as averaged",
     )
     ap.add_argument(
+        "--blend",
+        type=float,
+        default=None,
+        metavar="W",
+        help="raw-denoise, with --install-only FILE: install the RAW default as the CFA-site blend of the "
+        "two-stage JDD checkpoint FILE (e.g. rawrcl/weights/jdd_default.pt): W × its RGB at the CFA sites + "
+        "(1 − W) × its first stage's output (rawrcl.models.DenoiseThenDemosaic, output 'raw')",
+    )
+    ap.add_argument(
+        "--blend-sigma",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="with --blend: gate it by the noise, W·v/(v + S²) per pixel (v the noise variance there, "
+        "[0, 1]² units): near-clean pixels keep the first stage's value; 0: W everywhere",
+    )
+    ap.add_argument(
         "--behind",
         default=None,
         metavar="DENOISER",
@@ -321,7 +338,7 @@ def first_stage_denoiser(spec: str):
     """(frozen RAW denoiser in eval mode, provenance record) that ``spec`` names: ``"default"`` the shipped
     RAW denoiser, ``"jdd-default"`` the first stage of the shipped JDD file (a JDD stage continued behind
     the denoiser it ships with), else a checkpoint file or run directory."""
-    from rawrcl.models.compose import DenoiseThenDemosaic
+    from rawrcl.models.compose import DenoiseThenDemosaic, first_stage
     from rawrcl.models.loading import default_weights_path, load_for_task
 
     if spec == "jdd-default":
@@ -332,6 +349,7 @@ def first_stage_denoiser(spec: str):
         return jdd.denoiser, {**rec, "weights": "the first stage of rawrcl/weights/jdd_default.pt"}
     src = None if spec == "default" else spec
     den, _ = load_for_task(src, "raw-denoise")
+    den = first_stage(den)  # the shipped RAW default is the CFA-site blend of a two-stage model
     path = default_weights_path("raw-denoise") if src is None else Path(spec)
     prov = _provenance(path) if path.is_file() else {}
     name = "rawrcl/weights/raw_denoise_default.pt" if src is None else path.name
@@ -339,7 +357,12 @@ def first_stage_denoiser(spec: str):
 
 
 def install(
-    run_dirs: list[Path], task: str, two_stage: str | bool | None = None, average_with: Path | None = None
+    run_dirs: list[Path],
+    task: str,
+    two_stage: str | bool | None = None,
+    average_with: Path | None = None,
+    blend: float | None = None,
+    blend_sigma: float = 0.0,
 ) -> Path:
     """Install the last stage's EMA weights (float16) as the task's shipped default, with the provenance
     of every stage (``run_dirs``: first → last; an entry may be an installed checkpoint file, which stands
@@ -348,7 +371,9 @@ def install(
     checkpoint of arch ``two_stage``). ``average_with``:
     a run trained from the last entry; the installed weights are the half/half average of the two (a
     weight average of two points of one basin, as the EMA is of one run) and its stage is recorded with
-    ``"averaged": 0.5``."""
+    ``"averaged": 0.5``. ``blend`` (raw-denoise): the last entry is a two-stage JDD checkpoint, installed
+    with output ``"raw"`` (the CFA-site blend of weight ``blend``, gated by ``blend_sigma``) as the RAW
+    default."""
     import torch
 
     from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
@@ -361,6 +386,8 @@ def install(
         if other_config != config or other.keys() != state.keys():
             raise SystemExit(f"--average-with {average_with}: not the architecture of {run_dirs[-1]}")
         state = {k: (v + other[k]) / 2 if v.is_floating_point() else v for k, v in state.items()}
+    if blend is not None:
+        return _install_blend(run_dirs[-1], task, config, state, last_prov, blend, blend_sigma)
     trained_behind = config.get("arch") == "two_stage"  # trained --behind a denoiser: already both stages
     if trained_behind and last_prov is not None and not two_stage:
         raise SystemExit(f"{run_dirs[-1]}: a two-stage checkpoint file is installed with --two-stage")
@@ -442,12 +469,49 @@ def install(
     return dst
 
 
+def _install_blend(
+    entry: Path, task: str, config: dict, state: dict, prov: dict | None, blend: float, sigma: float
+) -> Path:
+    """Install the two-stage JDD checkpoint ``entry`` (its weights ``state``) as the RAW default, output
+    ``"raw"`` with CFA-site blend ``blend`` gated by ``sigma``; its provenance goes with it, plus the blend
+    record."""
+    from rawrcl.models.compose import DenoiseThenDemosaic
+    from rawrcl.models.registry import atomic_torch_save, build_model
+    from rawrcl.tasks import get_task
+
+    if task != "raw-denoise":
+        raise SystemExit("--blend installs the RAW denoiser: use --task raw-denoise")
+    if config.get("arch") != "two_stage" or not config.get("demosaicker"):
+        raise SystemExit(f"{entry}: --blend needs a two-stage checkpoint with a JDD network")
+    jdd = build_model(config)
+    jdd.load_state_dict(state)
+    model = DenoiseThenDemosaic(jdd.denoiser, jdd.demosaicker, jdd.residual, "raw", blend, sigma)
+    git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    record = {
+        "blend": blend,
+        "blend_sigma": sigma,
+        "from": entry.name if entry.is_file() else str(entry),
+        "commit": git.stdout.strip(),
+        "date": dt.date.today().isoformat(),
+    }
+    extra = {"provenance": {"cfa_blend": record, **(prov or {})}, "weights_dtype": "float16"}
+    half = {k: (v.half() if v.is_floating_point() else v) for k, v in model.state_dict().items()}
+    dst = REPO / "rawrcl" / "weights" / get_task(task).default_weights
+    atomic_torch_save({"config": model.config, "state_dict": half, "extra": extra}, dst)
+    print(f"installed {dst} ({dst.stat().st_size / 1e6:.2f} MB)", file=sys.stderr)
+    return dst
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     if args.install_only:
         avg = Path(args.average_with) if args.average_with else None
-        install([Path(d) for d in args.install_only], args.task, args.two_stage, avg)
+        install(
+            [Path(d) for d in args.install_only], args.task, args.two_stage, avg, args.blend, args.blend_sigma
+        )
         return
+    if args.blend is not None:
+        raise SystemExit("--blend installs a blend of a shipped two-stage file: use it with --install-only")
     if args.average_with:
         raise SystemExit("--average-with installs an average: use it with --install-only")
     run_dir = train_task(args)

@@ -359,11 +359,26 @@ def test_adapt_config_validates_and_resume_keeps_it(adapt_env, tmp_path):
     assert res.exit_code != 0 and "--mix must be" in res.output and "Traceback" not in res.output
 
 
+def _kept_denoiser_with_the_sources_jdd_stage(path: Path, run: Path, src: Path) -> dict:
+    """The checkpoint at ``path``, checked to hold the run's kept (plain) denoiser as its first stage and the
+    source's JDD stage as its second."""
+    from rawrcl.models import read_checkpoint
+
+    two, den, source = (read_checkpoint(p) for p in (path, run / "checkpoints" / "last.pt", src))
+    assert den["config"]["arch"] == "unet"
+    for k, v in den["state_dict"].items():
+        assert torch.equal(two["state_dict"][f"denoiser.{k}"], v), k
+    for k, v in source["state_dict"].items():
+        if k.startswith("demosaicker."):
+            assert torch.equal(two["state_dict"][k], v), k
+    return two
+
+
 def test_adapt_jdd_writes_a_two_stage_run_that_jdd_runs(adapt_env, tmp_path):
     """--task jdd adapts the first stage of a two-stage JDD checkpoint and writes RUN/jdd.pt (the kept
     denoiser + the source's JDD stage), which the JDD loader takes for the run; a later --force run of
     another task does not leave a stale jdd.pt."""
-    from rawrcl.models import DenoiseThenDemosaic, build_model, read_checkpoint, save_checkpoint
+    from rawrcl.models import DenoiseThenDemosaic, build_model, save_checkpoint
     from rawrcl.models.loading import checkpoint_for, load_for_task
 
     torch.manual_seed(1)
@@ -379,13 +394,8 @@ def test_adapt_jdd_writes_a_two_stage_run_that_jdd_runs(adapt_env, tmp_path):
     assert res.exit_code == 0, res.output
     assert checkpoint_for(run, "jdd") == run / "jdd.pt"
     assert checkpoint_for(run, "raw-denoise") == run / "checkpoints" / "last.pt"
-    jdd, den, source = (read_checkpoint(p) for p in (run / "jdd.pt", run / "checkpoints" / "last.pt", src))
+    jdd = _kept_denoiser_with_the_sources_jdd_stage(run / "jdd.pt", run, src)
     assert jdd["config"]["arch"] == "two_stage" and jdd["config"]["residual"] == 0.05
-    for k, v in den["state_dict"].items():
-        assert torch.equal(jdd["state_dict"][f"denoiser.{k}"], v), k
-    for k, v in source["state_dict"].items():
-        if k.startswith("demosaicker."):
-            assert torch.equal(jdd["state_dict"][k], v), k
     model, _ = load_for_task(run, "jdd")
     assert isinstance(model, DenoiseThenDemosaic) and model.demosaicker is not None
     out = _cli(["jdd", adapt_env["dngs"] / "a.dng", "-o", tmp_path / "a.tif", "--model", run, "-q"])
@@ -400,3 +410,34 @@ def test_adapt_jdd_writes_a_two_stage_run_that_jdd_runs(adapt_env, tmp_path):
     res = _cli([*args, "--batch-size", 2, "--evals", 1, "--force"])
     assert res.exit_code == 0, res.output
     assert not (run / "jdd.pt").exists()
+
+
+def test_adapt_from_a_cfa_site_blend_writes_its_raw_model(adapt_env, tmp_path):
+    """Started from a two-stage RAW denoiser (the shipped default's kind: the CFA-site blend), adapt trains
+    its first stage and writes RUN/denoise.pt — the kept denoiser, the start's JDD stage, residual and blend —
+    which RAW denoising takes for the run (``rawrcl denoise --model RUN``)."""
+    from rawrcl.models import DenoiseThenDemosaic, build_model, save_checkpoint
+    from rawrcl.models.loading import checkpoint_for, load_for_task
+
+    torch.manual_seed(2)
+    base = {"arch": "unet", "in_channels": 4, "width": 4, "depth": 2, "skip": True, "noise_aware": True}
+    src = tmp_path / "blend.pt"
+    two = DenoiseThenDemosaic(
+        build_model({**base, "head": "raw"}), build_model({**base, "head": "jdd"}), 0.05, "raw", 0.4
+    )
+    save_checkpoint(src, two)
+    run = tmp_path / "run"
+    args = ["adapt", adapt_env["dngs"], "--out", run, "--from", src, "--steps", 2, "--crop", 32]
+    res = _cli([*args, "--batch-size", 2, "--evals", 1])
+    assert res.exit_code == 0, res.output
+    assert checkpoint_for(run, "raw-denoise") == run / "denoise.pt"
+    raw = _kept_denoiser_with_the_sources_jdd_stage(run / "denoise.pt", run, src)
+    assert raw["config"]["head"] == "raw" and raw["config"]["blend"] == 0.4
+    assert raw["config"]["residual"] == 0.05
+    model, _ = load_for_task(run, "raw-denoise")
+    assert isinstance(model, DenoiseThenDemosaic) and model.head_name == "raw"
+    out = _cli(["denoise", adapt_env["dngs"] / "a.dng", "-o", tmp_path / "a.dng", "--model", run, "-q"])
+    assert out.exit_code == 0, out.output
+    res = _cli([*args, "--batch-size", 2, "--evals", 1, "--force", "--from", adapt_env["ckpt"]])
+    assert res.exit_code == 0, res.output
+    assert not (run / "denoise.pt").exists()  # a plain start: the run's last.pt is the model

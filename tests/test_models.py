@@ -238,6 +238,48 @@ def test_two_stage_jdd_checkpoint(tmp_path):
     assert bilinear(x, noise).shape == (2, 3, 24, 20)
 
 
+def test_two_stage_raw_output_is_the_cfa_site_blend(tmp_path):
+    """Output ``"raw"``: blend × the JDD RGB at the CFA sites + (1 − blend) × the first stage, (B, 4, h, w);
+    the checkpoint rebuilds it, serves JDD as the same stages' RGB, and gives its first stage to
+    ``save_two_stage``; a RAW output without a JDD network, or a blend outside (0, 1], is refused."""
+    from rawrcl.cfa import mosaic_packed
+    from rawrcl.models import DenoiseThenDemosaic
+    from rawrcl.models.compose import first_stage
+    from rawrcl.models.loading import load_for_task, save_two_stage
+    from rawrcl.models.registry import read_checkpoint
+
+    torch.manual_seed(0)
+    base = {"in_channels": 4, "width": 8, "depth": 2, "skip": True, "noise_aware": True}
+    den, dem = build_model({**base, "head": "raw"}), build_model({**base, "head": "jdd"})
+    save_checkpoint(tmp_path / "den.pt", den)
+    save_checkpoint(tmp_path / "dem.pt", dem)
+    path = save_two_stage(
+        tmp_path / "den.pt", tmp_path / "dem.pt", tmp_path / "raw.pt", 0.04, None, "raw", 0.3, 0.0
+    )
+    model, cfg = load_for_task(path, "raw-denoise")
+    assert cfg["head"] == "raw" and cfg["blend"] == 0.3 and model.head_name == "raw"
+    x = torch.rand(2, 4, 12, 10)
+    noise = torch.tensor([[1e-2] * 4, [1e-4] * 4]).expand(2, 2, 4)
+    with torch.no_grad():
+        y = den(x, noise)
+        rgb = dem(y, noise * 0.04)
+        want = 0.3 * mosaic_packed(rgb, "RGGB") + 0.7 * y
+        got = model(x, noise)
+        assert got.shape == (2, 4, 12, 10) and torch.allclose(got, want, atol=1e-6)
+        as_jdd, _ = load_for_task(path, "jdd")  # the same stages' RGB
+        assert torch.allclose(as_jdd(x, noise), rgb, atol=1e-6)
+    assert first_stage(model) is model.denoiser and first_stage(den) is den
+    again = save_two_stage(path, path, tmp_path / "again.pt")  # its first and second stage, RGB out
+    assert read_checkpoint(again)["config"]["head"] == "jdd"
+    with pytest.raises(RawrclError, match="needs a JDD model"):
+        model_config({**cfg, "demosaicker": None})
+    with pytest.raises(RawrclError, match="blend"):
+        model_config({**cfg, "blend": 1.5})
+    with pytest.raises(ValueError, match="needs a JDD network"):
+        DenoiseThenDemosaic(den, None, output="raw")
+    assert "blend" not in model.with_output("jdd").config  # a JDD file's config is unchanged
+
+
 def test_two_stage_with_a_row_aware_denoiser():
     """A row-aware (adapted, banded camera) denoiser makes the two-stage model row-aware: the denoiser reads
     σ_row², the JDD stage is told the white noise only; the config says so (export refuses it)."""

@@ -182,3 +182,35 @@ def test_jdd_stage_trained_behind_a_denoiser_file_records_its_name_not_its_path(
     assert [s["seed"] for s in first["stages"]] == [7]
     assert p["stages"][-1]["behind"] == "den_told.pt"
     assert str(tmp_path) not in json.dumps(p)
+
+
+def test_install_blend_makes_the_raw_default_from_a_two_stage_file(recipe, tmp_path, monkeypatch):
+    """--task raw-denoise --blend W [--blend-sigma S]: the RAW default becomes the CFA-site blend of a
+    two-stage JDD file (same stages, head 'raw'), its provenance kept plus the blend record; the shipped
+    RAW denoiser that --behind/--two-stage default name is then that file's first stage. A plain file is
+    refused."""
+    from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
+    from rawrcl.models.registry import build_model
+
+    jdd_cfg = {"arch": "unet", "in_channels": 4, "head": "jdd", "width": 8, "depth": 2, "noise_aware": True}
+    torch.manual_seed(4)
+    shipped = DenoiseThenDemosaic(_denoiser(5), build_model(jdd_cfg), RESIDUAL)
+    jdd_file = tmp_path / "jdd_shipped.pt"
+    prov = {"stages": [{"seed": 9}], "two_stage": {"first_stage": {"stages": [{"seed": 5}]}}}
+    ckpt = {"config": shipped.config, "state_dict": shipped.state_dict(), "extra": {"provenance": prov}}
+    torch.save(ckpt, jdd_file)
+    out_path = recipe.install([jdd_file], "raw-denoise", blend=0.5, blend_sigma=0.003)
+    out = torch.load(out_path, weights_only=True)
+    assert out["config"]["arch"] == "two_stage" and out["config"]["head"] == "raw"
+    assert (out["config"]["blend"], out["config"]["blend_sigma"]) == (0.5, 0.003)
+    assert out["extra"]["provenance"]["cfa_blend"]["blend"] == 0.5
+    assert out["extra"]["provenance"]["stages"] == [{"seed": 9}]
+    for k, v in shipped.state_dict().items():
+        torch.testing.assert_close(out["state_dict"][k].float(), v.half().float())
+    monkeypatch.setattr("rawrcl.models.loading.default_weights_path", lambda t: out_path)
+    den, _ = recipe.first_stage_denoiser("default")
+    assert not isinstance(den, DenoiseThenDemosaic) and den.head_name == "raw"
+    with pytest.raises(SystemExit, match="two-stage checkpoint with a JDD network"):
+        recipe.install(
+            [recipe.install([_run_dir(tmp_path, _denoiser(3), 3)], "raw-denoise")], "raw-denoise", blend=0.5
+        )

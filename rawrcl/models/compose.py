@@ -1,5 +1,7 @@
 """A RAW denoiser as a JDD model: denoise the packed mosaic, then demosaic it — bilinearly, or with a
-learned JDD network told the little noise the denoiser left (the two-stage JDD).
+learned JDD network told the little noise the denoiser left (the two-stage JDD). The same two stages also
+make a RAW denoiser (output ``"raw"``): the JDD network's RGB sampled back at the CFA sites, averaged with
+the first stage's output (the CFA-site blend).
 
 Why bilinear: a RAW denoiser can be trained with no clean images at all (Noise2Self masking on the noisy
 mosaic is well posed), while a JDD network trained self-supervised has no signal for the two colours a
@@ -18,12 +20,21 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from rawrcl.cfa import mosaic_packed
 from rawrcl.models.geometry import size_multiple
 from rawrcl.models.heads import bilinear_demosaic_packed
+from rawrcl.noise import std_map
 
 #: λ multiplier the second stage is told by default: σ × 0.1 of the input's noise (chosen on the training
 #: sources' validation split and measured on the burst; docs/weights.md)
 RESIDUAL = 0.01
+
+#: weight of the JDD network's RGB at the CFA sites in a two-stage model's RAW output (the rest: the first
+#: stage's own output) — the plain average, chosen on the validation rows (docs/weights.md, "CFA-site blend")
+BLEND = 0.5
+
+#: what a two-stage model outputs: RGB (``"jdd"``) or the packed mosaic (``"raw"``, the CFA-site blend)
+OUTPUTS = ("jdd", "raw")
 
 
 class DenoiseThenDemosaic(nn.Module):
@@ -35,22 +46,56 @@ class DenoiseThenDemosaic(nn.Module):
     aware when either stage is; then called ``model(x, noise)``, ``noise`` (B, 2 or 3, 4) [λshot; λread
     (; σ_row²)] per plane. Row-aware (reads σ_row²) when the denoiser is; the demosaicker is told the
     white part only (the denoiser removes the banding).
+
+    ``output="raw"`` (needs a demosaicker) makes it a RAW denoiser, (B, 4, h, w) → (B, 4, h, w):
+    w × the RGB sampled at the CFA sites (:func:`rawrcl.cfa.mosaic_packed`) + (1 − w) × the first stage's
+    output, w = ``blend``, or with ``blend_sigma`` σ₀ > 0 (and the noise given) per pixel
+    ``blend`` · v / (v + σ₀²), v the input's noise variance there (:func:`rawrcl.noise.std_map`² of the first
+    stage's output; [0, 1]² units): near-clean pixels keep the first stage's value. :meth:`with_output`
+    gives the other view of the same stages.
     """
 
-    def __init__(self, denoiser: nn.Module, demosaicker: nn.Module | None = None, residual: float = RESIDUAL):
+    def __init__(
+        self,
+        denoiser: nn.Module,
+        demosaicker: nn.Module | None = None,
+        residual: float = RESIDUAL,
+        output: str = "jdd",
+        blend: float = BLEND,
+        blend_sigma: float = 0.0,
+    ):
         super().__init__()
         if not 0 < residual <= 1:
             raise ValueError(f"residual must be in (0, 1], got {residual}")
+        if output not in OUTPUTS:
+            raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
+        if output == "raw" and demosaicker is None:
+            raise ValueError("a two-stage RAW output needs a JDD network (demosaicker)")
+        if not 0 < blend <= 1:
+            raise ValueError(f"blend must be in (0, 1], got {blend}")
+        if not blend_sigma >= 0:
+            raise ValueError(f"blend_sigma must be ≥ 0, got {blend_sigma}")
         self.denoiser = denoiser
         self.demosaicker = demosaicker
         self.residual = float(residual)
+        self.output = output
+        self.blend = float(blend)
+        self.blend_sigma = float(blend_sigma)
         self.noise_aware = _aware(denoiser) or _aware(demosaicker)
         self.row_aware = bool(getattr(denoiser, "row_aware", False))
         self.size_multiple = max(size_multiple(denoiser), size_multiple(demosaicker) if demosaicker else 1)
 
     @property
     def head_name(self) -> str:
-        return "jdd"
+        return self.output
+
+    def with_output(self, output: str) -> DenoiseThenDemosaic:
+        """The same stages (shared, not copied) with output ``output`` (``"jdd"`` or ``"raw"``)."""
+        if output == self.output:
+            return self
+        return DenoiseThenDemosaic(
+            self.denoiser, self.demosaicker, self.residual, output, self.blend, self.blend_sigma
+        ).train(self.training)
 
     @property
     def config(self) -> dict:
@@ -61,24 +106,38 @@ class DenoiseThenDemosaic(nn.Module):
         )
         return {
             "arch": "two_stage",
-            "head": "jdd",
+            "head": self.output,
             "in_channels": 4,
             "noise_aware": self.noise_aware,
             "row_aware": self.row_aware,
             **sub,
             "residual": self.residual,
+            **({"blend": self.blend, "blend_sigma": self.blend_sigma} if self.output == "raw" else {}),
         }
 
     def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
         """``noise``: the input's noise parameters (required when :attr:`noise_aware`)."""
         y = self.denoiser(x, noise) if _aware(self.denoiser) else self.denoiser(x)
-        if self.demosaicker is not None:
-            if not _aware(self.demosaicker):
-                return self.demosaicker(y.to(x.dtype))
+        if self.demosaicker is None:
+            with torch.autocast(y.device.type, enabled=False):
+                return bilinear_demosaic_packed(y.float())
+        if not _aware(self.demosaicker):
+            rgb = self.demosaicker(y.to(x.dtype))
+        else:
             told = None if noise is None else noise[:, :2].to(y.device) * self.residual  # no σ_row²
-            return self.demosaicker(y.to(x.dtype), told)
-        with torch.autocast(y.device.type, enabled=False):
-            return bilinear_demosaic_packed(y.float())
+            rgb = self.demosaicker(y.to(x.dtype), told)
+        if self.output == "jdd":
+            return rgb
+        w = self.blend
+        if self.blend_sigma > 0 and noise is not None:  # less of the JDD stage where there is little noise
+            v = std_map(y.float(), noise[:, :2].to(y.device)).square()
+            w = (self.blend * v / (v + self.blend_sigma**2)).to(y.dtype)
+        return w * mosaic_packed(rgb, "RGGB").to(y.dtype) + (1 - w) * y
+
+
+def first_stage(model: nn.Module) -> nn.Module:
+    """The RAW denoiser inside ``model``: a two-stage model's first stage, else ``model`` itself."""
+    return model.denoiser if isinstance(model, DenoiseThenDemosaic) else model
 
 
 def _aware(model: nn.Module | None) -> bool:
@@ -93,6 +152,9 @@ def serves(head: str | None, wanted: str) -> bool:
 
 
 def adapt(model: nn.Module, head: str | None, wanted: str) -> nn.Module:
-    """``model`` ready for head ``wanted``: a RAW denoiser wrapped in :class:`DenoiseThenDemosaic` for
-    ``"jdd"``, anything else unchanged (check :func:`serves` first)."""
+    """``model`` ready for head ``wanted``: a two-stage model with a JDD network in the view ``wanted``
+    (:meth:`DenoiseThenDemosaic.with_output`), another RAW denoiser wrapped in :class:`DenoiseThenDemosaic`
+    for ``"jdd"``, anything else unchanged (check :func:`serves` first)."""
+    if isinstance(model, DenoiseThenDemosaic) and model.demosaicker is not None and wanted in OUTPUTS:
+        return model.with_output(wanted)
     return DenoiseThenDemosaic(model) if (head, wanted) == ("raw", "jdd") else model

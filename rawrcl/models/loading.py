@@ -14,7 +14,7 @@ from pathlib import Path
 import torch.nn as nn
 
 from rawrcl.errors import RawrclError
-from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic, adapt, serves
+from rawrcl.models.compose import BLEND, RESIDUAL, DenoiseThenDemosaic, adapt, first_stage, serves
 from rawrcl.models.registry import load_checkpoint, read_checkpoint, save_checkpoint
 from rawrcl.tasks import TASKS, Task, get_task
 
@@ -52,16 +52,22 @@ def checkpoint_file(source: str | os.PathLike) -> Path:
 #: denoiser in front of the starting JDD model's second stage) that JDD uses instead of ``last.pt``.
 RUN_JDD = "jdd.pt"
 
+#: In a run directory of ``rawrcl adapt`` started from a two-stage RAW denoiser (the shipped default, the
+#: CFA-site blend): the same with the adapted first stage, which RAW denoising uses instead of ``last.pt``.
+RUN_RAW = "denoise.pt"
+
 
 def checkpoint_for(source: str | os.PathLike | None, task: str | Task) -> Path:
     """The checkpoint file ``source`` gives for ``task``: the shipped weights (None), the file itself, or a
-    run directory's ``checkpoints/last.pt`` — for JDD its :data:`RUN_JDD` when the run has one."""
+    run directory's ``checkpoints/last.pt`` — for JDD its :data:`RUN_JDD`, for RAW denoising its
+    :data:`RUN_RAW` when the run has one."""
     t = get_task(task)
     if source is None:
         return default_weights_path(t)
     p = Path(source)
-    if p.is_dir() and t.head == "jdd" and (p / RUN_JDD).is_file():
-        return p / RUN_JDD
+    own = {"jdd": RUN_JDD, "raw": RUN_RAW}.get(t.head)
+    if p.is_dir() and own and (p / own).is_file():
+        return p / own
     return checkpoint_file(p)
 
 
@@ -99,22 +105,29 @@ def save_two_stage(
     out: str | os.PathLike,
     residual: float = RESIDUAL,
     extra: dict | None = None,
+    output: str = "jdd",
+    blend: float = BLEND,
+    blend_sigma: float = 0.0,
 ) -> Path:
-    """Write one JDD checkpoint (arch ``two_stage``) that runs the RAW denoiser ``denoiser`` and then the
-    JDD model ``demosaicker`` told λ × ``residual`` (:class:`rawrcl.models.DenoiseThenDemosaic`).
+    """Write one checkpoint (arch ``two_stage``) that runs the RAW denoiser ``denoiser`` and then the
+    JDD model ``demosaicker`` told λ × ``residual`` (:class:`rawrcl.models.DenoiseThenDemosaic`): a JDD
+    model, or with ``output="raw"`` a RAW denoiser (the CFA-site blend, weight ``blend``, gated by noise std
+    ``blend_sigma``).
 
     Each source: a checkpoint file, a run directory, or None for the shipped weights of its task; a
-    two-stage ``demosaicker`` (e.g. the shipped JDD default) gives its own second stage — so
-    ``save_two_stage("runs/mycam", None, "mycam_jdd.pt")`` puts an adapted denoiser in front of the shipped
-    JDD network. The stages' own provenance goes into ``extra["stages"]``; ``out`` is written atomically.
+    two-stage ``denoiser`` (e.g. the shipped RAW default) gives its first stage, a two-stage
+    ``demosaicker`` (e.g. the shipped JDD default) its second — so ``save_two_stage("runs/mycam", None,
+    "mycam_jdd.pt")`` puts an adapted denoiser in front of the shipped JDD network. The stages' own
+    provenance goes into ``extra["stages"]``; ``out`` is written atomically.
     """
     den, _ = load_for_task(denoiser, "raw-denoise")
+    den = first_stage(den)
     dem, _ = load_for_task(demosaicker, "jdd")
     if isinstance(dem, DenoiseThenDemosaic) and dem.demosaicker is not None:
         dem = dem.demosaicker
     if not hasattr(dem, "head") or getattr(dem, "head_name", None) != "jdd":
         raise RawrclError(f"{demosaicker}: the second stage must be a JDD network (head 'jdd')")
-    model = DenoiseThenDemosaic(den, dem, residual)
+    model = DenoiseThenDemosaic(den, dem, residual, output, blend, blend_sigma)
     stages = {}
     for name, src, task in (("denoiser", denoiser, "raw-denoise"), ("demosaicker", demosaicker, "jdd")):
         path = default_weights_path(task) if src is None else checkpoint_file(src)

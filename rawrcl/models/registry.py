@@ -5,7 +5,7 @@ Config keys (JSON-able dict; missing keys get defaults, see :func:`model_config`
 - ``arch``: ``"unet"`` | ``"dncnn"`` (or ``"encoder"``, the perceptual encoder of
   :mod:`rawrcl.models.encoder`; or ``"two_stage"``: a RAW denoiser then a demosaic,
   :class:`rawrcl.models.compose.DenoiseThenDemosaic`, config keys ``denoiser``, ``demosaicker``,
-  ``residual``, each stage's config as below).
+  ``residual``, each stage's config as below; with ``head`` ``"raw"`` and ``blend`` a RAW denoiser).
 - ``in_channels``: 3 (RGB) | 4 (packed RAW [R, G1, G2, B] in RGGB geometry).
 - ``head``: ``"rgb"`` | ``"raw"`` | ``"jdd"`` | ``"sr2"`` | ``"sr4"`` (see :mod:`rawrcl.models.heads`).
 - ``width``, ``depth``: body size (U-Net default 32/3; DnCNN default 64/16).
@@ -51,7 +51,7 @@ import torch.nn as nn
 
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_path, write_error
-from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
+from rawrcl.models.compose import BLEND, OUTPUTS, RESIDUAL, DenoiseThenDemosaic
 from rawrcl.models.dncnn import DnCNNBody
 from rawrcl.models.encoder import Encoder
 from rawrcl.models.heads import DEMOSAICS, Head, head_spec, skip_map
@@ -179,7 +179,12 @@ def _two_stage(config: dict) -> nn.Module:
     """A :class:`DenoiseThenDemosaic` built from its (validated) config: arch ``two_stage``."""
     dem = config.get("demosaicker")
     return DenoiseThenDemosaic(
-        build_model(config["denoiser"]), None if dem is None else build_model(dem), config["residual"]
+        build_model(config["denoiser"]),
+        None if dem is None else build_model(dem),
+        config["residual"],
+        output=config["head"],
+        blend=config.get("blend", BLEND),
+        blend_sigma=config.get("blend_sigma", 0.0),
     )
 
 
@@ -194,7 +199,8 @@ ARCHS: dict[str, Callable[[dict], nn.Module]] = {
 
 def _two_stage_config(cfg: dict) -> dict:
     """Validate a ``two_stage`` config: a RAW denoiser (``denoiser``, head ``raw``), then ``demosaicker``
-    (None: bilinear, or a JDD model) told λ × ``residual`` ∈ (0, 1]."""
+    (None: bilinear, or a JDD model) told λ × ``residual`` ∈ (0, 1]; ``head`` ``"jdd"`` (RGB out, the default)
+    or ``"raw"`` (the CFA-site blend, weight ``blend`` ∈ (0, 1]; needs a JDD model)."""
     den = cfg.get("denoiser")
     dem = cfg.get("demosaicker")
     den = model_config(den) if isinstance(den, dict) else {}
@@ -208,9 +214,22 @@ def _two_stage_config(cfg: dict) -> dict:
     if not 0 < residual <= 1:
         raise RawrclError(f"two-stage residual must be in (0, 1], got {residual}")
     aware = den["noise_aware"] or bool(dem and dem["noise_aware"])
+    head = cfg.get("head") or "jdd"
+    if head not in OUTPUTS:
+        raise RawrclError(f"a two-stage model's head must be one of {', '.join(OUTPUTS)}, got {head!r}")
+    out = {k: v for k, v in cfg.items() if k not in ("blend", "blend_sigma")}
+    if head == "raw":
+        if dem is None:
+            raise RawrclError("a two-stage RAW denoiser (head 'raw') needs a JDD model ('demosaicker')")
+        blend, sigma = float(cfg.get("blend", BLEND)), float(cfg.get("blend_sigma", 0.0))
+        if not 0 < blend <= 1:
+            raise RawrclError(f"two-stage blend must be in (0, 1], got {blend}")
+        if not (math.isfinite(sigma) and sigma >= 0):
+            raise RawrclError(f"two-stage blend_sigma must be a finite std ≥ 0, got {sigma}")
+        out["blend"], out["blend_sigma"] = blend, sigma
     return {
-        **cfg,
-        "head": "jdd",
+        **out,
+        "head": head,
         "in_channels": 4,
         "noise_aware": aware,
         "row_aware": bool(den["row_aware"]),

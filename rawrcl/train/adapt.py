@@ -4,7 +4,9 @@
 unless ``source`` is another) the same way, and also writes ``RUN/jdd.pt``: the kept denoiser in front of
 that model's JDD stage (:func:`write_jdd`), which ``rawrcl jdd --model RUN`` runs
 (:func:`rawrcl.models.loading.checkpoint_for`); no JDD objective is trained (R2R needs the output on the
-input's grid). ``rawrcl denoise --model RUN`` runs the denoiser alone.
+input's grid). ``rawrcl denoise --model RUN`` runs the denoiser alone — or, when the start was a two-stage
+RAW denoiser (the shipped default, the CFA-site blend), ``RUN/denoise.pt``: the kept denoiser in its first
+stage's place (:func:`write_raw`).
 
 Pipeline (:func:`adapt`)
 ------------------------
@@ -60,7 +62,7 @@ from rawrcl.data.noisy_crops import NoiseFile, NoisyCrops, load_noise_files
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_write_text
 from rawrcl.models.conditioning import add_row_input, is_noise_aware, is_row_aware
-from rawrcl.models.loading import RUN_JDD
+from rawrcl.models.loading import RUN_JDD, RUN_RAW
 from rawrcl.models.registry import read_checkpoint, save_checkpoint
 from rawrcl.train.adapt_objective import Guarded, make_objective, synthetic_mix
 from rawrcl.train.adapt_signal import check_crops, check_scores, held_out_scores
@@ -224,7 +226,8 @@ def adapt(
         "progress": progress,
     }
     out.mkdir(parents=True, exist_ok=True)
-    (out / RUN_JDD).unlink(missing_ok=True)  # written again at the end (task jdd) from the kept weights
+    for own in (RUN_JDD, RUN_RAW):  # written again at the end from the kept weights
+        (out / own).unlink(missing_ok=True)
     torch.manual_seed(seed)
     fit = Trainer(model, objective, data, out, cfg).fit()
     run_cfg = json.loads((out / "config.json").read_text())
@@ -317,8 +320,26 @@ def adapt(
     if task == "jdd":
         summary["jdd_checkpoint"] = str(write_jdd(out, source))
         say(f"JDD model: {summary['jdd_checkpoint']} (the kept denoiser, then the JDD stage)")
+    elif (raw := write_raw(out, source)) is not None:
+        summary["raw_checkpoint"] = str(raw)
+        say(f"RAW denoiser: {raw} (the kept denoiser in the starting model's CFA-site blend)")
     atomic_write_text(out / "adapt.json", json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def write_raw(run: Path, source: str | os.PathLike | nn.Module | None) -> Path | None:
+    """``run/denoise.pt`` (:data:`~rawrcl.models.loading.RUN_RAW`) when ``source`` (None: the shipped RAW
+    default) is a two-stage RAW denoiser (the CFA-site blend): the run's kept denoiser as its first stage,
+    the same JDD stage, residual and blend. None (nothing written) for a plain denoiser."""
+    from rawrcl.models.loading import checkpoint_for, save_two_stage
+
+    if isinstance(source, nn.Module):
+        return None
+    path = checkpoint_for(None if source in (None, "default") else source, "raw-denoise")
+    cfg = read_checkpoint(path)["config"]
+    if cfg.get("arch") != "two_stage" or cfg.get("head") != "raw":
+        return None
+    return save_two_stage(run, path, run / RUN_RAW, cfg["residual"], output="raw", blend=cfg["blend"])
 
 
 def write_jdd(run: Path, source: str | os.PathLike | nn.Module | None) -> Path:
