@@ -423,7 +423,7 @@ def test_adapt_from_a_cfa_site_blend_writes_its_raw_model(adapt_env, tmp_path):
     base = {"arch": "unet", "in_channels": 4, "width": 4, "depth": 2, "skip": True, "noise_aware": True}
     src = tmp_path / "blend.pt"
     two = DenoiseThenDemosaic(
-        build_model({**base, "head": "raw"}), build_model({**base, "head": "jdd"}), 0.05, "raw", 0.4
+        build_model({**base, "head": "raw"}), build_model({**base, "head": "jdd"}), 0.05, "raw", 0.4, 0.002
     )
     save_checkpoint(src, two)
     run = tmp_path / "run"
@@ -433,6 +433,7 @@ def test_adapt_from_a_cfa_site_blend_writes_its_raw_model(adapt_env, tmp_path):
     assert checkpoint_for(run, "raw-denoise") == run / "denoise.pt"
     raw = _kept_denoiser_with_the_sources_jdd_stage(run / "denoise.pt", run, src)
     assert raw["config"]["head"] == "raw" and raw["config"]["blend"] == 0.4
+    assert raw["config"]["blend_sigma"] == 0.002
     assert raw["config"]["residual"] == 0.05
     model, _ = load_for_task(run, "raw-denoise")
     assert isinstance(model, DenoiseThenDemosaic) and model.head_name == "raw"

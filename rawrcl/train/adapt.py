@@ -330,7 +330,7 @@ def adapt(
 def write_raw(run: Path, source: str | os.PathLike | nn.Module | None) -> Path | None:
     """``run/denoise.pt`` (:data:`~rawrcl.models.loading.RUN_RAW`) when ``source`` (None: the shipped RAW
     default) is a two-stage RAW denoiser (the CFA-site blend): the run's kept denoiser as its first stage,
-    the same JDD stage, residual and blend. None (nothing written) for a plain denoiser."""
+    the same JDD stage, residual, blend and gate. None (nothing written) for a plain denoiser."""
     from rawrcl.models.loading import checkpoint_for, save_two_stage
 
     if isinstance(source, nn.Module):
@@ -339,7 +339,8 @@ def write_raw(run: Path, source: str | os.PathLike | nn.Module | None) -> Path |
     cfg = read_checkpoint(path)["config"]
     if cfg.get("arch") != "two_stage" or cfg.get("head") != "raw":
         return None
-    return save_two_stage(run, path, run / RUN_RAW, cfg["residual"], output="raw", blend=cfg["blend"])
+    blend = {"blend": cfg["blend"], "blend_sigma": cfg.get("blend_sigma", 0.0)}
+    return save_two_stage(run, path, run / RUN_RAW, cfg["residual"], output="raw", **blend)
 
 
 def write_jdd(run: Path, source: str | os.PathLike | nn.Module | None) -> Path:
