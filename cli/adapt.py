@@ -155,5 +155,6 @@ def adapt(
     click.echo(
         f"adapted {len(res['files'])} files with {res['method']} ({res['steps']} steps): {res['verdict']}; "
         f"held-out SURE {base['sure_psnr']:.2f} → {best['sure_psnr']:.2f} dB, forgetting check "
-        f"{best['forget_db']:+.2f} dB ({best['forget_at']}) → {res['checkpoint']}"
+        f"{best['forget_db']:+.2f} dB ({best['forget_at']}) → "
+        f"{res.get('raw_checkpoint') or res.get('jdd_checkpoint') or res['checkpoint']}"
     )

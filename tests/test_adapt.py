@@ -431,6 +431,7 @@ def test_adapt_from_a_cfa_site_blend_writes_its_raw_model(adapt_env, tmp_path):
     res = _cli([*args, "--batch-size", 2, "--evals", 1])
     assert res.exit_code == 0, res.output
     assert checkpoint_for(run, "raw-denoise") == run / "denoise.pt"
+    assert res.output.rstrip().endswith(str(run / "denoise.pt"))  # the summary names the file denoise uses
     raw = _kept_denoiser_with_the_sources_jdd_stage(run / "denoise.pt", run, src)
     assert raw["config"]["head"] == "raw" and raw["config"]["blend"] == 0.4
     assert raw["config"]["blend_sigma"] == 0.002
