@@ -125,23 +125,29 @@ def _rcl_grads(xa, xb, normalize="none"):
 
 
 def _rcl_rank(rank, world, port, out):
+    import os
+    import time
+
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    # a file store, not the TCP store: rank 0 then hosts no store server thread. With the TCP store rank 0
-    # aborted once in CI and once in 81 runs here under load (SIGABRT, "terminate called without an active
-    # exception", rank 1 still alive): most likely that thread torn down while rank 1 was still connected.
-    # ``port`` is unused here.
+    # a file store, not the TCP store: rank 0 then hosts no store server thread. ``port`` is unused here.
     dist.init_process_group("gloo", init_method=f"file://{out}.store", rank=rank, world_size=world)
-    try:
-        xa, xb = torch.load(out + ".in.pt", weights_only=True)
-        n = xa.shape[0] // world
-        g = _rcl_grads(xa[rank * n : (rank + 1) * n], xb[rank * n : (rank + 1) * n])
-        dist.all_reduce(g)  # what DDP does: average the ranks' gradients
-        torch.save(g / world, f"{out}.grad{rank}.pt")
-        dist.barrier()  # no rank tears gloo down while the other still talks (SIGABRT at exit otherwise)
-    finally:
-        dist.destroy_process_group()
+    xa, xb = torch.load(out + ".in.pt", weights_only=True)
+    n = xa.shape[0] // world
+    g = _rcl_grads(xa[rank * n : (rank + 1) * n], xb[rank * n : (rank + 1) * n])
+    dist.all_reduce(g)  # what DDP does: average the ranks' gradients
+    torch.save(g / world, f"{out}.grad{rank}.pt")
+    dist.barrier()
+    # gloo's teardown can abort a rank (SIGABRT, "terminate called without an active exception": a C++
+    # thread destroyed while joinable) — seen in CI with the TCP store and again with this file store, once
+    # each, always after the results were written. So no teardown: once every rank is past the barrier
+    # (a file each, no more gloo traffic), leave without running destructors.
+    open(f"{out}.done{rank}", "w").close()
+    deadline = time.monotonic() + 60
+    while not all(os.path.exists(f"{out}.done{r}") for r in range(world)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os._exit(0)
 
 
 def test_rcl_ddp_gathers_negatives_across_ranks(tmp_path):
