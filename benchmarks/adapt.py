@@ -86,10 +86,7 @@ def load_start(path) -> tuple:
     if not (isinstance(full, DenoiseThenDemosaic) and full.output == "raw"):
         return full, lambda m: m
 
-    def wrap(m):
-        return DenoiseThenDemosaic(m, full.demosaicker, full.residual, "raw", full.blend, full.blend_sigma)
-
-    return first_stage(full), wrap
+    return first_stage(full), lambda m: full.replace(denoiser=m)
 
 
 def checkpoints(run: Path, start: dict) -> list[tuple[int, dict]]:

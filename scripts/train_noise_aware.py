@@ -377,8 +377,7 @@ def install(
     import torch
 
     from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
-    from rawrcl.models.registry import atomic_torch_save, build_model
-    from rawrcl.tasks import get_task
+    from rawrcl.models.registry import build_model
 
     config, state, last_prov = _weights(run_dirs[-1])
     if average_with is not None:
@@ -439,7 +438,6 @@ def install(
             first_stage["weights"] = f"frozen during training (--behind {behind_name}: {was})"
         else:  # changed since the training: only its name is known here
             first_stage = {"weights": f"frozen during training (--behind {behind_name}; since changed)"}
-    git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
     # each checkpoint-file entry is read once (the last one above, with its weights)
     provs = {d: _provenance(d) for d in run_dirs[:-1] if not d.is_dir()}
     if last_prov is not None:
@@ -453,7 +451,7 @@ def install(
         photos = json.loads((run_dirs[0] / "config.json").read_text()).get("train_photos")
     prov = {
         "recipe": "scripts/train_noise_aware.py",
-        "commit": git.stdout.strip(),
+        "commit": _commit(),
         "date": dt.date.today().isoformat(),
         "stages": stages,
         "train_photos": photos,
@@ -461,6 +459,22 @@ def install(
     }
     if first_stage is not None:
         prov = {"two_stage": {"residual": RESIDUAL, "first_stage": first_stage}, **prov}
+    return _write_default(task, config, state, prov)
+
+
+def _commit() -> str:
+    """The repository's HEAD commit (for the provenance)."""
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _write_default(task: str, config: dict, state: dict, prov: dict) -> Path:
+    """Write ``config``, ``state`` as float16 and the provenance ``prov`` as the task's shipped default
+    (``rawrcl/weights/``, atomically)."""
+    from rawrcl.models.registry import atomic_torch_save
+    from rawrcl.tasks import get_task
+
     extra = {"provenance": prov, "weights_dtype": "float16"}
     state = {k: (v.half() if v.is_floating_point() else v) for k, v in state.items()}
     dst = REPO / "rawrcl" / "weights" / get_task(task).default_weights
@@ -473,33 +487,27 @@ def _install_blend(
     entry: Path, task: str, config: dict, state: dict, prov: dict | None, blend: float, sigma: float
 ) -> Path:
     """Install the two-stage JDD checkpoint ``entry`` (its weights ``state``) as the RAW default, output
-    ``"raw"`` with CFA-site blend ``blend`` gated by ``sigma``; its provenance goes with it, plus the blend
-    record."""
-    from rawrcl.models.compose import DenoiseThenDemosaic
-    from rawrcl.models.registry import atomic_torch_save, build_model
-    from rawrcl.tasks import get_task
+    ``"raw"`` with CFA-site blend ``blend`` gated by ``sigma`` (the same weights, another config); its
+    provenance goes with it, plus the blend record."""
+    from rawrcl.errors import RawrclError
+    from rawrcl.models.registry import model_config
 
     if task != "raw-denoise":
         raise SystemExit("--blend installs the RAW denoiser: use --task raw-denoise")
     if config.get("arch") != "two_stage" or not config.get("demosaicker"):
         raise SystemExit(f"{entry}: --blend needs a two-stage checkpoint with a JDD network")
-    jdd = build_model(config)
-    jdd.load_state_dict(state)
-    model = DenoiseThenDemosaic(jdd.denoiser, jdd.demosaicker, jdd.residual, "raw", blend, sigma)
-    git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    try:
+        config = model_config({**config, "head": "raw", "blend": blend, "blend_sigma": sigma})
+    except RawrclError as exc:
+        raise SystemExit(f"--blend {blend} --blend-sigma {sigma}: {exc}") from None
     record = {
         "blend": blend,
         "blend_sigma": sigma,
         "from": entry.name if entry.is_file() else str(entry),
-        "commit": git.stdout.strip(),
+        "commit": _commit(),
         "date": dt.date.today().isoformat(),
     }
-    extra = {"provenance": {"cfa_blend": record, **(prov or {})}, "weights_dtype": "float16"}
-    half = {k: (v.half() if v.is_floating_point() else v) for k, v in model.state_dict().items()}
-    dst = REPO / "rawrcl" / "weights" / get_task(task).default_weights
-    atomic_torch_save({"config": model.config, "state_dict": half, "extra": extra}, dst)
-    print(f"installed {dst} ({dst.stat().st_size / 1e6:.2f} MB)", file=sys.stderr)
-    return dst
+    return _write_default(task, config, state, {"cfa_blend": record, **(prov or {})})
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -89,13 +89,22 @@ class DenoiseThenDemosaic(nn.Module):
     def head_name(self) -> str:
         return self.output
 
+    def replace(self, **changes) -> DenoiseThenDemosaic:
+        """A new model with the given constructor arguments changed (e.g. ``denoiser=``, ``output=``), the
+        rest — stages included — shared, not copied."""
+        args = dict(
+            denoiser=self.denoiser,
+            demosaicker=self.demosaicker,
+            residual=self.residual,
+            output=self.output,
+            blend=self.blend,
+            blend_sigma=self.blend_sigma,
+        )
+        return DenoiseThenDemosaic(**{**args, **changes}).train(self.training)
+
     def with_output(self, output: str) -> DenoiseThenDemosaic:
         """The same stages (shared, not copied) with output ``output`` (``"jdd"`` or ``"raw"``)."""
-        if output == self.output:
-            return self
-        return DenoiseThenDemosaic(
-            self.denoiser, self.demosaicker, self.residual, output, self.blend, self.blend_sigma
-        ).train(self.training)
+        return self if output == self.output else self.replace(output=output)
 
     @property
     def config(self) -> dict:
