@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -41,6 +42,21 @@ def run_ranks(worker: Callable, world: int, *args, timeout: float = 120) -> None
         except mp.ProcessRaisedException as exc:
             if attempt == 2 or "EADDRINUSE" not in str(exc):
                 raise
+
+
+def leave_rank(tag: str, rank: int, world: int, wait: float = 60) -> None:
+    """End a spawned rank without gloo teardown: mark ``{tag}.done{rank}``, wait for every rank's mark (a
+    file each, no more gloo traffic), then ``os._exit(0)`` without running destructors.
+
+    Why: gloo's teardown can abort a rank (SIGABRT, "terminate called without an active exception": a C++
+    thread destroyed while joinable) — seen in CI with the TCP store and with the file store, once each,
+    always after the results were written. Call it last, after the rank has written what the test reads.
+    """
+    open(f"{tag}.done{rank}", "w").close()
+    deadline = time.monotonic() + wait
+    while not all(os.path.exists(f"{tag}.done{r}") for r in range(world)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os._exit(0)
 
 
 def wait_for_steps(run: Path, n: int, timeout: float = 60) -> None:

@@ -125,10 +125,9 @@ def _rcl_grads(xa, xb, normalize="none"):
 
 
 def _rcl_rank(rank, world, port, out):
-    import os
-    import time
-
     import torch.distributed as dist
+
+    from tests._spawn import leave_rank
 
     torch.set_num_threads(1)
     # a file store, not the TCP store: rank 0 then hosts no store server thread. ``port`` is unused here.
@@ -139,15 +138,7 @@ def _rcl_rank(rank, world, port, out):
     dist.all_reduce(g)  # what DDP does: average the ranks' gradients
     torch.save(g / world, f"{out}.grad{rank}.pt")
     dist.barrier()
-    # gloo's teardown can abort a rank (SIGABRT, "terminate called without an active exception": a C++
-    # thread destroyed while joinable) — seen in CI with the TCP store and again with this file store, once
-    # each, always after the results were written. So no teardown: once every rank is past the barrier
-    # (a file each, no more gloo traffic), leave without running destructors.
-    open(f"{out}.done{rank}", "w").close()
-    deadline = time.monotonic() + 60
-    while not all(os.path.exists(f"{out}.done{r}") for r in range(world)) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    os._exit(0)
+    leave_rank(out, rank, world)  # no gloo teardown (tests/_spawn.py says why)
 
 
 def test_rcl_ddp_gathers_negatives_across_ranks(tmp_path):

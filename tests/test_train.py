@@ -19,7 +19,7 @@ from rawrcl.errors import RawrclError
 from rawrcl.methods import make_method
 from rawrcl.models import build_model, load_checkpoint
 from rawrcl.train import Trainer
-from tests._spawn import run_ranks, wait_for_steps
+from tests._spawn import leave_rank, run_ranks, wait_for_steps
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -133,9 +133,12 @@ def _ddp_worker(rank, world, port, out):
         Trainer(model, make_method("rcl"), _dataset(), out, conf).fit()
         flat = torch.cat([p.detach().flatten() for p in model.parameters()])
         torch.save(flat, Path(out).parent / f"params{rank}.pt")
-    finally:
+    except BaseException:
         if dist.is_initialized():
             dist.destroy_process_group()
+        raise
+    # the Trainer has destroyed its process group; leave without interpreter teardown (tests/_spawn.py)
+    leave_rank(str(Path(out).parent / "rank"), rank, world)
 
 
 def test_ddp_two_ranks_gloo(tmp_path):
