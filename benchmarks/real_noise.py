@@ -52,6 +52,9 @@ from rawrcl.tasks import get_task
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 #: methods whose scores do not depend on the new models (kept in ``--cache``)
 CACHED = ("noisy", "gat+bm3d", "menon+nlm", "gharbi2016", "old")
+#: cache names of methods whose implementation changed (their earlier scores are not reused): gat+bm3d@2 =
+#: the GAT inverse clamped at its minimum (2026-11-28; the earlier one blew up below it on dark pixels)
+CACHE_NAMES = {"gat+bm3d": "gat+bm3d@2"}
 LEVELS = ("L1", "L2", "L3", "L4", "L5", "L6", "L7", "low", "high")
 
 
@@ -176,7 +179,7 @@ def measure(args) -> list[dict]:
                     s = task.sample(img, np.random.default_rng([args.seed, i]), PRESETS[level])
                     meta = s["meta"]
                     for k, fn in fns.items():
-                        name = old_name if k == "old" else k
+                        name = old_name if k == "old" else CACHE_NAMES.get(k, k)
                         key = f"{task_name}|{domain}|{level}|{i}|{args.crop}|{args.seed}{photo_set}|{name}"
                         if k in CACHED and key in cache:
                             per[k].append(cache[key])

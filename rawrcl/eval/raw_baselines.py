@@ -111,6 +111,10 @@ def gat_forward(y: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane) -> 
     return np.where(gauss, y / np.sqrt(np.where(gauss, lr, 1.0)), 2.0 * np.sqrt(arg))
 
 
+#: where the closed-form inverse below has its minimum (−0.2413 − σ², so x̂ = 0 there): D < D* is clamped to D*
+_D_MIN = 0.8380810
+
+
 def gat_inverse(d: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane) -> np.ndarray:
     """Closed-form approximation of the exact unbiased inverse of :func:`gat_forward` (Mäkitalo & Foi 2013).
 
@@ -122,7 +126,9 @@ def gat_inverse(d: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane) -> 
     gauss = ls < _MIN_SHOT
     a = np.where(gauss, 1.0, ls)
     s2 = lr / a**2
-    dd = np.maximum(d, 1e-3)  # the closed form is used for D > 0 only; tiny D clamps to 0 below anyway
+    # below its minimum D* the closed form rises again (the D⁻³ term: D = 1e-3 gave 7.6e8); the exact
+    # inverse is non-decreasing, and the closed form there is already ≤ 0, i.e. x̂ = 0
+    dd = np.maximum(d, _D_MIN)
     c = math.sqrt(1.5)
     inv = 0.25 * dd**2 + 0.25 * c / dd - 1.375 / dd**2 + 0.625 * c / dd**3 - 0.125 - s2
     return np.where(gauss, d * np.sqrt(np.where(gauss, lr, 1.0)), a * np.maximum(inv, 0.0))
