@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args, skip: set[str]) -> int:
-    from rawrcl.eval.raw_baselines import gat_bm3d, nlm_raw
+    from rawrcl.gat import gat_bm3d, nlm_raw
     from rawrcl.infer import TileOptions, denoise_cfa, jdd_cfa
     from rawrcl.models.loading import load_for_task
 

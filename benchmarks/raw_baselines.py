@@ -11,7 +11,7 @@ the noisy inputs are those ``rawrcl eval`` makes for that folder.
 ``--clip-black`` clips the noisy input at 0 (what a black-clipped file such as the HDR+ burst holds) and adds
 GAT+BM3D without the declipping step (``black_clipped=False``).
 
-``--tune`` instead measures the design choices of ``rawrcl.eval.raw_baselines`` (joint vs per-plane BM3D, NLM
+``--tune`` instead measures the design choices of ``rawrcl.gat`` (joint vs per-plane BM3D, NLM
 strength h; the ``refilter`` profile fails on multichannel input in bm3d 4.0.3) on 4 *training-split* CBSD68
 photos (indices 0, 15, 30, 45), never on the test photos.
 
@@ -36,7 +36,7 @@ import torch
 
 from rawrcl.errors import RawrclError
 from rawrcl.eval import load_images, model_predictor, psnr_float
-from rawrcl.eval.raw_baselines import gat_bm3d, nlm_raw
+from rawrcl.gat import gat_bm3d, nlm_raw
 from rawrcl.tasks import get_task
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -14,7 +14,7 @@ the brightest channel) before the CFA: an illuminant's colour cast on the sensor
 e.g. ``2.5,0.5`` warm artificial light).
 
 RAW denoising rows (PSNR dB, linear [0, 1], packed CFA, 4-px border, as ``rawrcl eval --task raw-denoise``):
-``noisy``; ``gat+bm3d`` with the TRUE (λshot, λread) (Mäkitalo & Foi; ``rawrcl.eval.raw_baselines``);
+``noisy``; ``gat+bm3d`` with the TRUE (λshot, λread) (Mäkitalo & Foi; ``rawrcl.gat``);
 ``old`` (a blind checkpoint, ``--old-raw``); ``new`` with the true parameters; ``new est`` with the
 parameters the command itself would use: the single-image estimate of the noisy mosaic
 (``rawrcl.calibration.resolve.file_noise(..., "image")``).
@@ -45,7 +45,7 @@ import torch
 from rawrcl.cfa import unpack
 from rawrcl.errors import RawrclError
 from rawrcl.eval import BASELINES, load_images, model_predictor, psnr_float
-from rawrcl.eval.raw_baselines import gat_bm3d
+from rawrcl.gat import gat_bm3d
 from rawrcl.noise import PRESETS
 from rawrcl.tasks import get_task
 

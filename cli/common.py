@@ -114,3 +114,17 @@ NOISE_SYNTHETIC_HELP = (
     "Synthetic noise (one grammar, [0,1] units): none | low | high | L1…L7 (camera ladder) | λshot,λread | "
     "paper[:LO-HI] (σ range, 8-bit) | brooks | camera | PROFILE.json[:ISO]."
 )
+
+
+def fuse_bm3d_option(what: str):
+    """``--fuse-bm3d W`` (→ ``fuse``, default 0: off): the weight of GAT+BM3D averaged into a RAW denoiser's
+    output (:mod:`rawrcl.infer.fusion`); ``what`` starts the help (which inputs it applies to)."""
+    return click.option(
+        "--fuse-bm3d",
+        "fuse",
+        type=float,
+        default=0.0,
+        metavar="W",
+        help=f"{what}: average the output with GAT+BM3D's, weight W (0.3 measured best; 0: off). Better "
+        "(+0.1 to +0.3 dB measured) and much slower: BM3D takes about a minute per megapixel.",
+    )

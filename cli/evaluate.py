@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import click
-from rawrcl.cli.common import NOISE_SYNTHETIC_HELP, user_errors
+from rawrcl.cli.common import NOISE_SYNTHETIC_HELP, fuse_bm3d_option, user_errors
 
 
 @click.command("eval")
@@ -64,6 +64,7 @@ from rawrcl.cli.common import NOISE_SYNTHETIC_HELP, user_errors
 @click.option(
     "--tta", is_flag=True, help="self-ensemble: average the model over 8 flips/transposes (8x slower)"
 )
+@fuse_bm3d_option("--burst, a RAW denoiser")
 @user_errors
 def evaluate(
     model,
@@ -84,6 +85,7 @@ def evaluate(
     force,
     per_image,
     tta,
+    fuse,
 ):
     """Evaluate MODEL (a checkpoint / run dir, or a baseline: noisy, bilinear, malvar, menon, vng, ea,
     menon+nlm, nlm, gat+bm3d, gharbi2016, bicubic) on TASK with synthetic noise on --clean-dir, or on a real
@@ -109,12 +111,13 @@ def evaluate(
             tta,
             plot,
             force,
+            fuse,
         )
     else:
         if task is None or clean_dir is None:
             raise RawrclError("give --task and --clean-dir (synthetic noise), or --burst DIR (a real burst)")
-        if plot is not None or target is not None:
-            raise RawrclError("--plot and --target apply to --burst only")
+        if plot is not None or target is not None or fuse:
+            raise RawrclError("--plot, --target and --fuse-bm3d apply to --burst only")
         from rawrcl.eval import evaluate as _evaluate
 
         doc = _evaluate(
@@ -157,7 +160,9 @@ def evaluate(
     click.echo(line)
 
 
-def _burst(model, folder, target, task, noise, noise_profile, noise_scale, gharbi, device, tta, plot, force):
+def _burst(
+    model, folder, target, task, noise, noise_profile, noise_scale, gharbi, device, tta, plot, force, fuse
+):
     """The --burst evaluation: progress and the report on stderr/stdout, the result dict returned."""
     from rawrcl.eval.burst_eval import evaluate_burst
     from rawrcl.infer import TileOptions
@@ -175,5 +180,6 @@ def _burst(model, folder, target, task, noise, noise_profile, noise_scale, gharb
         plot=plot,
         overwrite=force,
         log=lambda s: click.echo("  " + s, err=True),
+        fuse=fuse,
     )
     return doc

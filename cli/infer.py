@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 import click
-from rawrcl.cli.common import user_errors
+from rawrcl.cli.common import fuse_bm3d_option, user_errors
 
 
 def _tile_options(func):
@@ -208,9 +208,19 @@ def jdd(inputs, out, model_path, render, fmt, **common):
     default=None,
     help="RAW: dng (default) or tiff (CFA in raw DN); photos: png (default) or tiff.",
 )
+@fuse_bm3d_option("RAW files")
 @_noise_options
 @_tile_options
 @user_errors
-def denoise(inputs, out, model_path, rgb_model_path, fmt, **common):
+def denoise(inputs, out, model_path, rgb_model_path, fmt, fuse, **common):
     """Denoise RAW files → DNG (same pattern, levels and metadata), or RGB photos → photos."""
-    _run("run_denoise", inputs, out, model_path=model_path, rgb_model_path=rgb_model_path, fmt=fmt, **common)
+    _run(
+        "run_denoise",
+        inputs,
+        out,
+        model_path=model_path,
+        rgb_model_path=rgb_model_path,
+        fmt=fmt,
+        fuse=fuse,
+        **common,
+    )

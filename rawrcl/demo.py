@@ -74,7 +74,7 @@ def _classical(cfa: np.ndarray, pattern: str) -> dict[str, np.ndarray]:
 def _gat_bm3d(raw, nm) -> np.ndarray:
     """GAT+BM3D of the file's mosaic with its noise ``nm`` (a NoiseModel, as ``rawrcl denoise`` uses)."""
     from rawrcl.cfa import pack, unpack
-    from rawrcl.eval.raw_baselines import gat_bm3d
+    from rawrcl.gat import gat_bm3d
 
     den = gat_bm3d(pack(raw.cfa, raw.pattern), nm.lambda_shot, nm.lambda_read)
     return np.asarray(unpack(den, raw.pattern, raw.cfa.shape))

@@ -424,3 +424,73 @@ def test_classical_demosaic_every_phase(pattern, method):
     rgb = np.ones((3, 32, 32), np.float32) * np.array([0.8, 0.5, 0.1], np.float32)[:, None, None]
     out = demosaic(np.asarray(mosaic(rgb, pattern))[0], pattern, method)
     np.testing.assert_allclose(out[:, 8:-8, 8:-8].mean(axis=(1, 2)), [0.8, 0.5, 0.1], atol=0.01)
+
+
+# ------------------------------------------------------------------------------- --fuse-bm3d
+def test_fuse_bm3d_averages_the_shipped_model_with_gat_bm3d(tmp_path):
+    """``--fuse-bm3d W`` writes (1 − W)·network + W·GAT+BM3D (both told the file's noise), and on a
+    noisy frame of a smooth scene the average beats both of its halves (their errors differ)."""
+    from rawrcl.cfa import mosaic
+    from rawrcl.io.raw import read_raw
+
+    scene = _scene()
+    clean = np.asarray(mosaic(scene[:, 16 : 16 + SIZE, 16 : 16 + SIZE].astype(np.float32), "GRBG"))[0]
+    src = _write(
+        tmp_path / "n.dng", _frame(scene, 0, 0, "GRBG", np.random.default_rng(5)), "GRBG", [(LS, LR)]
+    )
+    outs = {}
+    for w in ("0", "0.3", "1"):
+        dst = tmp_path / f"o{w}.dng"
+        r = _run(["denoise", str(src), "-o", str(dst), "--fuse-bm3d", w])
+        assert r.exit_code == 0, r.output
+        assert ("fused with GAT+BM3D (weight" in r.stdout) == (w != "0")
+        outs[w] = read_raw(dst).cfa.astype(np.float64)
+    dn = 1 / (WHITE - BLACK)  # outputs are re-quantised to the file's DN and clipped at black
+    inside = (outs["0"] > 0) & (outs["1"] > 0) & (outs["0.3"] > 0)
+    assert inside.mean() > 0.95
+    np.testing.assert_allclose(
+        outs["0.3"][inside], (0.7 * outs["0"] + 0.3 * outs["1"])[inside], atol=1.01 * dn
+    )
+    mse = {w: float(np.mean((o - clean)[8:-8, 8:-8] ** 2)) for w, o in outs.items()}
+    assert mse["0.3"] < 0.97 * min(mse["0"], mse["1"]), mse
+
+
+def test_fuse_bm3d_help_names_the_library_weight():
+    from rawrcl.infer.fusion import FUSE_WEIGHT
+
+    assert f"({FUSE_WEIGHT:g} measured best" in " ".join(_run(["denoise", "--help"]).stdout.split())
+
+
+def test_fuse_bm3d_bad_weight_and_wrong_inputs_are_one_line_errors(burst_dir, models, tmp_path, photo_dir):
+    src = str(burst_dir / "frame00.dng")
+    r = _run(["denoise", src, "-o", str(tmp_path / "o.dng"), "--fuse-bm3d", "1.5"])
+    assert r.exit_code == 1 and "--fuse-bm3d must be in [0, 1]" in r.stderr and "Traceback" not in r.output
+    photo = next(iter(sorted(photo_dir.iterdir())))
+    r = _run(
+        [
+            "denoise",
+            str(photo),
+            "-o",
+            str(tmp_path / "p.png"),
+            "--model",
+            str(models["rgb_aware"]),
+            "--noise",
+            "1e-3,1e-5",
+            "--fuse-bm3d",
+            "0.3",
+        ]
+    )
+    assert r.exit_code == 1 and "applies to RAW files" in r.stderr, r.output
+    r = _run(["eval", "gat+bm3d", "--burst", str(burst_dir), "--fuse-bm3d", "0.3"])
+    assert r.exit_code == 1 and "applies to RAW denoisers" in r.stderr, r.output
+
+
+def test_burst_eval_with_fusion_records_it(burst_dir, models, tmp_path):
+    docs = {}
+    for w in ("0", "0.5"):
+        r = _run(["eval", str(models["blind"]), "--burst", str(burst_dir), "--fuse-bm3d", w, "--json"])
+        assert r.exit_code == 0, r.output
+        docs[w] = json.loads(r.stdout)
+    assert docs["0"]["noise"] is None  # a blind model alone is told nothing
+    assert docs["0.5"]["noise"]["fuse_bm3d"] == 0.5 and docs["0.5"]["noise"]["source"] == "image estimate"
+    assert docs["0.5"]["psnr"] != docs["0"]["psnr"]

@@ -10,9 +10,9 @@ output`` in the task's target domain; ``meta["noise"]`` is the sample's true noi
   the NLM runs on the rendered 8-bit sRGB image instead (h from a blind MAD noise estimate there) and the
   result is mapped back to linear camera RGB (:func:`nlm_after_demosaic`).
 - ``nlm``: RGB tasks, the same NLM on the noisy RGB input; ``raw-denoise``, RAW-domain NLM in the GAT domain
-  with the true noise (:func:`rawrcl.eval.raw_baselines.nlm_raw`).
+  with the true noise (:func:`rawrcl.gat.nlm_raw`).
 - ``gat+bm3d`` (``raw-denoise``): generalised Anscombe transform + BM3D + exact unbiased inverse with the true
-  noise (:func:`rawrcl.eval.raw_baselines.gat_bm3d`; ≈ 1 min per megapixel).
+  noise (:func:`rawrcl.gat.gat_bm3d`; ≈ 1 min per megapixel).
 - ``gharbi2016`` (``jdd``): Gharbi et al. 2016's released noise-aware network
   (:mod:`rawrcl.eval.gharbi2016`) with σ from the true noise; its weights are read from a folder the user
   gives (``gharbi_weights``; never shipped).
@@ -123,7 +123,7 @@ def nlm_after_demosaic(rgb: torch.Tensor, meta: dict) -> torch.Tensor:
 
 
 def _raw_denoiser(name: str, inp: torch.Tensor, meta: dict) -> torch.Tensor:
-    from rawrcl.eval.raw_baselines import gat_bm3d, nlm_raw
+    from rawrcl.gat import gat_bm3d, nlm_raw
 
     ls, lr = _noise_params(meta, name)
     fn = gat_bm3d if name == "gat+bm3d" else nlm_raw

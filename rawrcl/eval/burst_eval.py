@@ -13,12 +13,15 @@ Methods
   ``default`` = the shipped weights of ``task`` (``raw-denoise`` unless told ``jdd``). Run like ``rawrcl
   denoise``/``jdd`` (tiled, :class:`rawrcl.infer.TileOptions`).
 - baselines: ``noisy`` (the target itself), ``gat+bm3d`` and ``nlm`` (RAW domain,
-  :mod:`rawrcl.eval.raw_baselines`), ``gharbi2016`` (JDD; weights from ``gharbi_weights``).
+  :mod:`rawrcl.gat`), ``gharbi2016`` (JDD; weights from ``gharbi_weights``).
 
 Noise (what noise-aware models and the noise-taking baselines are told): ``noise`` in the per-file grammar
 (default ``auto``: the target's DNG NoiseProfile, else a matching ``noise_profile`` entry, else the
 single-image estimate — burst frames usually carry no NoiseProfile) or ``burst``: the NLF measured from
 the burst (per plane). ``noise_scale`` multiplies λ.
+
+``fuse`` > 0 (a RAW denoiser only): its output averaged with GAT+BM3D's, that weight, BM3D told the same
+noise — what ``rawrcl denoise --fuse-bm3d`` writes (:mod:`rawrcl.infer.fusion`).
 """
 
 from __future__ import annotations
@@ -120,6 +123,7 @@ def evaluate_burst(
     plot: str | os.PathLike | None = None,
     overwrite: bool = False,
     log: Callable[[str], None] | None = None,
+    fuse: float = 0.0,
 ) -> dict:
     """Score ``method`` (module docstring) on the target frame of the burst in ``folder``.
 
@@ -130,6 +134,7 @@ def evaluate_burst(
     noise, noise_profile, noise_scale : what a noise-aware model or baseline is told (module docstring).
     opts : :class:`rawrcl.infer.TileOptions` for models.
     plot : write a side-by-side PNG (noisy, method, reference crops) here.
+    fuse : weight of GAT+BM3D averaged into a RAW denoiser's output (module docstring; 0: off).
 
     Returns
     -------
@@ -160,6 +165,11 @@ def evaluate_burst(
         )
     opts = opts or TileOptions()
     model, kind = (None, BURST_BASELINES[method]) if is_baseline else _load_model(method, task, opts)
+    from rawrcl.infer.fusion import check_fuse_weight, fuse_bm3d
+
+    fuse = check_fuse_weight(fuse)
+    if fuse > 0 and (is_baseline or kind != "raw"):
+        raise RawrclError(f"--fuse-bm3d applies to RAW denoisers, not to {method} ({kind})")
 
     burst = load_burst(folder, target)
     br = build_reference(burst, progress=say)
@@ -194,7 +204,7 @@ def evaluate_burst(
     if method == "noisy":
         out = br.target
     elif method in ("gat+bm3d", "nlm"):
-        from rawrcl.eval.raw_baselines import gat_bm3d, nlm_raw
+        from rawrcl.gat import gat_bm3d, nlm_raw
 
         ls, lr = _planes(nm)
         out = grid.unpack((gat_bm3d if method == "gat+bm3d" else nlm_raw)(grid.pack(br.target), ls, lr))
@@ -215,6 +225,14 @@ def evaluate_burst(
         net = bind_noise(model, nm, 4)
         fn = denoise_cfa if kind == "raw" else jdd_cfa
         out = fn(net, br.target, burst.pattern, opts)
+        if fuse > 0:
+            if nm is None:  # a blind model: BM3D still needs the noise
+                nm, source = _resolve_noise(
+                    spec, br, raw, burst.paths[0], noise_profile, noise_scale, image_est
+                )
+                noise_rec = _noise_record(nm, source, spec)
+            out = fuse_bm3d(out, br.target, burst.pattern, nm, fuse)
+            noise_rec["fuse_bm3d"] = fuse
     seconds = time.perf_counter() - t0
 
     scorer = score_raw if kind == "raw" else score_jdd

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -26,8 +27,16 @@ import torch.nn as nn
 from rawrcl.device import resolve_device
 from rawrcl.errors import RawrclError
 from rawrcl.infer.batch import BatchResult, _format_from, _prepare, expand_inputs, output_is_file, run_batch
+from rawrcl.infer.fusion import check_fuse_weight, fuse_bm3d
 from rawrcl.infer.memory import keep_freed_memory
-from rawrcl.infer.noise import NoiseOptions, deband_raw, prepare_raw, raw_model_for, rgb_model_for
+from rawrcl.infer.noise import (
+    NoiseOptions,
+    deband_raw,
+    prepare_raw,
+    raw_model_for,
+    resolve_noise,
+    rgb_model_for,
+)
 from rawrcl.infer.pipeline import TileOptions, denoise_cfa, denoise_rgb, jdd_cfa, task_model
 from rawrcl.infer.writers import BAND_ROWS, write_cfa_tiff, write_denoised_dng, write_image
 from rawrcl.io import PHOTO_EXTENSIONS, RAW_EXTENSIONS, read_photo_depth
@@ -96,17 +105,22 @@ def denoise_file(
     overwrite: bool = False,
     noise: NoiseOptions | None = None,
     log: Callable[[str], None] | None = None,
+    fuse: float = 0.0,
 ) -> Path:
     """Denoise one file. RAW → ``.dng`` (or ``.tif[f]``: CFA in DN); RGB photo → ``.png``/``.tif[f]``.
 
     ``model`` (head "raw") and ``rgb_model`` (head "rgb") may be callables that load the model on first
     use, so a batch of RAW files never needs an RGB model and vice versa. Noise-aware models are told the
     file's noise as ``noise`` says (:mod:`rawrcl.infer.noise`; photos: a given λshot,λread only).
+    ``fuse`` > 0 (RAW only): the output is averaged with GAT+BM3D's, that weight (:mod:`rawrcl.infer.fusion`).
     """
     src, dst = Path(src), Path(dst)
     if dst.exists() and not overwrite:
         raise RawrclError(f"{dst}: exists (use --force to overwrite)")
+    fuse = check_fuse_weight(fuse)
     if is_rgb_file(src):
+        if fuse > 0:
+            raise RawrclError(f"{src}: --fuse-bm3d applies to RAW files, not to RGB photos")
         if rgb_model is None:
             raise RawrclError(
                 f"{src}: RGB photo, but no RGB denoising model (pass --rgb-model CKPT with head 'rgb')"
@@ -127,8 +141,15 @@ def denoise_file(
     raw = read_raw(src, clip=False)  # keep noise below black: models are trained unclipped
     raw, fn = prepare_raw(raw, src, noise, log)
     raw, fn = deband_raw(net, raw, src, noise, log, fn)
+    if fuse > 0 and fn is None:  # GAT+BM3D is told the file's noise, whether or not the network is
+        fn = resolve_noise(raw, src, noise, log)
     net = raw_model_for(net, raw, src, noise, log, resolved=fn)
     cfa = denoise_cfa(net, raw.cfa, raw.pattern, opts)
+    if fuse > 0:
+        t0 = time.perf_counter()
+        cfa = fuse_bm3d(cfa, raw.cfa, raw.pattern, fn.model, fuse)
+        if log is not None:
+            log(f"{src.name}: fused with GAT+BM3D (weight {fuse:g}, {time.perf_counter() - t0:.1f} s)")
     suffix = dst.suffix.lower()
     if suffix == ".dng":
         return write_denoised_dng(dst, raw, cfa, overwrite)
@@ -198,13 +219,16 @@ def run_denoise(
     echo: Callable[[str], None] | None = None,
     error: Callable[[str], None] | None = None,
     noise: NoiseOptions | None = None,
+    fuse: float = 0.0,
 ) -> BatchResult:
     """``rawrcl denoise``: RAW → ``.dng`` (default) or ``.tiff`` (CFA in DN); RGB photos → ``.png``/``.tiff``.
 
     ``model_path``: head "raw" checkpoint (default: shipped ``raw_denoise_default.pt``);
     ``rgb_model_path``: head "rgb" checkpoint for photos (no default ships). A checkpoint given as
-    ``model_path`` with head "rgb" is used for photos instead. ``noise``: as :func:`run_jdd`.
+    ``model_path`` with head "rgb" is used for photos instead. ``noise``: as :func:`run_jdd`. ``fuse``:
+    ``--fuse-bm3d``, the weight of GAT+BM3D averaged into RAW outputs (0: off; :mod:`rawrcl.infer.fusion`).
     """
+    fuse = check_fuse_weight(fuse)  # a bad weight fails before any file is read
     noise = noise or NoiseOptions()
     echo = echo or (lambda s: print(s, flush=True))
     opts = opts or TileOptions()
@@ -258,6 +282,8 @@ def run_denoise(
     def process(src: Path, dst: Path) -> Path:
         if not single:
             suffix_for(src)
-        return denoise_file(src, dst, get_raw, get_rgb, opts=opts, overwrite=overwrite, noise=noise, log=echo)
+        return denoise_file(
+            src, dst, get_raw, get_rgb, opts=opts, overwrite=overwrite, noise=noise, log=echo, fuse=fuse
+        )
 
     return run_batch(pairs, process, result, progress=progress, echo=echo, error=error_)

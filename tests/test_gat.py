@@ -1,4 +1,4 @@
-"""rawrcl.eval.raw_baselines: GAT forward/inverse, declipping, GAT+BM3D and NLM on a synthetic mosaic."""
+"""rawrcl.gat: GAT forward/inverse, declipping, GAT+BM3D and NLM on a synthetic mosaic."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from rawrcl import gat as RB
 from rawrcl.errors import RawrclError
-from rawrcl.eval import raw_baselines as RB
 
 
 def test_gat_stabilises_and_inverts():

@@ -1,4 +1,6 @@
-"""Classical RAW-domain denoisers on packed mosaics: GAT + BM3D (the Poisson–Gaussian gold standard) and NLM.
+"""Classical RAW-domain denoising on packed mosaics: the generalised Anscombe transform, GAT + BM3D (the
+Poisson–Gaussian gold standard) and NLM — the RAW baselines of ``rawrcl eval``/``bench`` and the classical
+half of ``rawrcl denoise --fuse-bm3d`` (:mod:`rawrcl.infer.fusion`).
 
 Both work on a packed mosaic (4, h, w) or (B, 4, h, w) [R, G1, G2, B] in [0, 1] units with noise variance
 ``λshot·x + λread`` (scalars or one value per plane), and return the same shape, float32.
@@ -12,7 +14,10 @@ transformation for Poisson–Gaussian noise")::
 makes the noise ≈ N(0, 1); the denoised D is mapped back with the closed-form approximation of the *exact
 unbiased* inverse (their Eq. 13 / ``GenAnscombe_inverse_closed_form``)::
 
-    I(D) = D²/4 + ¼·√(3/2)·D⁻¹ − 11/8·D⁻² + 5/8·√(3/2)·D⁻³ − 1/8 − σ²,   x̂ = α·max(I(D), 0)
+    I(D) = D²/4 + ¼·√(3/2)·D⁻¹ − 11/8·D⁻² + 5/8·√(3/2)·D⁻³ − 1/8 − σ²,   x̂ = α·max(I(max(D, D*)), 0)
+
+with D* = 0.838 the minimum of I (I(D*) = −0.241 − σ² < 0): below it the closed form rises again through
+its D⁻³ term, while the exact inverse is non-decreasing and already 0 there.
 
 With λshot → 0 the model is pure Gaussian and the transform is y/√λread (exact inverse, no bias).
 
@@ -98,15 +103,21 @@ def _check_lambdas(ls: np.ndarray, lr: np.ndarray) -> None:
         raise RawrclError("noise model with λshot = λread = 0 on some plane: nothing to denoise")
 
 
+def _gat_params(lambda_shot: PerPlane, lambda_read: PerPlane):
+    """(λread, gauss, α, σ²) per plane, (4, 1, 1) each: ``gauss`` where λshot ≈ 0 (plain y/√λread), the gain
+    α = λshot (1 there) and σ² = λread/α² in counts."""
+    ls, lr = _per_plane(lambda_shot, "lambda_shot"), _per_plane(lambda_read, "lambda_read")
+    _check_lambdas(ls, lr)
+    gauss = ls < _MIN_SHOT
+    a = np.where(gauss, 1.0, ls)
+    return lr, gauss, a, lr / a**2
+
+
 # ------------------------------------------------------------------------------------------------- GAT
 def gat_forward(y: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane) -> np.ndarray:
     """Generalised Anscombe transform of packed values y (…, 4, h, w), [0, 1] units → unit-variance domain."""
-    ls, lr = _per_plane(lambda_shot, "lambda_shot"), _per_plane(lambda_read, "lambda_read")
-    _check_lambdas(ls, lr)
+    lr, gauss, a, s2 = _gat_params(lambda_shot, lambda_read)
     y = np.asarray(y, dtype=np.float64)
-    gauss = ls < _MIN_SHOT
-    a = np.where(gauss, 1.0, ls)
-    s2 = lr / a**2
     arg = np.maximum(y / a + 0.375 + s2, 0.0)
     return np.where(gauss, y / np.sqrt(np.where(gauss, lr, 1.0)), 2.0 * np.sqrt(arg))
 
@@ -120,12 +131,8 @@ def gat_inverse(d: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane) -> 
 
     ``d`` is the *denoised* transformed image (an estimate of E[f(y)]); returns x̂ ≥ 0 in [0, 1] units (the
     Gaussian limit λshot → 0 is the plain, unclamped inverse)."""
-    ls, lr = _per_plane(lambda_shot, "lambda_shot"), _per_plane(lambda_read, "lambda_read")
-    _check_lambdas(ls, lr)
+    lr, gauss, a, s2 = _gat_params(lambda_shot, lambda_read)
     d = np.asarray(d, dtype=np.float64)
-    gauss = ls < _MIN_SHOT
-    a = np.where(gauss, 1.0, ls)
-    s2 = lr / a**2
     # below its minimum D* the closed form rises again (the D⁻³ term: D = 1e-3 gave 7.6e8); the exact
     # inverse is non-decreasing, and the closed form there is already ≤ 0, i.e. x̂ = 0
     dd = np.maximum(d, _D_MIN)
@@ -136,12 +143,8 @@ def gat_inverse(d: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane) -> 
 
 def gat_algebraic_inverse(d: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane) -> np.ndarray:
     """The plain algebraic inverse of :func:`gat_forward` (f⁻¹(f(y)) = y for y above the clamp)."""
-    ls, lr = _per_plane(lambda_shot, "lambda_shot"), _per_plane(lambda_read, "lambda_read")
-    _check_lambdas(ls, lr)
+    lr, gauss, a, s2 = _gat_params(lambda_shot, lambda_read)
     d = np.asarray(d, dtype=np.float64)
-    gauss = ls < _MIN_SHOT
-    a = np.where(gauss, 1.0, ls)
-    s2 = lr / a**2
     return np.where(gauss, d * np.sqrt(np.where(gauss, lr, 1.0)), a * ((d / 2) ** 2 - 0.375 - s2))
 
 
@@ -154,13 +157,11 @@ def is_black_clipped(packed: np.ndarray, min_zero_fraction: float = 0.005) -> bo
 
 def clipped_mean(x: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane) -> np.ndarray:
     """E[max(x + s·ε, 0)], s² = λshot·max(x, 0) + λread, ε ~ N(0, 1): the mean of a black-clipped reading."""
-    from rawrcl.calibration.special import ndtr
-
     ls, lr = _per_plane(lambda_shot, "lambda_shot"), _per_plane(lambda_read, "lambda_read")
     x = np.asarray(x, dtype=np.float64)
     s = np.sqrt(np.maximum(ls * np.maximum(x, 0) + lr, 1e-30))
     t = x / s
-    return x * ndtr(t) + s * np.exp(-0.5 * t**2) / math.sqrt(2 * math.pi)
+    return x * _ndtr(t) + s * np.exp(-0.5 * t**2) / math.sqrt(2 * math.pi)
 
 
 def declip_black(m: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane, iters: int = 40) -> np.ndarray:
@@ -178,6 +179,11 @@ def declip_black(m: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane, it
         hi = np.where(above, mid, hi)
         lo = np.where(above, lo, mid)
     return 0.5 * (lo + hi)
+
+
+def _ndtr(t: np.ndarray) -> np.ndarray:
+    """Standard normal cdf Φ(t) (float64; torch's erfc: no scipy import at start-up)."""
+    return (0.5 * torch.special.erfc(torch.as_tensor(t, dtype=torch.float64) * -(0.5**0.5))).numpy()
 
 
 # ----------------------------------------------------------------------------------------------- BM3D
