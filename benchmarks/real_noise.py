@@ -17,7 +17,8 @@ RAW denoising rows (PSNR dB, linear [0, 1], packed CFA, 4-px border, as ``rawrcl
 ``noisy``; ``gat+bm3d`` with the TRUE (λshot, λread) (Mäkitalo & Foi; ``rawrcl.gat``);
 ``old`` (a blind checkpoint, ``--old-raw``); ``new`` with the true parameters; ``new est`` with the
 parameters the command itself would use: the single-image estimate of the noisy mosaic
-(``rawrcl.calibration.resolve.file_noise(..., "image")``).
+(``rawrcl.calibration.resolve.file_noise(..., "image")``); with ``--fuse-bm3d W``, ``new+bm3d`` / ``est+bm3d``:
+the same fused with GAT+BM3D told the same λ (``rawrcl denoise --fuse-bm3d W``).
 
 JDD rows (PSNR dB, linear RGB, 8-px border, as ``rawrcl eval --task jdd``): ``menon+nlm`` (the eval
 baseline), ``gharbi2016`` (``--gharbi DIR``, σ from the true parameters), ``old`` (``--old-jdd``), ``new``
@@ -42,7 +43,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from rawrcl.cfa import unpack
+from rawrcl.cfa import pack, unpack
 from rawrcl.errors import RawrclError
 from rawrcl.eval import BASELINES, load_images, model_predictor, psnr_float
 from rawrcl.gat import gat_bm3d
@@ -88,7 +89,22 @@ def estimated(inp: torch.Tensor):
     return file_noise(raw, "image").model
 
 
-def predictors(task_name: str, ckpts: dict, gharbi: str | None, estimate: bool = True) -> dict:
+def fused(run, noise_of, weight: float):
+    """``run`` (a packed → packed predictor) fused with GAT+BM3D told ``noise_of(inp, meta)``, as ``rawrcl
+    denoise --fuse-bm3d weight`` does (:func:`rawrcl.infer.fusion.fuse_bm3d` on the RGGB mosaic)."""
+    from rawrcl.infer.fusion import fuse_bm3d
+
+    def fn(inp, meta):
+        y = np.asarray(unpack(torch.as_tensor(run(inp, meta)).float().numpy(), "RGGB"))
+        x = np.asarray(unpack(inp.numpy(), "RGGB"))
+        return torch.as_tensor(pack(fuse_bm3d(y, x, "RGGB", noise_of(inp, meta), weight), "RGGB"))
+
+    return fn
+
+
+def predictors(
+    task_name: str, ckpts: dict, gharbi: str | None, estimate: bool = True, fuse: float = 0.0
+) -> dict:
     from rawrcl.models.loading import load_for_task
 
     task = get_task(task_name)
@@ -124,6 +140,10 @@ def predictors(task_name: str, ckpts: dict, gharbi: str | None, estimate: bool =
             fns["new"] = lambda inp, meta, r=run_true: r(inp, task, meta)
             if estimate:
                 fns["new est"] = lambda inp, meta, r=run_est: r(inp, task, meta)
+            if fuse > 0 and task_name == "raw-denoise":
+                fns["new+bm3d"] = fused(fns["new"], lambda inp, meta: meta["noise"], fuse)
+                if estimate:
+                    fns["est+bm3d"] = fused(fns["new est"], lambda inp, meta: estimated(inp), fuse)
     return fns
 
 
@@ -163,7 +183,7 @@ def measure(args) -> list[dict]:
     ):
         if task_name not in args.tasks:
             continue
-        fns = predictors(task_name, ckpts, args.gharbi, not args.true_only)
+        fns = predictors(task_name, ckpts, args.gharbi, not args.true_only, args.fuse_bm3d)
         # the cached "old" scores belong to one checkpoint: its content names them (another --old-* file,
         # or the same path rewritten, must not read an earlier model's scores)
         old_name = f"old@{_content_id(ckpts['old'], task_name)}" if ckpts["old"] else "old"
@@ -244,6 +264,13 @@ def main(argv: list[str] | None = None) -> int:
         help="no 'new est' rows (for crops where the single-image estimate refuses, e.g. mostly white)",
     )
     ap.add_argument("--cache", default=None, help="JSON file keeping the baselines' scores between runs")
+    ap.add_argument(
+        "--fuse-bm3d",
+        type=float,
+        default=0.0,
+        metavar="W",
+        help="RAW: also the new model fused with GAT+BM3D (true λ; and the estimate, as rawrcl denoise does)",
+    )
     args = ap.parse_args(argv)
     args.tasks = args.tasks.split(",")
     args.levels = args.levels.split(",")
