@@ -116,15 +116,16 @@ NOISE_SYNTHETIC_HELP = (
 )
 
 
-def fuse_bm3d_option(what: str):
-    """``--fuse-bm3d W`` (→ ``fuse``, default 0: off): the weight of GAT+BM3D averaged into a RAW denoiser's
-    output (:mod:`rawrcl.infer.fusion`); ``what`` starts the help (which inputs it applies to)."""
+def fuse_bm3d_option(what: str, best: str):
+    """``--fuse-bm3d W`` (→ ``fuse``, default 0: off): the weight of GAT+BM3D averaged into a network's
+    output (:mod:`rawrcl.infer.fusion`); ``what`` starts the help (what is averaged, for which inputs),
+    ``best`` is the command's measured best weight (``FUSE_WEIGHTS``; a test checks the help against it)."""
     return click.option(
         "--fuse-bm3d",
         "fuse",
         type=float,
         default=0.0,
         metavar="W",
-        help=f"{what}: average the output with GAT+BM3D's, weight W (0.3 measured best; 0: off). Better "
-        "(+0.1 to +0.3 dB measured) and much slower: BM3D takes about a minute per megapixel.",
+        help=f"{what} with GAT+BM3D's, weight W ({best} measured best; 0: off). Better (+0.1 to +0.3 dB "
+        "measured) and much slower: BM3D takes about a minute per megapixel.",
     )

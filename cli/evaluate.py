@@ -64,7 +64,7 @@ from rawrcl.cli.common import NOISE_SYNTHETIC_HELP, fuse_bm3d_option, user_error
 @click.option(
     "--tta", is_flag=True, help="self-ensemble: average the model over 8 flips/transposes (8x slower)"
 )
-@fuse_bm3d_option("--burst, a RAW denoiser")
+@fuse_bm3d_option("--burst: average a RAW denoiser's output (two-stage JDD: the mid mosaic)", "0.3 / 0.5")
 @user_errors
 def evaluate(
     model,

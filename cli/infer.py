@@ -181,12 +181,13 @@ def _run(
     default=None,
     help="tiff (16-bit) or png (8-bit sRGB / 16-bit linear); default from -o's suffix, else tiff.",
 )
+@fuse_bm3d_option("Two-stage models (the default): average the denoised mosaic between the stages", "0.5")
 @_noise_options
 @_tile_options
 @user_errors
-def jdd(inputs, out, model_path, render, fmt, **common):
+def jdd(inputs, out, model_path, render, fmt, fuse, **common):
     """Joint demosaicing + denoising: RAW files (files, folders, globs) → RGB on the CFA's pixel grid."""
-    _run("run_jdd", inputs, out, model_path=model_path, render=render, fmt=fmt, **common)
+    _run("run_jdd", inputs, out, model_path=model_path, render=render, fmt=fmt, fuse=fuse, **common)
 
 
 @click.command()
@@ -208,7 +209,7 @@ def jdd(inputs, out, model_path, render, fmt, **common):
     default=None,
     help="RAW: dng (default) or tiff (CFA in raw DN); photos: png (default) or tiff.",
 )
-@fuse_bm3d_option("RAW files")
+@fuse_bm3d_option("RAW files: average the output", "0.3")
 @_noise_options
 @_tile_options
 @user_errors

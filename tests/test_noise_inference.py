@@ -455,10 +455,12 @@ def test_fuse_bm3d_averages_the_shipped_model_with_gat_bm3d(tmp_path):
     assert mse["0.3"] < 0.97 * min(mse["0"], mse["1"]), mse
 
 
-def test_fuse_bm3d_help_names_the_library_weight():
-    from rawrcl.infer.fusion import FUSE_WEIGHT
+def test_fuse_bm3d_help_names_the_library_weights():
+    from rawrcl.infer.fusion import FUSE_WEIGHTS
 
-    assert f"({FUSE_WEIGHT:g} measured best" in " ".join(_run(["denoise", "--help"]).stdout.split())
+    for command, task in (("denoise", "raw-denoise"), ("jdd", "jdd")):
+        text = " ".join(_run([command, "--help"]).stdout.split())
+        assert f"({FUSE_WEIGHTS[task]:g} measured best" in text, command
 
 
 def test_fuse_bm3d_bad_weight_and_wrong_inputs_are_one_line_errors(burst_dir, models, tmp_path, photo_dir):
@@ -482,7 +484,7 @@ def test_fuse_bm3d_bad_weight_and_wrong_inputs_are_one_line_errors(burst_dir, mo
     )
     assert r.exit_code == 1 and "applies to RAW files" in r.stderr, r.output
     r = _run(["eval", "gat+bm3d", "--burst", str(burst_dir), "--fuse-bm3d", "0.3"])
-    assert r.exit_code == 1 and "applies to RAW denoisers" in r.stderr, r.output
+    assert r.exit_code == 1 and "applies to rawrcl models" in r.stderr, r.output
 
 
 def test_burst_eval_with_fusion_records_it(burst_dir, models, tmp_path):
@@ -494,3 +496,45 @@ def test_burst_eval_with_fusion_records_it(burst_dir, models, tmp_path):
     assert docs["0"]["noise"] is None  # a blind model alone is told nothing
     assert docs["0.5"]["noise"]["fuse_bm3d"] == 0.5 and docs["0.5"]["noise"]["source"] == "image estimate"
     assert docs["0.5"]["psnr"] != docs["0"]["psnr"]
+
+
+def test_jdd_fusion_runs_the_models_own_second_stage(burst_dir, tmp_path):
+    """Fusion between the stages with weight 0 is exactly the two-stage model; with weight 0.3 the JDD
+    command writes it; a one-stage JDD model is refused in one line."""
+    from rawrcl.infer import TileOptions
+    from rawrcl.infer.fusion import jdd_fused
+    from rawrcl.infer.noise import bind_noise
+    from rawrcl.infer.pipeline import jdd_cfa, task_model
+    from rawrcl.io.raw import read_raw
+    from rawrcl.models.registry import build_model, save_checkpoint
+    from rawrcl.noise import NoiseModel
+
+    raw = read_raw(burst_dir / "frame00.dng", clip=False)
+    # an RGGB window, a multiple of the model's size: no padding, so the two paths are the same numbers
+    # (elsewhere the padding of the mid mosaic differs near the edges, like a tile seam)
+    cfa = raw.cfa[:96, 1:129]
+    nm = NoiseModel(LS, LR)
+    model = task_model(None, "jdd", TileOptions())
+    plain = jdd_cfa(bind_noise(model, nm, 4), cfa, "RGGB")
+    np.testing.assert_allclose(jdd_fused(model, cfa, "RGGB", nm, 0.0), plain, atol=1e-5)
+    fused = jdd_fused(model, cfa, "RGGB", nm, 0.3)
+    assert fused.shape == plain.shape and 1e-4 < float(np.abs(fused - plain).mean()) < 0.02
+
+    r = _run(["jdd", str(burst_dir / "frame00.dng"), "-o", str(tmp_path / "f.tiff"), "--fuse-bm3d", "0.3"])
+    assert r.exit_code == 0 and "fused with GAT+BM3D (weight 0.3" in r.stdout, r.output
+    torch.manual_seed(0)
+    one = build_model({"arch": "unet", "in_channels": 4, "head": "jdd", "width": 4, "depth": 2})
+    save_checkpoint(tmp_path / "one.pt", one)
+    r = _run(
+        [
+            "jdd",
+            str(burst_dir / "frame00.dng"),
+            "-o",
+            str(tmp_path / "g.tiff"),
+            "--model",
+            str(tmp_path / "one.pt"),
+            "--fuse-bm3d",
+            "0.3",
+        ]
+    )
+    assert r.exit_code == 1 and "needs a two-stage model" in r.stderr and "Traceback" not in r.output

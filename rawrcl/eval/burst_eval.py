@@ -20,8 +20,9 @@ Noise (what noise-aware models and the noise-taking baselines are told): ``noise
 single-image estimate — burst frames usually carry no NoiseProfile) or ``burst``: the NLF measured from
 the burst (per plane). ``noise_scale`` multiplies λ.
 
-``fuse`` > 0 (a RAW denoiser only): its output averaged with GAT+BM3D's, that weight, BM3D told the same
-noise — what ``rawrcl denoise --fuse-bm3d`` writes (:mod:`rawrcl.infer.fusion`).
+``fuse`` > 0: a RAW denoiser's output averaged with GAT+BM3D's, that weight, BM3D told the same noise — what
+``rawrcl denoise --fuse-bm3d`` writes; a two-stage JDD model fused between its stages, as ``rawrcl jdd
+--fuse-bm3d`` (:mod:`rawrcl.infer.fusion`).
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ def evaluate_burst(
     noise, noise_profile, noise_scale : what a noise-aware model or baseline is told (module docstring).
     opts : :class:`rawrcl.infer.TileOptions` for models.
     plot : write a side-by-side PNG (noisy, method, reference crops) here.
-    fuse : weight of GAT+BM3D averaged into a RAW denoiser's output (module docstring; 0: off).
+    fuse : weight of GAT+BM3D averaged in (module docstring; 0: off).
 
     Returns
     -------
@@ -165,11 +166,13 @@ def evaluate_burst(
         )
     opts = opts or TileOptions()
     model, kind = (None, BURST_BASELINES[method]) if is_baseline else _load_model(method, task, opts)
-    from rawrcl.infer.fusion import check_fuse_weight, fuse_bm3d
+    from rawrcl.infer.fusion import check_fuse_weight, fuse_bm3d, jdd_fused, require_two_stage
 
     fuse = check_fuse_weight(fuse)
-    if fuse > 0 and (is_baseline or kind != "raw"):
-        raise RawrclError(f"--fuse-bm3d applies to RAW denoisers, not to {method} ({kind})")
+    if fuse > 0 and is_baseline:
+        raise RawrclError(f"--fuse-bm3d applies to rawrcl models, not to the baseline {method}")
+    if fuse > 0 and kind == "jdd":
+        require_two_stage(model)
 
     burst = load_burst(folder, target)
     br = build_reference(burst, progress=say)
@@ -222,16 +225,17 @@ def evaluate_burst(
     else:
         if nm is not None:
             nm = row_noise_for(model, br.target, burst.pattern, nm, say, Path(burst.paths[0]).name)
-        net = bind_noise(model, nm, 4)
-        fn = denoise_cfa if kind == "raw" else jdd_cfa
-        out = fn(net, br.target, burst.pattern, opts)
+        if fuse > 0 and nm is None:  # a blind model: BM3D still needs the noise
+            nm, source = _resolve_noise(spec, br, raw, burst.paths[0], noise_profile, noise_scale, image_est)
+            noise_rec = _noise_record(nm, source, spec)
+        if fuse > 0 and kind == "jdd":
+            out = jdd_fused(model, br.target, burst.pattern, nm, fuse, opts, say, "target")
+        else:
+            fn = denoise_cfa if kind == "raw" else jdd_cfa
+            out = fn(bind_noise(model, nm, 4), br.target, burst.pattern, opts)
+        if fuse > 0 and kind == "raw":
+            out = fuse_bm3d(out, br.target, burst.pattern, nm, fuse, say, "target")
         if fuse > 0:
-            if nm is None:  # a blind model: BM3D still needs the noise
-                nm, source = _resolve_noise(
-                    spec, br, raw, burst.paths[0], noise_profile, noise_scale, image_est
-                )
-                noise_rec = _noise_record(nm, source, spec)
-            out = fuse_bm3d(out, br.target, burst.pattern, nm, fuse)
             noise_rec["fuse_bm3d"] = fuse
     seconds = time.perf_counter() - t0
 

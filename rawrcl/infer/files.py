@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import torch.nn as nn
 from rawrcl.device import resolve_device
 from rawrcl.errors import RawrclError
 from rawrcl.infer.batch import BatchResult, _format_from, _prepare, expand_inputs, output_is_file, run_batch
-from rawrcl.infer.fusion import check_fuse_weight, fuse_bm3d
+from rawrcl.infer.fusion import check_fuse_weight, fuse_bm3d, jdd_fused, require_two_stage
 from rawrcl.infer.memory import keep_freed_memory
 from rawrcl.infer.noise import (
     NoiseOptions,
@@ -36,6 +35,7 @@ from rawrcl.infer.noise import (
     raw_model_for,
     resolve_noise,
     rgb_model_for,
+    row_noise_for,
 )
 from rawrcl.infer.pipeline import TileOptions, denoise_cfa, denoise_rgb, jdd_cfa, task_model
 from rawrcl.infer.writers import BAND_ROWS, write_cfa_tiff, write_denoised_dng, write_image
@@ -72,25 +72,33 @@ def jdd_file(
     overwrite: bool = False,
     noise: NoiseOptions | None = None,
     log: Callable[[str], None] | None = None,
+    fuse: float = 0.0,
 ) -> Path:
     """RAW file → demosaiced, denoised image file (``.tiff`` 16-bit or ``.png``: 8-bit sRGB, 16-bit linear).
 
     ``render="linear"``: linear camera RGB in the RAW's [0, 1] scale ×65535; ``"srgb"``: white balance,
     colour matrix and sRGB gamma (:func:`rawrcl.isp.render_srgb`; gray-world white balance when the file
     carries none). Same pixel grid as the CFA. A noise-aware ``model`` is told the file's noise as
-    ``noise`` says (:func:`rawrcl.infer.noise.raw_model_for`; one ``log`` line per file).
+    ``noise`` says (:func:`rawrcl.infer.noise.raw_model_for`; one ``log`` line per file). ``fuse`` > 0:
+    a two-stage ``model`` with GAT+BM3D fused in between its stages (:func:`rawrcl.infer.fusion.jdd_fused`).
     """
     from rawrcl.io.raw import read_raw
 
     dst = Path(dst)
     if dst.exists() and not overwrite:
         raise RawrclError(f"{dst}: exists (use --force to overwrite)")
+    fuse = check_fuse_weight(fuse)
     keep_freed_memory()  # full-size arrays reused from here on (rawrcl.infer.memory)
     raw = read_raw(src, clip=False)  # keep noise below black: models are trained unclipped
     raw, fn = prepare_raw(raw, src, noise, log)
     raw, fn = deband_raw(model, raw, src, noise, log, fn)
-    net = raw_model_for(model, raw, src, noise, log, resolved=fn)
-    rgb = jdd_cfa(net, raw.cfa, raw.pattern, opts)
+    if fuse > 0:
+        fn = fn if fn is not None else resolve_noise(raw, src, noise, log)
+        row = (noise or NoiseOptions()).row_noise
+        nm = row_noise_for(model, raw.cfa, raw.pattern, fn.model, log, Path(src).name, row)
+        rgb = jdd_fused(model, raw.cfa, raw.pattern, nm, fuse, opts, log, Path(src).name)
+    else:
+        rgb = jdd_cfa(raw_model_for(model, raw, src, noise, log, resolved=fn), raw.cfa, raw.pattern, opts)
     img = _render(raw, rgb, render)
     bits = 8 if (dst.suffix.lower() == ".png" and render == "srgb") else 16
     return write_image(dst, img, bits=bits, overwrite=overwrite)
@@ -146,10 +154,7 @@ def denoise_file(
     net = raw_model_for(net, raw, src, noise, log, resolved=fn)
     cfa = denoise_cfa(net, raw.cfa, raw.pattern, opts)
     if fuse > 0:
-        t0 = time.perf_counter()
-        cfa = fuse_bm3d(cfa, raw.cfa, raw.pattern, fn.model, fuse)
-        if log is not None:
-            log(f"{src.name}: fused with GAT+BM3D (weight {fuse:g}, {time.perf_counter() - t0:.1f} s)")
+        cfa = fuse_bm3d(cfa, raw.cfa, raw.pattern, fn.model, fuse, log, src.name)
     suffix = dst.suffix.lower()
     if suffix == ".dng":
         return write_denoised_dng(dst, raw, cfa, overwrite)
@@ -175,12 +180,14 @@ def run_jdd(
     echo: Callable[[str], None] | None = None,
     error: Callable[[str], None] | None = None,
     noise: NoiseOptions | None = None,
+    fuse: float = 0.0,
 ) -> BatchResult:
     """``rawrcl jdd``: every RAW input → ``<OUT>/<stem>.tiff|png`` (or the file OUT for a single input).
 
     ``noise``: what a noise-aware model is told (default ``auto``: the DNG NoiseProfile, else a matching
     ``--noise-profile`` entry, else the single-image estimate); ignored (with one warning if given) for
-    blind models."""
+    blind models. ``fuse``: ``--fuse-bm3d`` (:func:`jdd_file`; 0: off)."""
+    fuse = check_fuse_weight(fuse)  # a bad weight fails before any file is read
     noise = noise or NoiseOptions()
     echo = echo or (lambda s: print(s, flush=True))
     if render not in ("srgb", "linear"):
@@ -188,6 +195,8 @@ def run_jdd(
     opts = opts or TileOptions()
     resolve_device(opts.device)
     model = task_model(model_path, "jdd", opts)
+    if fuse > 0:
+        require_two_stage(model)
     error_ = error or (lambda s: print(s, file=sys.stderr, flush=True))
     files_probe, _ = expand_inputs(inputs, RAW_EXTENSIONS)
     single = output_is_file(inputs, files_probe, out)
@@ -198,7 +207,7 @@ def run_jdd(
     return run_batch(
         pairs,
         lambda s, d: jdd_file(
-            s, d, model, render=render, opts=opts, overwrite=overwrite, noise=noise, log=echo
+            s, d, model, render=render, opts=opts, overwrite=overwrite, noise=noise, log=echo, fuse=fuse
         ),
         result,
         progress=progress,
