@@ -17,8 +17,9 @@ RAW denoising rows (PSNR dB, linear [0, 1], packed CFA, 4-px border, as ``rawrcl
 ``noisy``; ``gat+bm3d`` with the TRUE (λshot, λread) (Mäkitalo & Foi; ``rawrcl.gat``);
 ``old`` (a blind checkpoint, ``--old-raw``); ``new`` with the true parameters; ``new est`` with the
 parameters the command itself would use: the single-image estimate of the noisy mosaic
-(``rawrcl.calibration.resolve.file_noise(..., "image")``); with ``--fuse-bm3d W``, ``new+bm3d`` / ``est+bm3d``:
-the same fused with GAT+BM3D told the same λ (``rawrcl denoise --fuse-bm3d W``).
+(``rawrcl.calibration.resolve.file_noise(..., "image")``); with ``--fuse-bm3d W``, ``new+bm3d`` /
+``est+bm3d``: the same fused with GAT+BM3D told the same λ (``rawrcl denoise --fuse-bm3d W``; JDD rows:
+between the stages of the two-stage model, ``rawrcl jdd --fuse-bm3d W``).
 
 JDD rows (PSNR dB, linear RGB, 8-px border, as ``rawrcl eval --task jdd``): ``menon+nlm`` (the eval
 baseline), ``gharbi2016`` (``--gharbi DIR``, σ from the true parameters), ``old`` (``--old-jdd``), ``new``
@@ -102,6 +103,18 @@ def fused(run, noise_of, weight: float):
     return fn
 
 
+def fused_jdd(model, noise_of, weight: float):
+    """A two-stage JDD ``model`` with GAT+BM3D told ``noise_of(inp, meta)`` fused between its stages, as
+    ``rawrcl jdd --fuse-bm3d weight`` runs it (:func:`rawrcl.infer.fusion.jdd_fused`)."""
+    from rawrcl.infer.fusion import jdd_fused
+
+    def fn(inp, meta):
+        x = np.asarray(unpack(inp.numpy(), "RGGB"))
+        return torch.as_tensor(jdd_fused(model, x, "RGGB", noise_of(inp, meta), weight))
+
+    return fn
+
+
 def predictors(
     task_name: str, ckpts: dict, gharbi: str | None, estimate: bool = True, fuse: float = 0.0
 ) -> dict:
@@ -144,6 +157,10 @@ def predictors(
                 fns["new+bm3d"] = fused(fns["new"], lambda inp, meta: meta["noise"], fuse)
                 if estimate:
                     fns["est+bm3d"] = fused(fns["new est"], lambda inp, meta: estimated(inp), fuse)
+            elif fuse > 0:
+                fns["new+bm3d"] = fused_jdd(model, lambda inp, meta: meta["noise"], fuse)
+                if estimate:
+                    fns["est+bm3d"] = fused_jdd(model, lambda inp, meta: estimated(inp), fuse)
     return fns
 
 
@@ -269,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.0,
         metavar="W",
-        help="RAW: also the new model fused with GAT+BM3D (true λ; and the estimate, as rawrcl denoise does)",
+        help="also the new model fused with GAT+BM3D (true λ; and the estimate, as rawrcl denoise/jdd do)",
     )
     args = ap.parse_args(argv)
     args.tasks = args.tasks.split(",")
