@@ -127,5 +127,5 @@ def fuse_bm3d_option(what: str, best: str):
         default=0.0,
         metavar="W",
         help=f"{what} with GAT+BM3D's, weight W ({best} measured best; 0: off). Better (+0.1 to +0.3 dB "
-        "measured) and slower: BM3D adds about 13 s per megapixel on 2 threads (12 MP: 2.7 min, 4 GB).",
+        "measured) and slower: BM3D adds about 13 s per megapixel on 2 threads (12 MP: 2.9 min, 2.1 GB).",
     )

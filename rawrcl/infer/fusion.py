@@ -4,9 +4,9 @@ A U-Net and BM3D's block matching make errors that are largely independent, so t
 error than either: ``out = (1 − W)·network + W·GAT+BM3D``, BM3D told the same noise as the network
 (:func:`rawrcl.gat.gat_bm3d`, joint over the four planes, black-clip corrected when the file is clipped).
 W = :data:`FUSE_WEIGHTS` was chosen per command on the validation rows (docs/weights.md). BM3D adds about
-13 s per megapixel on 2 threads (12 MP: 2.7 min, 4 GB peak), so this is an option for the frames that deserve
-it, not the default (which keeps ≥ 1 MP/s). ``rawrcl jdd`` fuses the same way between the two stages of a
-two-stage model (:func:`jdd_fused`): the JDD network then demosaics the fused mosaic.
+13 s per megapixel on 2 threads (12 MP: 2.9 min, 2.1 GB peak), so this is an option for the frames that
+deserve it, not the default (which keeps ≥ 1 MP/s). ``rawrcl jdd`` fuses the same way between the two stages
+of a two-stage model (:func:`jdd_fused`): the JDD network then demosaics the fused mosaic.
 """
 
 from __future__ import annotations
