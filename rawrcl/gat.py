@@ -43,6 +43,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from rawrcl.calibration.special import ndtr
 from rawrcl.errors import RawrclError
 
 PerPlane = float | Sequence[float] | np.ndarray
@@ -161,7 +162,7 @@ def clipped_mean(x: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane) ->
     x = np.asarray(x, dtype=np.float64)
     s = np.sqrt(np.maximum(ls * np.maximum(x, 0) + lr, 1e-30))
     t = x / s
-    return x * _ndtr(t) + s * np.exp(-0.5 * t**2) / math.sqrt(2 * math.pi)
+    return x * ndtr(t) + s * np.exp(-0.5 * t**2) / math.sqrt(2 * math.pi)
 
 
 def declip_black(m: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane, iters: int = 40) -> np.ndarray:
@@ -179,11 +180,6 @@ def declip_black(m: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane, it
         hi = np.where(above, mid, hi)
         lo = np.where(above, lo, mid)
     return 0.5 * (lo + hi)
-
-
-def _ndtr(t: np.ndarray) -> np.ndarray:
-    """Standard normal cdf Φ(t) (float64; torch's erfc: no scipy import at start-up)."""
-    return (0.5 * torch.special.erfc(torch.as_tensor(t, dtype=torch.float64) * -(0.5**0.5))).numpy()
 
 
 # ----------------------------------------------------------------------------------------------- BM3D

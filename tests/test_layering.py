@@ -27,9 +27,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors",),  # (the package root rawrcl/__init__.py counts here: it only re-exports RawrclError)
     ("cfa", "colour", "device"),
     ("io",),
-    ("isp", "noise", "demosaic", "gat", "defects", "banding"),
+    ("isp", "noise", "demosaic", "defects", "banding"),
     ("calibration",),
-    ("tasks", "data", "simulate", "sample_data"),
+    ("tasks", "data", "simulate", "sample_data", "gat"),
     ("models",),
     ("losses",),
     ("methods",),
