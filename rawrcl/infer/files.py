@@ -31,11 +31,11 @@ from rawrcl.infer.memory import keep_freed_memory
 from rawrcl.infer.noise import (
     NoiseOptions,
     deband_raw,
+    file_noise_for,
     prepare_raw,
     raw_model_for,
     resolve_noise,
     rgb_model_for,
-    row_noise_for,
 )
 from rawrcl.infer.pipeline import TileOptions, denoise_cfa, denoise_rgb, jdd_cfa, task_model
 from rawrcl.infer.writers import BAND_ROWS, write_cfa_tiff, write_denoised_dng, write_image
@@ -93,9 +93,7 @@ def jdd_file(
     raw, fn = prepare_raw(raw, src, noise, log)
     raw, fn = deband_raw(model, raw, src, noise, log, fn)
     if fuse > 0:
-        fn = fn if fn is not None else resolve_noise(raw, src, noise, log)
-        row = (noise or NoiseOptions()).row_noise
-        nm = row_noise_for(model, raw.cfa, raw.pattern, fn.model, log, Path(src).name, row)
+        nm = file_noise_for(model, raw, src, noise, log, resolved=fn)
         rgb = jdd_fused(model, raw.cfa, raw.pattern, nm, fuse, opts, log, Path(src).name)
     else:
         rgb = jdd_cfa(raw_model_for(model, raw, src, noise, log, resolved=fn), raw.cfa, raw.pattern, opts)

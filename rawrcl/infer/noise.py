@@ -208,9 +208,22 @@ def raw_model_for(
         if not opts.hot_pixels:
             opts.warn_blind()
         return model
+    return bind_noise(model, file_noise_for(model, raw, path, opts, log, resolved), 4)
+
+
+def file_noise_for(
+    model: nn.Module,
+    raw,
+    path: str | os.PathLike | None,
+    opts: NoiseOptions | None,
+    log: Callable[[str], None] | None = None,
+    resolved=None,
+) -> NoiseModel:
+    """The noise ``model`` is told for one RAW file: ``resolved`` (a ``FileNoise``; else
+    :func:`resolve_noise`) with the file's row noise when ``model`` is row-aware (:func:`row_noise_for`)."""
+    opts = opts or NoiseOptions()
     fn = resolved if resolved is not None else resolve_noise(raw, path, opts, log)
-    noise = row_noise_for(model, raw.cfa, raw.pattern, fn.model, log, _name(path), opts.row_noise)
-    return bind_noise(model, noise, 4)
+    return row_noise_for(model, raw.cfa, raw.pattern, fn.model, log, _name(path), opts.row_noise)
 
 
 def rgb_model_for(
