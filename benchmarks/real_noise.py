@@ -116,7 +116,12 @@ def fused_jdd(model, noise_of, weight: float):
 
 
 def predictors(
-    task_name: str, ckpts: dict, gharbi: str | None, estimate: bool = True, fuse: float = 0.0
+    task_name: str,
+    ckpts: dict,
+    gharbi: str | None,
+    estimate: bool = True,
+    fuse: float = 0.0,
+    shrink: bool | None = None,
 ) -> dict:
     from rawrcl.models.loading import load_for_task
 
@@ -148,15 +153,19 @@ def predictors(
             run = model_predictor(model, task, multiple=8)
             fns["old"] = lambda inp, meta, run=run: run(inp, task, meta)
         else:
-            run_true = model_predictor(model, task, multiple=8)
-            run_est = model_predictor(model, task, multiple=8, noise_of=lambda inp, meta: estimated(inp))
+            est = lambda inp, meta: estimated(inp)  # noqa: E731
+            run_true = model_predictor(model, task, multiple=8, shrink=shrink)
+            run_est = model_predictor(model, task, multiple=8, noise_of=est, shrink=shrink)
             fns["new"] = lambda inp, meta, r=run_true: r(inp, task, meta)
             if estimate:
                 fns["new est"] = lambda inp, meta, r=run_est: r(inp, task, meta)
-            if fuse > 0 and task_name == "raw-denoise":
-                fns["new+bm3d"] = fused(fns["new"], lambda inp, meta: meta["noise"], fuse)
+            if fuse > 0 and task_name == "raw-denoise":  # as rawrcl denoise --fuse-bm3d: no shrinkage
+                plain = model_predictor(model, task, multiple=8, shrink=False)
+                plain_est = model_predictor(model, task, multiple=8, noise_of=est, shrink=False)
+                true = lambda inp, meta: meta["noise"]  # noqa: E731
+                fns["new+bm3d"] = fused(lambda i, m, r=plain: r(i, task, m), true, fuse)
                 if estimate:
-                    fns["est+bm3d"] = fused(fns["new est"], lambda inp, meta: estimated(inp), fuse)
+                    fns["est+bm3d"] = fused(lambda i, m, r=plain_est: r(i, task, m), est, fuse)
             elif fuse > 0:
                 fns["new+bm3d"] = fused_jdd(model, lambda inp, meta: meta["noise"], fuse)
                 if estimate:
@@ -200,7 +209,7 @@ def measure(args) -> list[dict]:
     ):
         if task_name not in args.tasks:
             continue
-        fns = predictors(task_name, ckpts, args.gharbi, not args.true_only, args.fuse_bm3d)
+        fns = predictors(task_name, ckpts, args.gharbi, not args.true_only, args.fuse_bm3d, args.shrink)
         # the cached "old" scores belong to one checkpoint: its content names them (another --old-* file,
         # or the same path rewritten, must not read an earlier model's scores)
         old_name = f"old@{_content_id(ckpts['old'], task_name)}" if ckpts["old"] else "old"
@@ -288,7 +297,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="W",
         help="also the new model fused with GAT+BM3D (true λ; and the estimate, as rawrcl denoise/jdd do)",
     )
+    ap.add_argument(
+        "--shrink",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="SURE shrinkage of the new models (auto: as the commands run them — on for RAW, off for JDD)",
+    )
     args = ap.parse_args(argv)
+    args.shrink = {"auto": None, "on": True, "off": False}[args.shrink]
     args.tasks = args.tasks.split(",")
     args.levels = args.levels.split(",")
     torch.set_num_threads(args.threads)

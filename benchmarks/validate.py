@@ -9,8 +9,9 @@ Photos: 6 held out of training *and* of the test source — ``urban100[90::4][:3
 384-px centre crops (``--crop``), or the centre crop/4 window enlarged ×4 (bicubic) for the ``4×`` rows, as
 smooth per pixel as a full-resolution camera file. Each photo *i* of each row is degraded with
 ``numpy.random.default_rng([seed, i])``; models are told the TRUE noise (validation measures the network, the
-estimator has its own benchmark). PSNR dB, linear [0, 1]: packed CFA with a 4-px border (raw-denoise) or
-RGB with an 8-px border (jdd), as ``rawrcl eval``.
+estimator has its own benchmark); ``--shrink`` (default ``auto``): with the SURE weights where the commands
+use them (RAW denoising, since 2026-11-28). PSNR dB, linear [0, 1]: packed CFA with a 4-px border
+(raw-denoise) or RGB with an 8-px border (jdd), as ``rawrcl eval``.
 
 Groups (16 rows each, B 8; ``{photo, unproc}`` = photo values as linear RGB / unprocessed à la Brooks et al.):
 
@@ -106,6 +107,7 @@ def score(
     seed: int,
     groups: str,
     told: tuple[float, ...] = (),
+    shrink: bool | None = None,
 ) -> list[dict]:
     """Per condition, each model's mean PSNR over the validation photos; with ``told``, each model also
     told λ × s for every s (labels ``"<model> ×s"``: the cost of a wrong noise level)."""
@@ -115,13 +117,14 @@ def score(
     preds = {}
     for label, path in models.items():
         model, _ = load_for_task(None if path == "default" else path, task_name)
-        preds[label] = model_predictor(model, get_task(task_name), multiple=8)
+        preds[label] = model_predictor(model, get_task(task_name), multiple=8, shrink=shrink)
         for s in told:
             preds[f"{label} ×{s:g}"] = model_predictor(
                 model,
                 get_task(task_name),
                 multiple=8,
                 noise_of=lambda inp, meta, s=s: meta["noise"].scaled(s),
+                shrink=shrink,
             )
     cache = {z: photos(data, crop, z) for z in ZOOMS}
     out = []
@@ -190,7 +193,15 @@ def main(argv: list[str] | None = None) -> dict:
         metavar="S,S,…",
         help="also score each model told λ × S (true noise unchanged): what a wrong noise level costs",
     )
+    ap.add_argument(
+        "--shrink",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="SURE weights (rawrcl.models.shrink; auto: as the commands run the model, on for RAW "
+        "denoising and off for JDD; off: the network alone, as stage rules before 2026-11-28 measured it)",
+    )
     a = ap.parse_args(argv)
+    shrink = {"auto": None, "on": True, "off": False}[a.shrink]
     data = Path(a.data)
     if not (data / "urban100").is_dir() or not (data / "cbsd68").is_dir():
         raise SystemExit(f"{data}: needs urban100/ and cbsd68/ (--data)")
@@ -199,7 +210,8 @@ def main(argv: list[str] | None = None) -> dict:
     told = tuple(float(v) for v in a.told.split(",") if v)
     if any(s <= 0 for s in told):
         raise SystemExit(f"--told {a.told}: factors must be > 0")
-    rows = score(a.task, dict(zip(labels, a.models, strict=True)), data, a.crop, a.seed, a.groups, told)
+    models = dict(zip(labels, a.models, strict=True))
+    rows = score(a.task, models, data, a.crop, a.seed, a.groups, told, shrink)
     labels += [f"{label} ×{s:g}" for label in labels for s in told]
     summary = report(rows, labels)
     if a.json:

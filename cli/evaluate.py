@@ -65,6 +65,12 @@ from rawrcl.cli.common import NOISE_SYNTHETIC_HELP, fuse_bm3d_option, user_error
     "--tta", is_flag=True, help="self-ensemble: average the model over 8 flips/transposes (8x slower)"
 )
 @fuse_bm3d_option("--burst: average a RAW denoiser's output (two-stage JDD: the mid mosaic)", "0.3 / 0.5")
+@click.option(
+    "--shrink/--no-shrink",
+    default=None,
+    help="--burst: SURE weights of the model's output(s) and the input, as denoise/jdd --shrink (default: "
+    "as the commands run it, on for RAW denoising, off for JDD).",
+)
 @user_errors
 def evaluate(
     model,
@@ -86,6 +92,7 @@ def evaluate(
     per_image,
     tta,
     fuse,
+    shrink,
 ):
     """Evaluate MODEL (a checkpoint / run dir, or a baseline: noisy, bilinear, malvar, menon, vng, ea,
     menon+nlm, nlm, gat+bm3d, gharbi2016, bicubic) on TASK with synthetic noise on --clean-dir, or on a real
@@ -112,12 +119,13 @@ def evaluate(
             plot,
             force,
             fuse,
+            shrink,
         )
     else:
         if task is None or clean_dir is None:
             raise RawrclError("give --task and --clean-dir (synthetic noise), or --burst DIR (a real burst)")
-        if plot is not None or target is not None or fuse:
-            raise RawrclError("--plot, --target and --fuse-bm3d apply to --burst only")
+        if plot is not None or target is not None or fuse or shrink is not None:
+            raise RawrclError("--plot, --target, --fuse-bm3d and --shrink apply to --burst only")
         from rawrcl.eval import evaluate as _evaluate
 
         doc = _evaluate(
@@ -161,7 +169,20 @@ def evaluate(
 
 
 def _burst(
-    model, folder, target, task, noise, noise_profile, noise_scale, gharbi, device, tta, plot, force, fuse
+    model,
+    folder,
+    target,
+    task,
+    noise,
+    noise_profile,
+    noise_scale,
+    gharbi,
+    device,
+    tta,
+    plot,
+    force,
+    fuse,
+    shrink,
 ):
     """The --burst evaluation: progress and the report on stderr/stdout, the result dict returned."""
     from rawrcl.eval.burst_eval import evaluate_burst
@@ -181,5 +202,6 @@ def _burst(
         overwrite=force,
         log=lambda s: click.echo("  " + s, err=True),
         fuse=fuse,
+        shrink=shrink,
     )
     return doc

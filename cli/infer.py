@@ -104,6 +104,14 @@ def _noise_options(func):
             "adapted with row noise (rawrcl adapt --row-noise) is told it instead (and estimates it unless "
             "'off'). Default: off, except for such adapted models.",
         ),
+        click.option(
+            "--shrink/--no-shrink",
+            default=None,
+            help="SURE shrinkage (noise-aware models, RAW files): pull the network's output back towards "
+            "its input by the weight that minimises Stein's unbiased estimate of the error for the told "
+            "noise, which keeps fine detail at low noise (≈ 20 %% more time). Default: on for denoise, off "
+            "for jdd.",
+        ),
     ]
     for opt in reversed(opts):
         func = opt(func)
@@ -129,6 +137,7 @@ def _run(
     noise_scale=1.0,
     hot_pixels=False,
     row_noise=None,
+    shrink=None,
     **kw,
 ) -> None:
     """Call ``rawrcl.infer.<runner_name>`` with the options of :func:`_tile_options` (tiling, device,
@@ -136,7 +145,7 @@ def _run(
     still written)."""
     from rawrcl import infer
 
-    noise = infer.NoiseOptions(noise_spec, noise_profile, noise_scale, hot_pixels, row_noise)
+    noise = infer.NoiseOptions(noise_spec, noise_profile, noise_scale, hot_pixels, row_noise, shrink)
     opts = infer.TileOptions(
         tile, overlap, batch_tiles, device, precision, progress=not quiet, self_ensemble=tta, backend=backend
     )

@@ -261,12 +261,13 @@ def test_cli_denoise_runs_an_exported_onnx_file(tmp_path):
         main, ["denoise", str(dng), "-o", str(tmp_path / "o.dng"), "--model", str(onnx_path), "-q"]
     )
     assert res.exit_code == 0, res.output  # a .onnx --model picks the onnxruntime backend
-    from rawrcl.infer.noise import raw_model_for
+    from rawrcl.infer.noise import NoiseOptions, raw_model_for
 
     got = read_raw(tmp_path / "o.dng", clip=False).cfa
     raw = read_raw(dng, clip=False)  # the same noise as the command: --noise auto (here the image estimate)
+    plain = NoiseOptions(shrink=False)  # an exported graph: the network and its fixed blend, no SURE
     ref = denoise_cfa(
-        raw_model_for(load_for_task(None, "raw-denoise")[0], raw, dng, None), raw.cfa, "BGGR", WHOLE
+        raw_model_for(load_for_task(None, "raw-denoise")[0], raw, dng, plain), raw.cfa, "BGGR", WHOLE
     )
     want = (requantize_cfa(ref, "BGGR", (BLACK,) * 4, WHITE) - BLACK) / (WHITE - BLACK)
     assert np.abs(got - want).max() * (WHITE - BLACK) <= 1.01  # requantised to DN: at most one code apart

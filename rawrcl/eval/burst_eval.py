@@ -125,6 +125,7 @@ def evaluate_burst(
     overwrite: bool = False,
     log: Callable[[str], None] | None = None,
     fuse: float = 0.0,
+    shrink: bool | None = None,
 ) -> dict:
     """Score ``method`` (module docstring) on the target frame of the burst in ``folder``.
 
@@ -136,6 +137,8 @@ def evaluate_burst(
     opts : :class:`rawrcl.infer.TileOptions` for models.
     plot : write a side-by-side PNG (noisy, method, reference crops) here.
     fuse : weight of GAT+BM3D averaged in (module docstring; 0: off).
+    shrink : the SURE shrinkage (:mod:`rawrcl.models.shrink`; None: the command's default, as ``rawrcl
+        denoise`` / ``rawrcl jdd`` run it; not combined with ``fuse``).
 
     Returns
     -------
@@ -232,7 +235,13 @@ def evaluate_burst(
             out = jdd_fused(model, br.target, burst.pattern, nm, fuse, opts, say, "target")
         else:
             fn = denoise_cfa if kind == "raw" else jdd_cfa
-            out = fn(bind_noise(model, nm, 4), br.target, burst.pattern, opts)
+            net = bind_noise(model, nm, 4, shrink if fuse == 0 else False)
+            out = fn(net, br.target, burst.pattern, opts)
+            from rawrcl.models.shrink import shrink_summary
+
+            if (text := shrink_summary(net)) is not None:
+                say(text)
+                noise_rec["sure"] = text
         if fuse > 0 and kind == "raw":
             out = fuse_bm3d(out, br.target, burst.pattern, nm, fuse, say, "target")
         if fuse > 0:

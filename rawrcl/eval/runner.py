@@ -36,20 +36,26 @@ def model_predictor(
     multiple: int = 1,
     self_ensemble: bool = False,
     noise_of: Callable[[torch.Tensor, dict], Any] | None = None,
+    shrink: bool | None = None,
 ):
     """Wrap a model as ``f(input (C, h, w), task, meta) -> output`` with reflection padding to
     ``multiple`` (in the input grid; packed RAW stays RGGB-phased) and output cropping (× task.scale).
 
     A noise-aware model gets the sample's noise parameters: ``noise_of(input, meta)`` (a
     :class:`~rawrcl.noise.NoiseModel` or (2, C) tensor), by default the true ones (``meta["noise"]``).
-    ``self_ensemble`` averages over the 8 flips/transposes (:class:`rawrcl.models.SelfEnsemble`)."""
+    ``self_ensemble`` averages over the 8 flips/transposes (:class:`rawrcl.models.SelfEnsemble`).
+    ``shrink``: the SURE shrinkage of a packed-RAW noise-aware model
+    (:func:`rawrcl.models.shrink.maybe_shrink`; None: as the commands run it — on for RAW denoising, off
+    for JDD)."""
     from rawrcl.infer.noise import row_noise_for
     from rawrcl.models import SelfEnsemble
     from rawrcl.models.conditioning import WithNoise, is_noise_aware, is_row_aware
+    from rawrcl.models.shrink import maybe_shrink
     from rawrcl.noise import NoiseModel
 
     model = model.to(device).eval()
     aware = is_noise_aware(model)
+    shrunk = maybe_shrink(model, shrink)
     noise_of = noise_of or (lambda inp, meta: meta.get("noise"))
 
     def run(inp: torch.Tensor, task_: Task, meta: dict) -> torch.Tensor:
@@ -63,7 +69,7 @@ def model_predictor(
                 raise RawrclError("a noise-aware model needs the noise parameters of the test data")
             if x.shape[1] == 4 and isinstance(noise, NoiseModel) and is_row_aware(model):
                 noise = row_noise_for(model, x0[0].cpu(), None, noise)  # as `rawrcl denoise` does
-            net = WithNoise(model, noise, x.shape[1]).to(device)
+            net = WithNoise(shrunk if x.shape[1] == 4 else model, noise, x.shape[1]).to(device)
         if self_ensemble:
             net = SelfEnsemble(net)
         with torch.no_grad():

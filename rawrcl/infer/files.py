@@ -15,6 +15,7 @@ jdd_cfa` / :func:`~rawrcl.infer.pipeline.denoise_cfa` → a writer (:mod:`rawrcl
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -96,7 +97,9 @@ def jdd_file(
         nm = file_noise_for(model, raw, src, noise, log, resolved=fn)
         rgb = jdd_fused(model, raw.cfa, raw.pattern, nm, fuse, opts, log, Path(src).name)
     else:
-        rgb = jdd_cfa(raw_model_for(model, raw, src, noise, log, resolved=fn), raw.cfa, raw.pattern, opts)
+        net = raw_model_for(model, raw, src, noise, log, resolved=fn)
+        rgb = jdd_cfa(net, raw.cfa, raw.pattern, opts)
+        _log_shrink(net, src, log)
     img = _render(raw, rgb, render)
     bits = 8 if (dst.suffix.lower() == ".png" and render == "srgb") else 16
     return write_image(dst, img, bits=bits, overwrite=overwrite)
@@ -149,8 +152,11 @@ def denoise_file(
     raw, fn = deband_raw(net, raw, src, noise, log, fn)
     if fuse > 0 and fn is None:  # GAT+BM3D is told the file's noise, whether or not the network is
         fn = resolve_noise(raw, src, noise, log)
+    if fuse > 0:  # the fused output was measured without the SURE shrinkage
+        noise = dataclasses.replace(noise or NoiseOptions(), shrink=False)
     net = raw_model_for(net, raw, src, noise, log, resolved=fn)
     cfa = denoise_cfa(net, raw.cfa, raw.pattern, opts)
+    _log_shrink(net, src, log)
     if fuse > 0:
         cfa = fuse_bm3d(cfa, raw.cfa, raw.pattern, fn.model, fuse, log, src.name)
     suffix = dst.suffix.lower()
@@ -159,6 +165,15 @@ def denoise_file(
     if suffix in (".tif", ".tiff"):
         return write_cfa_tiff(dst, raw, cfa, overwrite)
     raise RawrclError(f"{dst}: RAW denoising writes .dng or .tiff, not {suffix!r}")
+
+
+def _log_shrink(net: nn.Module, src: str | os.PathLike, log: Callable[[str], None] | None) -> None:
+    """The one log line on the SURE shrinkage a file got (:func:`rawrcl.models.shrink.shrink_summary`)."""
+    from rawrcl.models.shrink import shrink_summary
+
+    text = shrink_summary(net) if isinstance(net, nn.Module) else None
+    if text is not None and log is not None:
+        log(f"{Path(src).name}: {text}")
 
 
 def is_rgb_file(path: str | os.PathLike) -> bool:

@@ -27,6 +27,7 @@ import torch.nn as nn
 
 from rawrcl.errors import RawrclError
 from rawrcl.models.conditioning import WithNoise, is_noise_aware, is_row_aware
+from rawrcl.models.shrink import maybe_shrink
 from rawrcl.noise import NoiseModel
 from rawrcl.noise.spec import PER_FILE, NoiseSpec, parse_noise
 
@@ -48,6 +49,7 @@ class NoiseOptions:
     scale: float = 1.0
     hot_pixels: bool = False
     row_noise: str | None = None
+    shrink: bool | None = None
 
     def __post_init__(self) -> None:
         if self.row_noise is not None:
@@ -76,13 +78,18 @@ class NoiseOptions:
             )
 
 
-def bind_noise(model: nn.Module, noise: NoiseModel | None, channels: int = 4) -> nn.Module:
+def bind_noise(
+    model: nn.Module, noise: NoiseModel | None, channels: int = 4, shrink: bool | None = False
+) -> nn.Module:
     """``model`` as a one-argument module: bound to ``noise`` when noise-aware (refused without it),
-    unchanged when blind."""
+    unchanged when blind. ``shrink`` (RAW, 4 channels): with the SURE shrinkage towards the input
+    (:func:`rawrcl.models.shrink.maybe_shrink`: True, False, or None for the model's default)."""
     if not is_noise_aware(model):
         return model
     if noise is None:
         raise RawrclError("a noise-aware model needs the noise parameters (λshot, λread)")
+    if channels == 4:
+        model = maybe_shrink(model, shrink)
     return WithNoise(model, noise, channels).eval()
 
 
@@ -208,7 +215,7 @@ def raw_model_for(
         if not opts.hot_pixels:
             opts.warn_blind()
         return model
-    return bind_noise(model, file_noise_for(model, raw, path, opts, log, resolved), 4)
+    return bind_noise(model, file_noise_for(model, raw, path, opts, log, resolved), 4, opts.shrink)
 
 
 def file_noise_for(

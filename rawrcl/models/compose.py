@@ -126,22 +126,37 @@ class DenoiseThenDemosaic(nn.Module):
 
     def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
         """``noise``: the input's noise parameters (required when :attr:`noise_aware`)."""
+        if self.output == "raw":
+            return self.blend_parts(*self.parts(x, noise), noise)
         y = self.denoiser(x, noise) if _aware(self.denoiser) else self.denoiser(x)
         if self.demosaicker is None:
             with torch.autocast(y.device.type, enabled=False):
                 return bilinear_demosaic_packed(y.float())
+        return self._second(x, y, noise)
+
+    def _second(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
+        """The JDD network on the first stage's output ``y``, told λ × :attr:`residual`."""
         if not _aware(self.demosaicker):
-            rgb = self.demosaicker(y.to(x.dtype))
-        else:
-            told = None if noise is None else noise[:, :2].to(y.device) * self.residual  # no σ_row²
-            rgb = self.demosaicker(y.to(x.dtype), told)
-        if self.output == "jdd":
-            return rgb
+            return self.demosaicker(y.to(x.dtype))
+        told = None if noise is None else noise[:, :2].to(y.device) * self.residual  # no σ_row²
+        return self.demosaicker(y.to(x.dtype), told)
+
+    def parts(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The two estimates a RAW output combines, each (B, 4, h, w): the first stage's output and the JDD
+        network's RGB sampled at the CFA sites (needs a demosaicker)."""
+        y = self.denoiser(x, noise) if _aware(self.denoiser) else self.denoiser(x)
+        return y, mosaic_packed(self._second(x, y, noise), "RGGB").to(y.dtype)
+
+    def blend_parts(
+        self, first: torch.Tensor, sites: torch.Tensor, noise: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The CFA-site blend of :meth:`parts`: w × ``sites`` + (1 − w) × ``first``, w = :attr:`blend`, or
+        with :attr:`blend_sigma` σ₀ > 0 per pixel ``blend`` · v / (v + σ₀²)."""
         w = self.blend
         if self.blend_sigma > 0 and noise is not None:  # less of the JDD stage where there is little noise
-            v = std_map(y.float(), noise[:, :2].to(y.device)).square()
-            w = (self.blend * v / (v + self.blend_sigma**2)).to(y.dtype)
-        return w * mosaic_packed(rgb, "RGGB").to(y.dtype) + (1 - w) * y
+            v = std_map(first.float(), noise[:, :2].to(first.device)).square()
+            w = (self.blend * v / (v + self.blend_sigma**2)).to(first.dtype)
+        return w * sites + (1 - w) * first
 
 
 def first_stage(model: nn.Module) -> nn.Module:

@@ -1,0 +1,248 @@
+"""SURE shrinkage: a noise-aware RAW denoiser pulled towards its input by the weight that minimises the
+estimated error.
+
+A network told the noise can still remove too much, most visibly at the clean end (base ISO), where the
+noise is far below the scene's own fine texture: on sharp photo-valued mosaics at λshot 2e-5 the shipped
+denoiser came out *below its noisy input* (docs/weights.md, "SURE shrinkage"). For any denoiser f and
+noise of known per-pixel variance v, Stein's unbiased risk estimate of out = y + w·(f(y) − y) is
+
+    SURE(w) = w²·Σ(f − y)² − Σv + 2·Σ vᵢ·[(1 − w) + w·∂fᵢ/∂yᵢ],
+
+minimised at w* = Σ vᵢ(1 − ∂fᵢ/∂yᵢ) / Σ(fᵢ − yᵢ)²; min(1, :data:`SLACK`·w*) is used (1: the network
+unchanged). The divergence is a Monte Carlo estimate from one Rademacher probe b:
+∂fᵢ/∂yᵢ ≈ bᵢ·(f(y + εb) − f(y))ᵢ / ε. v = λshot·max(f, 0) + λread per plane; samples within 2.5σ of a clip
+level (black or white, where the input piles up; SURE does not hold there) are left out of both sums. One w
+per call (per tile of the tiler), estimated on a few windows of the tile: ≈ 20 % more time. No clean data
+is used: it needs only the noise the model is told.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from rawrcl.models.geometry import size_multiple
+
+#: side of each probe window, packed pixels; the outer ``MARGIN`` of it is not scored (border effects)
+WINDOW = 64
+MARGIN = 8
+#: probe step ε as a fraction of the window's mean noise std
+PROBE = 0.05
+#: w* scales with the told variance, which is itself uncertain (a single-image estimate's std is good to
+#: ≈ 10 %, the variance to ≈ 20 %; real noise is only roughly Poisson–Gaussian): the weight used is
+#: min(1, SLACK·w*), so only a shrinkage beyond that uncertainty is applied. Added after the first form
+#: (SLACK 1) lost 0.09 dB on the HDR+ burst, where it read w* ≈ 0.95 (docs/weights.md, "SURE shrinkage").
+SLACK = 1.2
+
+
+class SureShrink(nn.Module):
+    """A noise-aware RAW denoiser's output(s) recombined with the input by SURE-optimal weights.
+
+    ``model``: a noise-aware packed → packed RAW denoiser, called ``model(x, noise)``. One estimate f:
+    ``y + w·(f − y)``, ``w`` ∈ [0, 1]. A two-stage model with RAW output (the CFA-site blend default,
+    :class:`~rawrcl.models.compose.DenoiseThenDemosaic`) gives two, a = its first stage and b = its JDD
+    stage at the CFA sites (:meth:`~rawrcl.models.compose.DenoiseThenDemosaic.parts`): ``y + w₁(a − y) +
+    w₂(b − y)`` with w₁, w₂ ≥ 0, w₁ + w₂ ≤ 1 minimising SURE in place of the fixed blend — the same
+    estimate with the cross terms: minimise wᵀMw − 2wᵀr, M_jk = Σ(f_j − y)(f_k − y), r_j = Σ v(1 − div f_j).
+    Weights: one set per sample of the batch (per tile of the tiler). Shapes: ``x`` (B, 4, h, w) [R, G1,
+    G2, B] in [0, 1] units, ``noise`` (B, 2 or 3, 4) [λshot; λread (; σ_row²)] → (B, 4, h, w). Inputs up to
+    2 × 2 windows are probed whole (one more pass); larger ones on 2 × 2 windows of :data:`WINDOW` packed
+    pixels spread over the input (two passes of those windows). A sample told row (banding) noise, or with
+    under 5 % of scorable samples, gets the model's own output. The weights of the last call are in
+    :attr:`last_weights` (B, K), every set so far in :attr:`seen` (for logs and tests).
+    """
+
+    noise_aware = True
+
+    def __init__(self, model: nn.Module):
+        from rawrcl.models.compose import DenoiseThenDemosaic
+
+        super().__init__()
+        self.model = model
+        self.two_parts = isinstance(model, DenoiseThenDemosaic) and model.output == "raw"
+        self.row_aware = bool(getattr(model, "row_aware", False))
+        self.size_multiple = size_multiple(model)
+        self.last_weights: torch.Tensor | None = None
+        self.seen: list[list[float]] = []
+
+    @property
+    def head_name(self) -> str:
+        return getattr(self.model, "head_name", "raw")
+
+    def parts(self, x: torch.Tensor, noise: torch.Tensor) -> list[torch.Tensor]:
+        """The estimates the output combines with ``x``: [f], or [first stage, JDD stage at the sites]."""
+        return list(self.model.parts(x, noise)) if self.two_parts else [self.model(x, noise)]
+
+    def own(self, parts: list[torch.Tensor], noise: torch.Tensor) -> torch.Tensor:
+        """What the model itself outputs from its ``parts``."""
+        return self.model.blend_parts(*parts, noise) if self.two_parts else parts[0]
+
+    def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        parts = self.parts(x, noise)
+        with torch.no_grad():
+            w, keep = self.weights(x, noise, parts)
+        self.last_weights = torch.where(keep[:, None], torch.nan, w).cpu()
+        self.seen += self.last_weights.tolist()
+        xs = x.to(parts[0].dtype)
+        out = xs + sum(w[:, k, None, None, None].to(xs.dtype) * (p - xs) for k, p in enumerate(parts))
+        if bool(keep.any()):
+            out = torch.where(keep[:, None, None, None], self.own(parts, noise), out)
+        return out
+
+    def _windows(self, h: int, w: int) -> list[tuple[int, int, int]] | None:
+        """(top, left, side) of the probe windows; None: probe the whole input."""
+        if h <= 2 * WINDOW or w <= 2 * WINDOW:
+            return None
+        return [
+            (t, lft, WINDOW)
+            for t in (h // 4 - WINDOW // 2, 3 * h // 4 - WINDOW // 2)
+            for lft in (w // 4 - WINDOW // 2, 3 * w // 4 - WINDOW // 2)
+        ]
+
+    def weights(
+        self, x: torch.Tensor, noise: torch.Tensor, full: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """((B, K) SURE-optimal weights, (B,) bool: keep the model's own output) for input ``x`` whose
+        full-size parts are ``full`` (float32 maths)."""
+        b, c, h, w = x.shape
+        k = len(full)
+        x, noise = x.float(), noise.float()
+        wins = self._windows(h, w)
+        levels = clip_levels(x)
+        gram = x.new_zeros(b, k, k, dtype=torch.float64)
+        rhs = x.new_zeros(b, k, dtype=torch.float64)
+        cnt = x.new_zeros(b)
+        total = 0.0
+        gen = torch.Generator(device=x.device).manual_seed(0)  # the same file gives the same output
+        with torch.autocast(x.device.type, enabled=False):
+            if wins is None:
+                pieces = [(x, [p.float() for p in full], 0)]
+            else:
+                pieces = [(x[..., t : t + s, lft : lft + s], None, MARGIN) for t, lft, s in wins]
+            for y, f0, m in pieces:
+                if f0 is None:
+                    f0 = [p.float() for p in self.parts(y, noise)]
+                v = (noise[:, 0, :, None, None] * f0[0].clamp_min(0) + noise[:, 1, :, None, None]).clamp_min(
+                    0
+                )
+                sd = v.sqrt()
+                eps = PROBE * sd.mean(dim=(1, 2, 3), keepdim=True).clamp_min(1e-6)
+                probe = torch.randint(0, 2, y.shape, generator=gen, device=y.device).to(y.dtype) * 2 - 1
+                f1 = [p.float() for p in self.parts(y + eps * probe, noise)]
+                inner = (slice(None), slice(None), slice(m, y.shape[-2] - m), slice(m, y.shape[-1] - m))
+                ok = scorable(levels, f0[0], sd)[inner]
+                res = [(p - y)[inner] for p in f0]
+                for i in range(k):
+                    div = (probe * (f1[i] - f0[i]) / eps)[inner]
+                    rhs[:, i] += (ok * v[inner] * (1 - div)).sum(dim=(1, 2, 3)).double()
+                    for j in range(i, k):
+                        gram[:, i, j] += (ok * res[i] * res[j]).sum(dim=(1, 2, 3)).double()
+                        gram[:, j, i] = gram[:, i, j]
+                cnt += ok.sum(dim=(1, 2, 3))
+                total += ok[0].numel()
+        weight = best_weights(gram, SLACK * rhs)
+        keep = (cnt < 0.05 * total) | (gram.diagonal(dim1=1, dim2=2) <= 0).any(dim=1)
+        if noise.shape[1] > 2:
+            keep |= (noise[:, 2] > 0).any(dim=1)
+        return weight.float(), keep
+
+
+def best_weights(gram: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """argmin wᵀ·gram·w − 2·wᵀ·rhs over w ≥ 0, Σw ≤ 1, per batch row: gram (B, K, K), rhs (B, K) → (B, K),
+    K ∈ {1, 2}; the minimum is at the unconstrained solution when feasible, else on an edge or a corner."""
+    b, k = rhs.shape
+    if k == 1:
+        return (rhs / gram[:, 0].clamp_min(1e-300)).clamp(0, 1)
+    if k != 2:
+        raise ValueError(f"best_weights takes 1 or 2 estimates, got {k}")
+    one = gram.new_tensor
+    out = []
+    for g, r in zip(gram, rhs, strict=True):
+        cands = [one([0.0, 0.0]), one([1.0, 0.0]), one([0.0, 1.0])]
+        if torch.linalg.det(g) > 0:
+            cands.append(torch.linalg.solve(g, r))
+        for i in range(2):  # edges w_j = 0 (j ≠ i)
+            if g[i, i] > 0:
+                e = one([0.0, 0.0])
+                e[i] = (r[i] / g[i, i]).clamp(0, 1)
+                cands.append(e)
+        d, e = one([1.0, -1.0]), one([0.0, 1.0])  # edge w₁ + w₂ = 1: (t, 1 − t)
+        if d @ g @ d > 0:
+            cands.append(e + ((d @ r - d @ g @ e) / (d @ g @ d)).clamp(0, 1) * d)
+        feasible = [c for c in cands if c.min() >= -1e-12 and c.sum() <= 1 + 1e-12]
+        out.append(min(feasible, key=lambda c: float(c @ g @ c - 2 * c @ r)))
+    return torch.stack(out)
+
+
+def clip_levels(y: torch.Tensor, share: float = 1e-3) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B,) black and white clip levels of the samples ``y`` (B, C, h, w): the minimum (maximum) where at
+    least ``share`` of the samples pile up on it, else −inf (+inf) — an unclipped file keeps its noise
+    below black, so its minimum is a lone noisy sample."""
+    flat = y.flatten(1)
+    lo, hi = flat.amin(1), flat.amax(1)
+    at_lo = (flat <= lo[:, None] + 1e-7).float().mean(1) >= share
+    at_hi = (flat >= hi[:, None] - 1e-7).float().mean(1) >= share
+    inf = torch.full_like(lo, float("inf"))
+    return torch.where(at_lo, lo, -inf), torch.where(at_hi, hi, inf)
+
+
+def scorable(levels: tuple[torch.Tensor, torch.Tensor], f: torch.Tensor, sd: torch.Tensor) -> torch.Tensor:
+    """(B, C, h, w) float mask of the samples SURE may score: the estimate ``f`` at least 2.5 noise std
+    ``sd`` away from the input's clip ``levels`` (:func:`clip_levels`), where the noise is not
+    Gaussian-like any more."""
+    lo, hi = (v.view(-1, 1, 1, 1) for v in levels)
+    return ((f - 2.5 * sd > lo) & (f + 2.5 * sd < hi)).float()
+
+
+def with_shrink(model: nn.Module) -> nn.Module:
+    """``model`` with :class:`SureShrink` where it applies: around a noise-aware RAW denoiser (head
+    ``"raw"``, e.g. the CFA-site blend default), around the first stage of a two-stage JDD model; any other
+    model (blind, RGB, already shrunk) is returned unchanged."""
+    from rawrcl.models.compose import DenoiseThenDemosaic
+    from rawrcl.models.conditioning import is_noise_aware
+
+    if isinstance(model, SureShrink) or not is_noise_aware(model):
+        return model
+    if isinstance(model, DenoiseThenDemosaic) and model.output == "jdd":
+        if isinstance(model.denoiser, SureShrink) or not getattr(model.denoiser, "noise_aware", False):
+            return model
+        return model.replace(denoiser=SureShrink(model.denoiser))
+    head = getattr(model, "head_name", None) or getattr(model, "config", {}).get("head")
+    return SureShrink(model) if head == "raw" else model
+
+
+#: whether each command uses SURE weights by default, by the model's output head: on for RAW denoising
+#: (validation rows: +0.10 dB mean, +0.28 at base ISO, none below −0.001; burst +0.04), off for JDD (its first
+#: stage alone: +0.03, below the +0.05 bar it was held to; ``--shrink`` turns it on) — docs/weights.md,
+#: "SURE weights"
+DEFAULTS = {"raw": True, "jdd": False}
+
+
+def maybe_shrink(model: nn.Module, shrink: bool | None = None) -> nn.Module:
+    """:func:`with_shrink` of ``model`` when ``shrink`` is True, or when None and the model's head
+    defaults to it (:data:`DEFAULTS`); ``model`` itself otherwise."""
+    if shrink is None:
+        head = getattr(model, "head_name", None) or getattr(model, "config", {}).get("head")
+        shrink = DEFAULTS.get(head, False)
+    return with_shrink(model) if shrink else model
+
+
+def shrink_summary(model: nn.Module) -> str | None:
+    """One log phrase on the SURE weights a bound model used (e.g. ``"SURE weights over 12 tiles: first
+    stage 0.05, JDD stage 0.93 (mean)"``), or None when it has no :class:`SureShrink` or never changed
+    the model's output."""
+    found = [m for m in model.modules() if isinstance(m, SureShrink)]
+    seen = [w for m in found for w in m.seen if w and w[0] == w[0]]  # NaN: the model's own output
+    if not seen:
+        return None
+    seen = [w for w in seen if len(w) == len(seen[0])]
+    mean = [sum(c) / len(seen) for c in zip(*seen, strict=True)]
+    tiles = f"{len(seen)} tile{'s' * (len(seen) != 1)}"
+    if len(mean) == 1:
+        if min(w[0] for w in seen) >= 1:
+            return None
+        return f"SURE shrinkage towards the input over {tiles}: weight {mean[0]:.2f} mean"
+    return (
+        f"SURE weights over {tiles}: first stage {mean[0]:.2f}, JDD stage {mean[1]:.2f}, "
+        f"input {1 - mean[0] - mean[1]:.2f} (mean)"
+    )

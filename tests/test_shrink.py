@@ -1,0 +1,209 @@
+"""SURE shrinkage (rawrcl.models.shrink): the weight it picks, where it applies, how the commands use it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from rawrcl.models.shrink import SLACK, SureShrink, maybe_shrink, with_shrink
+from rawrcl.noise import NoiseModel
+
+
+class _Blur(nn.Module):
+    """A noise-aware 'denoiser' that ignores the noise and blurs k×k: it over-smooths fine texture."""
+
+    noise_aware = True
+    head_name = "raw"
+
+    def __init__(self, k: int):
+        super().__init__()
+        self.k = k
+
+    def forward(self, x, noise):
+        p = self.k // 2
+        return F.avg_pool2d(F.pad(x, (p, p, p, p), mode="replicate"), self.k, stride=1)
+
+
+def _texture(size: int, seed: int = 0) -> torch.Tensor:
+    """(1, 4, size, size) packed planes: a mid-grey with fine texture of std ≈ 0.03, in [0, 1]."""
+    g = torch.Generator().manual_seed(seed)
+    t = F.avg_pool2d(torch.rand(1, 1, size + 1, size + 1, generator=g), 2, stride=1)
+    return (0.4 + 0.1 * (t - 0.5)).expand(1, 4, size, size).contiguous()
+
+
+@pytest.mark.parametrize("size", [96, 256])  # probed whole / on windows
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_weight_matches_the_oracle_and_beats_both_ends(size, dtype):
+    """At low noise on fine texture a blur removes signal: the SURE weight is close to the oracle
+    w = Σ(x − y)(f − y) / Σ(f − y)² (which needs the clean x), and the shrunk output beats both the blur and
+    the noisy input."""
+    clean = _texture(size).to(dtype)
+    noise = NoiseModel(1e-4, 1e-6)
+    g = torch.Generator().manual_seed(1)
+    y = clean + noise.std(clean) * torch.randn(clean.shape, generator=g, dtype=dtype)
+    blur = _Blur(5)
+    cond = noise.conditioning(4)[None].to(dtype)
+    f = blur(y, cond)
+    oracle = float(((clean - y) * (f - y)).sum() / ((f - y) ** 2).sum())
+    model = SureShrink(blur)
+    out = model(y, cond)
+    w = float(model.last_weights[0, 0])
+    assert 0.05 < oracle < 0.7
+    assert abs(w / SLACK - oracle) < 0.1, (w, oracle)
+    mse = {k: float(((v - clean) ** 2).mean()) for k, v in {"out": out, "blur": f, "noisy": y}.items()}
+    assert mse["out"] < 0.9 * min(mse["blur"], mse["noisy"]), mse
+    assert out.dtype == dtype and out.shape == y.shape
+
+
+def test_a_good_denoiser_is_left_alone():
+    """When the network removes about the noise (here: the clean image itself), w* ≥ 1/SLACK and the
+    output is the network's, unchanged."""
+    clean = _texture(128)
+    noise = NoiseModel(4e-3, 1e-4)
+    y = clean + noise.std(clean) * torch.randn(clean.shape, generator=torch.Generator().manual_seed(2))
+
+    class Oracle(nn.Module):
+        noise_aware = True
+        head_name = "raw"
+
+        def forward(self, x, noise):
+            return clean.expand_as(x) if x.shape == clean.shape else x  # windows: identity (w = 1 too)
+
+    model = SureShrink(Oracle())
+    out = model(y, noise.conditioning(4)[None])
+    assert float(model.last_weights[0, 0]) == 1.0
+    torch.testing.assert_close(out, clean)
+
+
+def test_clipped_or_banded_inputs_keep_the_network():
+    """Samples at a clip level are not scored (too few left: the model's own output, weight NaN), and a
+    sample told row noise keeps the model's output; unclipped dark samples (noise below 0 kept) are scored."""
+    blur = SureShrink(_Blur(5))
+    dark = torch.zeros(1, 4, 64, 64)
+    noise = NoiseModel(1e-3, 1e-5).conditioning(4)[None]
+    torch.testing.assert_close(blur(dark, noise), dark)
+    assert torch.isnan(blur.last_weights[0, 0])
+    g = torch.Generator().manual_seed(3)
+    unclipped = 0.002 + 0.004 * torch.randn(1, 4, 64, 64, generator=g)  # dark, noise kept below black
+    blur(unclipped, noise)
+    assert not torch.isnan(blur.last_weights[0, 0])
+    y = _texture(64) + 0.01 * torch.randn(1, 4, 64, 64, generator=g)
+    banded = NoiseModel(1e-4, 1e-6, row=0.01).conditioning(4)[None]
+    torch.testing.assert_close(blur(y, banded), blur.model(y, banded))
+    assert torch.isnan(blur.last_weights[0, 0])
+    blur(y, banded[:, :2])
+    assert float(blur.last_weights[0, 0]) < 1.0
+
+
+def test_batch_gets_one_weight_per_sample():
+    a, b = _texture(64, 0), torch.full((1, 4, 64, 64), 0.4)
+    noise = NoiseModel(1e-4, 1e-6)
+    g = torch.Generator().manual_seed(4)
+    y = torch.cat([a, b]) + noise.std(torch.cat([a, b])) * torch.randn(2, 4, 64, 64, generator=g)
+    model = SureShrink(_Blur(5))
+    model(y, noise.conditioning(4)[None].expand(2, -1, -1))
+    w = model.last_weights
+    assert w.shape == (2, 1) and w[0, 0] < 0.7 and w[1, 0] == 1.0  # texture: shrink; flat: the blur is right
+
+
+def test_best_weights_is_the_constrained_minimum():
+    """K = 2: the minimum of wᵀGw − 2wᵀr over w ≥ 0, w₁ + w₂ ≤ 1 (checked on a grid) for random positive
+    definite G — interior, edge and corner cases; K = 1: r/G clamped to [0, 1]."""
+    from rawrcl.models.shrink import best_weights
+
+    rng = np.random.default_rng(0)
+    grid = np.array([(a, b) for a in np.linspace(0, 1, 201) for b in np.linspace(0, 1, 201) if a + b <= 1])
+    for _ in range(20):
+        a = rng.normal(size=(2, 2))
+        g, r = a @ a.T + 0.1 * np.eye(2), rng.normal(size=2) * 2
+        w = best_weights(torch.tensor(g)[None], torch.tensor(r)[None])[0].numpy()
+
+        def f(v, g=g, r=r):
+            return np.einsum("...i,ij,...j->...", v, g, v) - 2 * v @ r
+
+        assert w.min() >= -1e-12 and w.sum() <= 1 + 1e-12
+        assert f(w) <= f(grid).min() + 1e-9
+    one = best_weights(torch.tensor([[[2.0]], [[2.0]]]), torch.tensor([[1.0], [5.0]]))
+    torch.testing.assert_close(one, torch.tensor([[0.5], [1.0]]))
+
+
+def test_two_stage_raw_model_gets_both_stage_weights():
+    """Around a two-stage RAW model the output is y + w₁(first stage − y) + w₂(JDD stage − y): with an
+    over-smoothing first stage and an untrained JDD stage, SURE leans on the input and the first stage,
+    not on the untrained stage, and beats the model's own fixed blend."""
+    from rawrcl.models.compose import DenoiseThenDemosaic
+    from rawrcl.models.registry import build_model
+
+    torch.manual_seed(0)
+    jdd = build_model(dict(arch="unet", head="jdd", in_channels=4, width=8, depth=2, noise_aware=True))
+    model = DenoiseThenDemosaic(_Blur(5), jdd.eval(), output="raw")
+    clean = _texture(96)
+    noise = NoiseModel(1e-4, 1e-6)
+    y = clean + noise.std(clean) * torch.randn(clean.shape, generator=torch.Generator().manual_seed(6))
+    cond = noise.conditioning(4)[None]
+    shrunk = with_shrink(model)
+    assert isinstance(shrunk, SureShrink) and shrunk.two_parts
+    with torch.no_grad():
+        out, own = shrunk(y, cond), model(y, cond)
+    w = shrunk.last_weights[0]
+    assert w.shape == (2,) and 0.05 < w[0] < 0.9 and w[1] < 0.1, w
+    mse = lambda v: float(((v - clean) ** 2).mean())  # noqa: E731
+    assert mse(out) < 0.9 * min(mse(own), mse(y))
+
+
+def test_with_shrink_wraps_where_it_applies():
+    from rawrcl.models.compose import DenoiseThenDemosaic
+    from rawrcl.models.registry import build_model
+
+    cfg = dict(arch="unet", head="raw", in_channels=4, out_channels=4, width=8, depth=2)
+    raw = build_model({**cfg, "noise_aware": True})
+    blind = build_model(cfg)
+    assert isinstance(with_shrink(raw), SureShrink)
+    assert with_shrink(with_shrink(raw)).model is raw  # idempotent
+    assert with_shrink(blind) is blind
+    jdd = DenoiseThenDemosaic(raw)  # denoise → bilinear: the first stage is shrunk
+    assert isinstance(with_shrink(jdd).denoiser, SureShrink)
+    assert maybe_shrink(raw) is not raw and maybe_shrink(raw, False) is raw  # RAW: on by default
+    assert maybe_shrink(jdd) is jdd and isinstance(maybe_shrink(jdd, True).denoiser, SureShrink)
+    x = torch.rand(1, 4, 32, 32)
+    noise = NoiseModel(1e-3, 1e-5).conditioning(4)[None]
+    with torch.no_grad():
+        assert with_shrink(jdd)(x, noise).shape == (1, 3, 64, 64)
+
+
+def test_denoise_command_shrinks_by_default_and_not_with_no_shrink(tmp_path):
+    """``rawrcl denoise`` (shipped default) on a low-noise DNG of fine texture: the default is ``--shrink``
+    (SURE weights of input, first stage and JDD stage, logged), and closer to the truth than
+    ``--no-shrink`` (the fixed CFA-site blend)."""
+    from click.testing import CliRunner
+    from rawrcl.cli import main
+
+    from rawrcl.cfa import mosaic
+    from rawrcl.io.dng import write_dng
+    from rawrcl.io.raw import read_raw
+
+    rng = np.random.default_rng(0)
+    size = 192
+    fine = _texture(size - 1, seed=5)[0, 0].numpy()  # pixel-scale texture, shared by the colours
+    fine = np.pad(fine, ((0, 1), (0, 1)), mode="edge")
+    scene = np.stack([(0.3 + 2 * (fine - 0.4)) * c for c in (0.8, 1.0, 0.9)])
+    clean = np.asarray(mosaic(scene.astype(np.float32), "RGGB"))[0]
+    noisy = clean + np.sqrt(2e-5 * clean + 1e-8) * rng.standard_normal(clean.shape)
+    dn = np.clip(np.round(noisy * 16383), 0, 16383).astype(np.uint16)
+    src = tmp_path / "low.dng"
+    write_dng(src, dn, "RGGB", 0, 16383, noise_profile=[(2e-5, 1e-8)])
+    outs, logs = {}, {}
+    for flag in ("--shrink", "--no-shrink", ""):
+        dst = tmp_path / f"o{flag}.dng"
+        r = CliRunner().invoke(main, ["denoise", str(src), "-o", str(dst)] + [flag] * bool(flag))
+        assert r.exit_code == 0, r.output
+        outs[flag], logs[flag] = read_raw(dst).cfa.astype(np.float64), r.output
+    np.testing.assert_array_equal(outs[""], outs["--shrink"])
+    del outs[""]
+    err = {k: float(np.mean((v - clean)[8:-8, 8:-8] ** 2)) for k, v in outs.items()}
+    assert err["--shrink"] < err["--no-shrink"], err
+    assert "SURE weights over 1 tile: first stage" in logs["--shrink"], logs["--shrink"]
+    assert "SURE" not in logs["--no-shrink"]
