@@ -107,10 +107,10 @@ def _noise_options(func):
         click.option(
             "--shrink/--no-shrink",
             default=None,
-            help="SURE shrinkage (noise-aware models, RAW files): pull the network's output back towards "
-            "its input by the weight that minimises Stein's unbiased estimate of the error for the told "
-            "noise, which keeps fine detail at low noise (≈ 20 %% more time). Default: on for denoise, off "
-            "for jdd.",
+            help="SURE weights (noise-aware models, RAW files): recombine the input and the model's output "
+            "(the default's first and JDD stages) per tile with the weights that minimise Stein's unbiased "
+            "estimate of the error for the told noise; keeps fine detail at low noise (≈ 10 %% more time). "
+            "Default: on for denoise, off for jdd (there: its first stage).",
         ),
     ]
     for opt in reversed(opts):

@@ -137,8 +137,8 @@ def evaluate_burst(
     opts : :class:`rawrcl.infer.TileOptions` for models.
     plot : write a side-by-side PNG (noisy, method, reference crops) here.
     fuse : weight of GAT+BM3D averaged in (module docstring; 0: off).
-    shrink : the SURE shrinkage (:mod:`rawrcl.models.shrink`; None: the command's default, as ``rawrcl
-        denoise`` / ``rawrcl jdd`` run it; not combined with ``fuse``).
+    shrink : the SURE weights (:mod:`rawrcl.models.shrink`; None: the command's default, as ``rawrcl
+        denoise`` / ``rawrcl jdd`` run it — off with ``fuse``).
 
     Returns
     -------
@@ -235,7 +235,7 @@ def evaluate_burst(
             out = jdd_fused(model, br.target, burst.pattern, nm, fuse, opts, say, "target")
         else:
             fn = denoise_cfa if kind == "raw" else jdd_cfa
-            net = bind_noise(model, nm, 4, shrink if fuse == 0 else False)
+            net = bind_noise(model, nm, 4, False if fuse > 0 and shrink is None else shrink)
             out = fn(net, br.target, burst.pattern, opts)
             from rawrcl.models.shrink import shrink_summary
 

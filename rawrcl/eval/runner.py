@@ -44,7 +44,7 @@ def model_predictor(
     A noise-aware model gets the sample's noise parameters: ``noise_of(input, meta)`` (a
     :class:`~rawrcl.noise.NoiseModel` or (2, C) tensor), by default the true ones (``meta["noise"]``).
     ``self_ensemble`` averages over the 8 flips/transposes (:class:`rawrcl.models.SelfEnsemble`).
-    ``shrink``: the SURE shrinkage of a packed-RAW noise-aware model
+    ``shrink``: the SURE weights of a packed-RAW noise-aware model
     (:func:`rawrcl.models.shrink.maybe_shrink`; None: as the commands run it — on for RAW denoising, off
     for JDD)."""
     from rawrcl.infer.noise import row_noise_for

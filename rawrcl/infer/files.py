@@ -152,7 +152,7 @@ def denoise_file(
     raw, fn = deband_raw(net, raw, src, noise, log, fn)
     if fuse > 0 and fn is None:  # GAT+BM3D is told the file's noise, whether or not the network is
         fn = resolve_noise(raw, src, noise, log)
-    if fuse > 0:  # the fused output was measured without the SURE shrinkage
+    if fuse > 0 and (noise is None or noise.shrink is None):  # fused: measured without SURE weights
         noise = dataclasses.replace(noise or NoiseOptions(), shrink=False)
     net = raw_model_for(net, raw, src, noise, log, resolved=fn)
     cfa = denoise_cfa(net, raw.cfa, raw.pattern, opts)
@@ -168,7 +168,7 @@ def denoise_file(
 
 
 def _log_shrink(net: nn.Module, src: str | os.PathLike, log: Callable[[str], None] | None) -> None:
-    """The one log line on the SURE shrinkage a file got (:func:`rawrcl.models.shrink.shrink_summary`)."""
+    """The one log line on the SURE weights a file got (:func:`rawrcl.models.shrink.shrink_summary`)."""
     from rawrcl.models.shrink import shrink_summary
 
     text = shrink_summary(net) if isinstance(net, nn.Module) else None

@@ -41,7 +41,9 @@ class NoiseOptions:
     ``scale``: multiplies λshot and λread (> 0); ``hot_pixels``: replace isolated hot/dead pixels
     before inference (:func:`prepare_raw`); ``row_noise``: ``--row-noise`` (None: not given — a row-aware
     model estimates it, other models ignore banding; ``"off"``, ``"auto"`` or a std: :func:`deband_raw`,
-    :func:`row_noise_for`).
+    :func:`row_noise_for`); ``shrink``: ``--shrink/--no-shrink``, the SURE weights of input and output(s)
+    (:mod:`rawrcl.models.shrink`; None: the command's default — on for RAW denoising, off for JDD and with
+    ``--fuse-bm3d``).
     """
 
     spec: str | NoiseSpec | None = None
@@ -82,7 +84,7 @@ def bind_noise(
     model: nn.Module, noise: NoiseModel | None, channels: int = 4, shrink: bool | None = False
 ) -> nn.Module:
     """``model`` as a one-argument module: bound to ``noise`` when noise-aware (refused without it),
-    unchanged when blind. ``shrink`` (RAW, 4 channels): with the SURE shrinkage towards the input
+    unchanged when blind. ``shrink`` (RAW, 4 channels): with the SURE weights of input and output(s)
     (:func:`rawrcl.models.shrink.maybe_shrink`: True, False, or None for the model's default)."""
     if not is_noise_aware(model):
         return model

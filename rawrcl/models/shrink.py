@@ -1,9 +1,9 @@
-"""SURE shrinkage: a noise-aware RAW denoiser pulled towards its input by the weight that minimises the
-estimated error.
+"""SURE weights: a noise-aware RAW denoiser's output(s) recombined with its input by the weights that minimise
+the estimated error.
 
 A network told the noise can still remove too much, most visibly at the clean end (base ISO), where the
 noise is far below the scene's own fine texture: on sharp photo-valued mosaics at λshot 2e-5 the shipped
-denoiser came out *below its noisy input* (docs/weights.md, "SURE shrinkage"). For any denoiser f and
+denoiser came out *below its noisy input* (docs/weights.md, "SURE weights"). For any denoiser f and
 noise of known per-pixel variance v, Stein's unbiased risk estimate of out = y + w·(f(y) − y) is
 
     SURE(w) = w²·Σ(f − y)² − Σv + 2·Σ vᵢ·[(1 − w) + w·∂fᵢ/∂yᵢ],
@@ -12,7 +12,9 @@ minimised at w* = Σ vᵢ(1 − ∂fᵢ/∂yᵢ) / Σ(fᵢ − yᵢ)²; min(1, :
 unchanged). The divergence is a Monte Carlo estimate from one Rademacher probe b:
 ∂fᵢ/∂yᵢ ≈ bᵢ·(f(y + εb) − f(y))ᵢ / ε. v = λshot·max(f, 0) + λread per plane; samples within 2.5σ of a clip
 level (black or white, where the input piles up; SURE does not hold there) are left out of both sums. One w
-per call (per tile of the tiler), estimated on a few windows of the tile: ≈ 20 % more time. No clean data
+per call (per tile of the tiler), estimated on a few windows of the tile: ≈ 10 % more time for the
+whole command. With two estimates (the two-stage RAW default: its first stage and its JDD stage) the same
+estimate with cross terms gives a 2×2 quadratic over the simplex (:class:`SureShrink`). No clean data
 is used: it needs only the noise the model is told.
 """
 
@@ -31,7 +33,7 @@ PROBE = 0.05
 #: w* scales with the told variance, which is itself uncertain (a single-image estimate's std is good to
 #: ≈ 10 %, the variance to ≈ 20 %; real noise is only roughly Poisson–Gaussian): the weight used is
 #: min(1, SLACK·w*), so only a shrinkage beyond that uncertainty is applied. Added after the first form
-#: (SLACK 1) lost 0.09 dB on the HDR+ burst, where it read w* ≈ 0.95 (docs/weights.md, "SURE shrinkage").
+#: (SLACK 1) lost 0.09 dB on the HDR+ burst, where it read w* ≈ 0.95 (docs/weights.md, "SURE weights").
 SLACK = 1.2
 
 
