@@ -159,13 +159,10 @@ def predictors(
             fns["new"] = lambda inp, meta, r=run_true: r(inp, task, meta)
             if estimate:
                 fns["new est"] = lambda inp, meta, r=run_est: r(inp, task, meta)
-            if fuse > 0 and task_name == "raw-denoise":  # as rawrcl denoise --fuse-bm3d: no shrinkage
-                plain = model_predictor(model, task, multiple=8, shrink=False)
-                plain_est = model_predictor(model, task, multiple=8, noise_of=est, shrink=False)
-                true = lambda inp, meta: meta["noise"]  # noqa: E731
-                fns["new+bm3d"] = fused(lambda i, m, r=plain: r(i, task, m), true, fuse)
+            if fuse > 0 and task_name == "raw-denoise":  # as rawrcl denoise --fuse-bm3d: the SURE output
+                fns["new+bm3d"] = fused(fns["new"], lambda inp, meta: meta["noise"], fuse)
                 if estimate:
-                    fns["est+bm3d"] = fused(lambda i, m, r=plain_est: r(i, task, m), est, fuse)
+                    fns["est+bm3d"] = fused(fns["new est"], est, fuse)
             elif fuse > 0:
                 fns["new+bm3d"] = fused_jdd(model, lambda inp, meta: meta["noise"], fuse)
                 if estimate:

@@ -138,7 +138,7 @@ def evaluate_burst(
     plot : write a side-by-side PNG (noisy, method, reference crops) here.
     fuse : weight of GAT+BM3D averaged in (module docstring; 0: off).
     shrink : the SURE weights (:mod:`rawrcl.models.shrink`; None: the command's default, as ``rawrcl
-        denoise`` / ``rawrcl jdd`` run it — off with ``fuse``).
+        denoise`` / ``rawrcl jdd`` run it; with ``fuse``, the network half).
 
     Returns
     -------
@@ -235,7 +235,7 @@ def evaluate_burst(
             out = jdd_fused(model, br.target, burst.pattern, nm, fuse, opts, say, "target")
         else:
             fn = denoise_cfa if kind == "raw" else jdd_cfa
-            net = bind_noise(model, nm, 4, False if fuse > 0 and shrink is None else shrink)
+            net = bind_noise(model, nm, 4, shrink)
             out = fn(net, br.target, burst.pattern, opts)
             from rawrcl.models.shrink import shrink_summary
 

@@ -15,7 +15,6 @@ jdd_cfa` / :func:`~rawrcl.infer.pipeline.denoise_cfa` → a writer (:mod:`rawrcl
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -152,8 +151,6 @@ def denoise_file(
     raw, fn = deband_raw(net, raw, src, noise, log, fn)
     if fuse > 0 and fn is None:  # GAT+BM3D is told the file's noise, whether or not the network is
         fn = resolve_noise(raw, src, noise, log)
-    if fuse > 0 and (noise is None or noise.shrink is None):  # fused: measured without SURE weights
-        noise = dataclasses.replace(noise or NoiseOptions(), shrink=False)
     net = raw_model_for(net, raw, src, noise, log, resolved=fn)
     cfa = denoise_cfa(net, raw.cfa, raw.pattern, opts)
     _log_shrink(net, src, log)

@@ -42,8 +42,8 @@ class NoiseOptions:
     before inference (:func:`prepare_raw`); ``row_noise``: ``--row-noise`` (None: not given — a row-aware
     model estimates it, other models ignore banding; ``"off"``, ``"auto"`` or a std: :func:`deband_raw`,
     :func:`row_noise_for`); ``shrink``: ``--shrink/--no-shrink``, the SURE weights of input and output(s)
-    (:mod:`rawrcl.models.shrink`; None: the command's default — on for RAW denoising, off for JDD and with
-    ``--fuse-bm3d``).
+    (:mod:`rawrcl.models.shrink`; None: the command's default — on for RAW denoising, also as the network
+    half of ``--fuse-bm3d``; off for JDD).
     """
 
     spec: str | NoiseSpec | None = None
