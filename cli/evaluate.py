@@ -105,21 +105,24 @@ def evaluate(
     if burst is not None:
         if clean_dir is not None:
             raise RawrclError("--burst and --clean-dir are two kinds of evaluation: give one")
-        doc = _burst(
+        from rawrcl.eval.burst_eval import evaluate_burst
+        from rawrcl.infer import TileOptions
+
+        doc = evaluate_burst(  # progress and the report on stderr/stdout
             model,
             burst,
-            target,
-            task,
-            noise,
-            noise_profile,
-            noise_scale,
-            gharbi_weights,
-            device,
-            tta,
-            plot,
-            force,
-            fuse,
-            shrink,
+            target=target,
+            task=task,
+            noise=noise,
+            noise_profile=noise_profile,
+            noise_scale=noise_scale,
+            gharbi_weights=gharbi_weights,
+            opts=TileOptions(device=device, self_ensemble=tta),
+            plot=plot,
+            overwrite=force,
+            log=lambda s: click.echo("  " + s, err=True),
+            fuse=fuse,
+            shrink=shrink,
         )
     else:
         if task is None or clean_dir is None:
@@ -166,42 +169,3 @@ def evaluate(
     if "psnr_linear" in doc:
         line += f"  linear PSNR {doc['psnr_linear']:.2f} dB"
     click.echo(line)
-
-
-def _burst(
-    model,
-    folder,
-    target,
-    task,
-    noise,
-    noise_profile,
-    noise_scale,
-    gharbi,
-    device,
-    tta,
-    plot,
-    force,
-    fuse,
-    shrink,
-):
-    """The --burst evaluation: progress and the report on stderr/stdout, the result dict returned."""
-    from rawrcl.eval.burst_eval import evaluate_burst
-    from rawrcl.infer import TileOptions
-
-    doc = evaluate_burst(
-        model,
-        folder,
-        target=target,
-        task=task,
-        noise=noise,
-        noise_profile=noise_profile,
-        noise_scale=noise_scale,
-        gharbi_weights=gharbi,
-        opts=TileOptions(device=device, self_ensemble=tta),
-        plot=plot,
-        overwrite=force,
-        log=lambda s: click.echo("  " + s, err=True),
-        fuse=fuse,
-        shrink=shrink,
-    )
-    return doc

@@ -155,6 +155,7 @@ def evaluate_burst(
     from rawrcl.infer.noise import bind_noise, row_noise_for
     from rawrcl.infer.pipeline import TileOptions, denoise_cfa, jdd_cfa
     from rawrcl.io.raw import read_raw
+    from rawrcl.models.shrink import shrink_summary
 
     say = log or (lambda s: None)
     t_all = time.perf_counter()
@@ -237,8 +238,6 @@ def evaluate_burst(
             fn = denoise_cfa if kind == "raw" else jdd_cfa
             net = bind_noise(model, nm, 4, shrink)
             out = fn(net, br.target, burst.pattern, opts)
-            from rawrcl.models.shrink import shrink_summary
-
             if (text := shrink_summary(net)) is not None:
                 say(text)
                 noise_rec["sure"] = text

@@ -128,11 +128,15 @@ class DenoiseThenDemosaic(nn.Module):
         """``noise``: the input's noise parameters (required when :attr:`noise_aware`)."""
         if self.output == "raw":
             return self.blend_parts(*self.parts(x, noise), noise)
-        y = self.denoiser(x, noise) if _aware(self.denoiser) else self.denoiser(x)
+        y = self._first(x, noise)
         if self.demosaicker is None:
             with torch.autocast(y.device.type, enabled=False):
                 return bilinear_demosaic_packed(y.float())
         return self._second(x, y, noise)
+
+    def _first(self, x: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
+        """The RAW denoiser (first stage) on ``x``."""
+        return self.denoiser(x, noise) if _aware(self.denoiser) else self.denoiser(x)
 
     def _second(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         """The JDD network on the first stage's output ``y``, told λ × :attr:`residual`."""
@@ -144,7 +148,7 @@ class DenoiseThenDemosaic(nn.Module):
     def parts(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The two estimates a RAW output combines, each (B, 4, h, w): the first stage's output and the JDD
         network's RGB sampled at the CFA sites (needs a demosaicker)."""
-        y = self.denoiser(x, noise) if _aware(self.denoiser) else self.denoiser(x)
+        y = self._first(x, noise)
         return y, mosaic_packed(self._second(x, y, noise), "RGGB").to(y.dtype)
 
     def blend_parts(

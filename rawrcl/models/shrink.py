@@ -209,8 +209,12 @@ def with_shrink(model: nn.Module) -> nn.Module:
         if isinstance(model.denoiser, SureShrink) or not getattr(model.denoiser, "noise_aware", False):
             return model
         return model.replace(denoiser=SureShrink(model.denoiser))
-    head = getattr(model, "head_name", None) or getattr(model, "config", {}).get("head")
-    return SureShrink(model) if head == "raw" else model
+    return SureShrink(model) if _head(model) == "raw" else model
+
+
+def _head(model: nn.Module) -> str | None:
+    """The output head of ``model`` (``head_name``, else its config's ``head``)."""
+    return getattr(model, "head_name", None) or getattr(model, "config", {}).get("head")
 
 
 #: whether each command uses SURE weights by default, by the model's output head: on for RAW denoising
@@ -224,8 +228,7 @@ def maybe_shrink(model: nn.Module, shrink: bool | None = None) -> nn.Module:
     """:func:`with_shrink` of ``model`` when ``shrink`` is True, or when None and the model's head
     defaults to it (:data:`DEFAULTS`); ``model`` itself otherwise."""
     if shrink is None:
-        head = getattr(model, "head_name", None) or getattr(model, "config", {}).get("head")
-        shrink = DEFAULTS.get(head, False)
+        shrink = DEFAULTS.get(_head(model), False)
     return with_shrink(model) if shrink else model
 
 
