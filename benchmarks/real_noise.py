@@ -23,7 +23,8 @@ between the stages of the two-stage model, ``rawrcl jdd --fuse-bm3d W``).
 
 JDD rows (PSNR dB, linear RGB, 8-px border, as ``rawrcl eval --task jdd``): ``menon+nlm`` (the eval
 baseline), ``gharbi2016`` (``--gharbi DIR``, σ from the true parameters), ``old`` (``--old-jdd``), ``new``
-true / estimated.
+true / estimated; with ``--libraw``, LibRaw's demosaicing (``libraw-ahd``, ``libraw-aahd``, ``libraw-dht``,
+``libraw-dht+fbdd``: ``rawrcl.eval.libraw``).
 
 Usage: ``OMP_NUM_THREADS=1 nice python benchmarks/real_noise.py --raw CKPT --jdd CKPT --old-raw OLD
 --old-jdd OLD [--gharbi DIR] [--levels L1,...] [--json PATH]``. GAT+BM3D costs ≈ 1 min/MP: ``--cache FILE``
@@ -122,6 +123,7 @@ def predictors(
     estimate: bool = True,
     fuse: float = 0.0,
     shrink: bool | None = None,
+    libraw: bool = False,
 ) -> dict:
     from rawrcl.models.loading import load_for_task
 
@@ -134,6 +136,8 @@ def predictors(
         )
     else:
         fns["menon+nlm"] = lambda inp, meta: BASELINES["menon+nlm"](inp, task, meta)
+        for name in ("libraw-ahd", "libraw-aahd", "libraw-dht", "libraw-dht+fbdd") if libraw else ():
+            fns[name] = lambda inp, meta, name=name: BASELINES[name](inp, task, meta)
         if gharbi:
             from rawrcl.eval.gharbi2016 import gharbi_jdd, gharbi_sigma, load_gharbi2016
 
@@ -206,7 +210,9 @@ def measure(args) -> list[dict]:
     ):
         if task_name not in args.tasks:
             continue
-        fns = predictors(task_name, ckpts, args.gharbi, not args.true_only, args.fuse_bm3d, args.shrink)
+        fns = predictors(
+            task_name, ckpts, args.gharbi, not args.true_only, args.fuse_bm3d, args.shrink, args.libraw
+        )
         # the cached "old" scores belong to one checkpoint: its content names them (another --old-* file,
         # or the same path rewritten, must not read an earlier model's scores)
         old_name = f"old@{_content_id(ckpts['old'], task_name)}" if ckpts["old"] else "old"
@@ -278,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="R,B: an illuminant colour cast, red and blue × these factors (green 1) before the CFA",
     )
+    ap.add_argument("--libraw", action="store_true", help="JDD rows: also LibRaw's demosaicing baselines")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default=None)

@@ -109,7 +109,7 @@ def _noise_options(func):
             default=None,
             help="SURE weights (noise-aware models, RAW files): recombine the input and the model's output "
             "(the default's first and JDD stages) per tile with the weights that minimise Stein's unbiased "
-            "estimate of the error for the told noise; keeps fine detail at low noise (≈ 10 %% more time). "
+            "estimate of the error for the told noise; keeps fine detail at low noise (≈ 10 % more time). "
             "Default: on for denoise, off for jdd (there: its first stage).",
         ),
     ]

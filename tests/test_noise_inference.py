@@ -337,6 +337,20 @@ def test_burst_eval_noisy_and_gat_bm3d(burst_dir, tmp_path):
     assert bm3d["burst"]["n_frames"] == 5 and noisy["noise"] is None
 
 
+def test_burst_eval_libraw_scores_the_cfa_sites(burst_dir, tmp_path):
+    """LibRaw's demosaicing keeps the CFA samples: without denoising it scores as the noisy target; FBDD
+    removes some noise."""
+    docs = {}
+    for name in ("libraw-ahd", "libraw-dht+fbdd"):
+        r = _run(["eval", name, "--burst", str(burst_dir), "--json"])
+        assert r.exit_code == 0, r.output
+        docs[name] = json.loads(r.stdout)
+    ahd, fbdd = docs["libraw-ahd"], docs["libraw-dht+fbdd"]
+    assert ahd["kind"] == "jdd" and ahd["noise"] is None
+    assert abs(ahd["psnr"] - ahd["noisy"]["psnr"]) < 0.05
+    assert fbdd["psnr"] > fbdd["noisy"]["psnr"] + 0.3
+
+
 def test_burst_eval_nlm_with_burst_nlf_and_plot(burst_dir, tmp_path):
     plot = tmp_path / "fig.png"
     r = _run(["eval", "nlm", "--burst", str(burst_dir), "--noise", "burst", "--plot", str(plot), "--json"])

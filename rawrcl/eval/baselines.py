@@ -16,6 +16,10 @@ output`` in the task's target domain; ``meta["noise"]`` is the sample's true noi
 - ``gharbi2016`` (``jdd``): Gharbi et al. 2016's released noise-aware network
   (:mod:`rawrcl.eval.gharbi2016`) with σ from the true noise; its weights are read from a folder the user
   gives (``gharbi_weights``; never shipped).
+- ``libraw-ahd``, ``libraw-aahd``, ``libraw-dht`` (RAW→RGB tasks): LibRaw's own demosaicing of the mosaic,
+  as a LibRaw/dcraw-based raw developer makes it (:mod:`rawrcl.eval.libraw`; linear camera RGB, no white
+  balance); ``libraw-dht+fbdd`` with LibRaw's FBDD noise reduction first (its one working denoiser, fixed
+  strength).
 - ``bicubic``: bicubic ×2 (×4) upsampling (SR tasks; after Menon for RAW SR tasks).
 
 For SR RAW tasks (jdemsr, jddsr) demosaicing baselines are followed by bicubic ×2 upsampling.
@@ -122,6 +126,14 @@ def nlm_after_demosaic(rgb: torch.Tensor, meta: dict) -> torch.Tensor:
     return torch.as_tensor(np.asarray(lin), dtype=torch.float32)
 
 
+def _libraw(name: str, inp: torch.Tensor) -> torch.Tensor:
+    """``libraw-ALGO[+fbdd]`` on a packed RGGB (4, h, w) input → RGB (3, 2h, 2w) float32."""
+    from rawrcl.eval.libraw import libraw_demosaic
+
+    algo, _, extra = name.removeprefix("libraw-").partition("+")
+    return torch.from_numpy(libraw_demosaic(_mosaic_np(inp), "RGGB", algo, fbdd=extra == "fbdd"))
+
+
 def _raw_denoiser(name: str, inp: torch.Tensor, meta: dict) -> torch.Tensor:
     from rawrcl.gat import gat_bm3d, nlm_raw
 
@@ -140,6 +152,8 @@ def _baseline(name: str) -> Baseline:
                 return _raw_denoiser(name, inp, meta)
             raise RawrclError(f"baseline {name!r} does not apply to task {task.name!r} (try noisy)")
         if task.raw_input:
+            if name.startswith("libraw-"):
+                return _upsample(_libraw(name, inp), task.scale // 2)
             demosaicer = {"noisy": "bilinear", "menon+nlm": "menon", "bicubic": "menon"}.get(name, name)
             if demosaicer not in METHODS:
                 raise RawrclError(f"baseline {name!r} does not apply to RAW task {task.name!r}")
@@ -187,6 +201,10 @@ BASELINE_NAMES = (
     "nlm",
     "gat+bm3d",
     "gharbi2016",
+    "libraw-ahd",
+    "libraw-aahd",
+    "libraw-dht",
+    "libraw-dht+fbdd",
     "bicubic",
 )
 #: the baselines that need nothing but the sample (``gharbi2016`` needs its weights: :func:`make_baseline`)
@@ -220,6 +238,8 @@ def baseline_applies(name: str, task: Task, gharbi_weights: str | os.PathLike | 
     if task.raw_input:
         if name == "nlm":
             return False
+        if name.startswith("libraw-"):
+            return True
         if name == "menon+nlm" and not task.noisy:
             return False
         return name != "bicubic" or task.scale == 4

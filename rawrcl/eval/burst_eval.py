@@ -13,7 +13,9 @@ Methods
   ``default`` = the shipped weights of ``task`` (``raw-denoise`` unless told ``jdd``). Run like ``rawrcl
   denoise``/``jdd`` (tiled, :class:`rawrcl.infer.TileOptions`).
 - baselines: ``noisy`` (the target itself), ``gat+bm3d`` and ``nlm`` (RAW domain,
-  :mod:`rawrcl.gat`), ``gharbi2016`` (JDD; weights from ``gharbi_weights``).
+  :mod:`rawrcl.gat`), ``gharbi2016`` (JDD; weights from ``gharbi_weights``), ``libraw-ahd``,
+  ``libraw-aahd``, ``libraw-dht``, ``libraw-dht+fbdd`` (JDD: LibRaw's demosaicing of the target file's
+  mosaic, :mod:`rawrcl.eval.libraw`; no noise told).
 
 Noise (what noise-aware models and the noise-taking baselines are told): ``noise`` in the per-file grammar
 (default ``auto``: the target's DNG NoiseProfile, else a matching ``noise_profile`` entry, else the
@@ -44,7 +46,13 @@ from rawrcl.noise import NoiseModel
 from rawrcl.noise.spec import BURST, parse_noise
 
 #: baselines that run on a burst, with the kind of output they give
-BURST_BASELINES = {"noisy": "raw", "gat+bm3d": "raw", "nlm": "raw", "gharbi2016": "jdd"}
+BURST_BASELINES = {
+    "noisy": "raw",
+    "gat+bm3d": "raw",
+    "nlm": "raw",
+    "gharbi2016": "jdd",
+    **{name: "jdd" for name in ("libraw-ahd", "libraw-aahd", "libraw-dht", "libraw-dht+fbdd")},
+}
 
 
 def _planes(nm: NoiseModel) -> tuple[list[float], list[float]]:
@@ -215,6 +223,11 @@ def evaluate_burst(
 
         ls, lr = _planes(nm)
         out = grid.unpack((gat_bm3d if method == "gat+bm3d" else nlm_raw)(grid.pack(br.target), ls, lr))
+    elif method.startswith("libraw-"):
+        from rawrcl.eval.libraw import libraw_demosaic
+
+        algo, _, extra = method.removeprefix("libraw-").partition("+")
+        out = libraw_demosaic(br.target, burst.pattern, algo, fbdd=extra == "fbdd")
     elif method == "gharbi2016":
         from rawrcl.eval.gharbi2016 import gharbi_jdd, gharbi_sigma, load_gharbi2016
 
