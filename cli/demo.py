@@ -15,7 +15,7 @@ from rawrcl.cli.common import user_errors
 @user_errors
 def demo(out, quick, pretrain, steps, force):
     """Noisy DNGs from bundled photos → rawrcl jdd + denoise with the shipped weights → PSNR vs the clean
-    reference, beside bilinear / Menon demosaicing. No data or download needed."""
+    reference, beside bilinear / Menon / LibRaw demosaicing. No data or download needed."""
     import torch
 
     from rawrcl.demo import run_demo

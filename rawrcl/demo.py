@@ -8,9 +8,9 @@
 4. runs JDD and RAW denoising on one DNG with the shipped default weights (and the pre-trained
    model), writing ``OUT/outputs/<stem>_jdd.png`` (sRGB), ``<stem>_jdd_linear.tiff`` (16-bit linear)
    and ``<stem>_denoised.dng``;
-5. reports PSNR against the clean reference, beside bilinear and Menon (2007) demosaicing of the
-   noisy mosaic, the noisy mosaic itself and GAT+BM3D (the classical gold standard for RAW denoising,
-   told the same noise as the model).
+5. reports PSNR against the clean reference, beside bilinear, Menon (2007) and LibRaw's (AHD; DHT with its
+   FBDD noise reduction) demosaicing of the noisy mosaic, Menon + NLM, the noisy mosaic itself and GAT+BM3D
+   (the classical gold standard for RAW denoising, told the same noise as the model).
 
 PSNR is computed in the RAW's linear [0, 1] scale (peak 1), over the whole frame.
 """
@@ -66,9 +66,14 @@ def _clean_linear(path: Path) -> np.ndarray:
 
 
 def _classical(cfa: np.ndarray, pattern: str) -> dict[str, np.ndarray]:
+    """Demosaicings of the noisy mosaic: bilinear, Menon and LibRaw's (what dcraw-based developers do)."""
     from rawrcl.demosaic import demosaic
+    from rawrcl.eval.libraw import libraw_demosaic
 
-    return {name: demosaic(cfa, pattern, name) for name in ("bilinear", "menon")}
+    out = {name: demosaic(cfa, pattern, name) for name in ("bilinear", "menon")}
+    out["LibRaw AHD"] = libraw_demosaic(cfa, pattern, "ahd")
+    out["LibRaw DHT + FBDD"] = libraw_demosaic(cfa, pattern, "dht", fbdd=True)
+    return out
 
 
 def _gat_bm3d(raw, nm) -> np.ndarray:

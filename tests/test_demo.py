@@ -48,6 +48,9 @@ def test_demo_reduced(tmp_path: Path, tiny_models):
     assert jdd["menon demosaic of the noisy mosaic"] > 10 and np.isfinite(jdd["rawrcl jdd (default)"])
     # the classical baselines the models are compared with denoise: above their noisy inputs
     assert jdd["Menon + NLM (classical pipeline)"] > jdd["menon demosaic of the noisy mosaic"] + 0.5
+    menon = jdd["menon demosaic of the noisy mosaic"]
+    for name in ("LibRaw AHD", "LibRaw DHT + FBDD"):  # right phase and units
+        assert abs(jdd[f"{name} demosaic of the noisy mosaic"] - menon) < 2
     assert den["GAT+BM3D (classical gold standard)"] > den["noisy input"] + 1.0
     for p in s["outputs"]:
         assert Path(p).is_file()
