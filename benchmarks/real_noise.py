@@ -23,7 +23,8 @@ between the stages of the two-stage model, ``rawrcl jdd --fuse-bm3d W``).
 
 JDD rows (PSNR dB, linear RGB, 8-px border, as ``rawrcl eval --task jdd``): ``menon+nlm`` (the eval
 baseline), ``gharbi2016`` (``--gharbi DIR``, σ from the true parameters), ``old`` (``--old-jdd``), ``new``
-true / estimated; with ``--libraw``, LibRaw's demosaicing (``libraw-ahd``, ``libraw-aahd``, ``libraw-dht``,
+true / estimated; with ``--bm3d-jdd``, ``gat+bm3d+menon`` / ``gat+bm3d+dht`` (GAT+BM3D, true λ, then Menon or
+LibRaw DHT); with ``--libraw``, LibRaw's demosaicing (``libraw-ahd``, ``libraw-aahd``, ``libraw-dht``,
 ``libraw-dht+fbdd``: ``rawrcl.eval.libraw``).
 
 Usage: ``OMP_NUM_THREADS=1 nice python benchmarks/real_noise.py --raw CKPT --jdd CKPT --old-raw OLD
@@ -54,7 +55,7 @@ from rawrcl.tasks import get_task
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 #: methods whose scores do not depend on the new models (kept in ``--cache``)
-CACHED = ("noisy", "gat+bm3d", "menon+nlm", "gharbi2016", "old")
+CACHED = ("noisy", "gat+bm3d", "menon+nlm", "gharbi2016", "old", "gat+bm3d+menon", "gat+bm3d+dht")
 #: cache names of methods whose implementation changed (their earlier scores are not reused): gat+bm3d@2 =
 #: the GAT inverse clamped at its minimum (2026-11-28; the earlier one blew up below it on dark pixels)
 CACHE_NAMES = {"gat+bm3d": "gat+bm3d@2"}
@@ -124,6 +125,7 @@ def predictors(
     fuse: float = 0.0,
     shrink: bool | None = None,
     libraw: bool = False,
+    bm3d_jdd: bool = False,
 ) -> dict:
     from rawrcl.models.loading import load_for_task
 
@@ -137,6 +139,8 @@ def predictors(
     else:
         fns["menon+nlm"] = lambda inp, meta: BASELINES["menon+nlm"](inp, task, meta)
         for name in ("libraw-ahd", "libraw-aahd", "libraw-dht", "libraw-dht+fbdd") if libraw else ():
+            fns[name] = lambda inp, meta, name=name: BASELINES[name](inp, task, meta)
+        for name in ("gat+bm3d+menon", "gat+bm3d+dht") if bm3d_jdd else ():
             fns[name] = lambda inp, meta, name=name: BASELINES[name](inp, task, meta)
         if gharbi:
             from rawrcl.eval.gharbi2016 import gharbi_jdd, gharbi_sigma, load_gharbi2016
@@ -211,7 +215,14 @@ def measure(args) -> list[dict]:
         if task_name not in args.tasks:
             continue
         fns = predictors(
-            task_name, ckpts, args.gharbi, not args.true_only, args.fuse_bm3d, args.shrink, args.libraw
+            task_name,
+            ckpts,
+            args.gharbi,
+            not args.true_only,
+            args.fuse_bm3d,
+            args.shrink,
+            args.libraw,
+            args.bm3d_jdd,
         )
         # the cached "old" scores belong to one checkpoint: its content names them (another --old-* file,
         # or the same path rewritten, must not read an earlier model's scores)
@@ -285,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
         help="R,B: an illuminant colour cast, red and blue × these factors (green 1) before the CFA",
     )
     ap.add_argument("--libraw", action="store_true", help="JDD rows: also LibRaw's demosaicing baselines")
+    ap.add_argument(
+        "--bm3d-jdd", action="store_true", help="JDD rows: also GAT+BM3D then Menon / LibRaw DHT demosaicing"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default=None)

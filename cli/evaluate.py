@@ -95,9 +95,9 @@ def evaluate(
     shrink,
 ):
     """Evaluate MODEL (a checkpoint / run dir, or a baseline: noisy, bilinear, malvar, menon, vng, ea,
-    menon+nlm, nlm, gat+bm3d, gharbi2016, libraw-ahd, libraw-aahd, libraw-dht, libraw-dht+fbdd, bicubic) on
-    TASK with synthetic noise on --clean-dir, or on a real --burst (MODEL: a checkpoint, default, noisy,
-    gat+bm3d, nlm, gharbi2016 or a libraw-* demosaicing). Synthetic: PSNR/SSIM
+    menon+nlm, nlm, gat+bm3d, gat+bm3d+menon, gat+bm3d+dht, gharbi2016, libraw-ahd, libraw-aahd, libraw-dht,
+    libraw-dht+fbdd, bicubic) on TASK with synthetic noise on --clean-dir, or on a real --burst (MODEL: a
+    checkpoint, default, noisy, gat+bm3d, nlm, gharbi2016 or a libraw-* demosaicing). Synthetic: PSNR/SSIM
     scikit-image conventions on 8-bit sRGB with an 8-pixel border crop (paper App. C.3); RAW tasks also
     report linear-domain PSNR; noise-aware models and baselines are given the true noise. A RAW denoiser
     checkpoint (head 'raw') on --task jdd is scored as denoise → bilinear demosaic."""

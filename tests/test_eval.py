@@ -210,3 +210,16 @@ def test_libraw_baselines_in_evaluate(photos):
     assert noisy["libraw-dht+fbdd"] > noisy["libraw-dht"] + 0.3
     with pytest.raises(RawrclError):
         evaluate("libraw-ahd", "raw-denoise", photos)
+
+
+def test_bm3d_then_demosaic_baselines(photos):
+    """The classical two-step JDD pipelines: GAT+BM3D (true noise) then Menon / LibRaw DHT — far above the
+    same demosaicers on the noisy mosaic; not offered without noise."""
+    from rawrcl.eval import baseline_applies
+
+    res = {
+        b: evaluate(b, "jdd", photos, noise="high", seed=1)["psnr_linear"] for b in ("menon", "libraw-dht")
+    }
+    for name, plain in (("gat+bm3d+menon", "menon"), ("gat+bm3d+dht", "libraw-dht")):
+        assert evaluate(name, "jdd", photos, noise="high", seed=1)["psnr_linear"] > res[plain] + 3
+        assert not baseline_applies(name, TASKS["jdemsr"])  # noise-free demosaicing + SR

@@ -16,6 +16,8 @@ output`` in the task's target domain; ``meta["noise"]`` is the sample's true noi
 - ``gharbi2016`` (``jdd``): Gharbi et al. 2016's released noise-aware network
   (:mod:`rawrcl.eval.gharbi2016`) with σ from the true noise; its weights are read from a folder the user
   gives (``gharbi_weights``; never shipped).
+- ``gat+bm3d+menon``, ``gat+bm3d+dht`` (noisy RAW→RGB tasks): the strongest classical JDD pipeline we have —
+  GAT+BM3D on the mosaic with the true noise, then Menon's or LibRaw's DHT demosaicing.
 - ``libraw-ahd``, ``libraw-aahd``, ``libraw-dht`` (RAW→RGB tasks): LibRaw's own demosaicing of the mosaic,
   as a LibRaw/dcraw-based raw developer makes it (:mod:`rawrcl.eval.libraw`; linear camera RGB, no white
   balance); ``libraw-dht+fbdd`` with LibRaw's FBDD noise reduction first (its one working denoiser, fixed
@@ -154,6 +156,11 @@ def _baseline(name: str) -> Baseline:
         if task.raw_input:
             if name.startswith("libraw-"):
                 return _upsample(_libraw(name, inp), task.scale // 2)
+            if name.startswith("gat+bm3d+"):
+                den = torch.as_tensor(_raw_denoiser("gat+bm3d", inp, meta)).float()
+                algo = name.removeprefix("gat+bm3d+")
+                rgb = _libraw(f"libraw-{algo}", den) if algo == "dht" else _demosaic(algo, den)
+                return _upsample(rgb, task.scale // 2)
             demosaicer = {"noisy": "bilinear", "menon+nlm": "menon", "bicubic": "menon"}.get(name, name)
             if demosaicer not in METHODS:
                 raise RawrclError(f"baseline {name!r} does not apply to RAW task {task.name!r}")
@@ -200,6 +207,8 @@ BASELINE_NAMES = (
     "menon+nlm",
     "nlm",
     "gat+bm3d",
+    "gat+bm3d+menon",
+    "gat+bm3d+dht",
     "gharbi2016",
     "libraw-ahd",
     "libraw-aahd",
@@ -235,6 +244,8 @@ def baseline_applies(name: str, task: Task, gharbi_weights: str | os.PathLike | 
         return name == "noisy" or (name in ("gat+bm3d", "nlm") and task.noisy)
     if name == "gat+bm3d":
         return False
+    if name.startswith("gat+bm3d+"):
+        return task.raw_input and task.noisy
     if task.raw_input:
         if name == "nlm":
             return False
