@@ -49,6 +49,7 @@ import torch
 from rawrcl.cfa import pack, unpack
 from rawrcl.errors import RawrclError
 from rawrcl.eval import BASELINES, load_images, model_predictor, psnr_float
+from rawrcl.eval.libraw import NAMES as LIBRAW_NAMES
 from rawrcl.gat import gat_bm3d
 from rawrcl.noise import PRESETS
 from rawrcl.tasks import get_task
@@ -138,7 +139,7 @@ def predictors(
         )
     else:
         fns["menon+nlm"] = lambda inp, meta: BASELINES["menon+nlm"](inp, task, meta)
-        for name in ("libraw-ahd", "libraw-aahd", "libraw-dht", "libraw-dht+fbdd") if libraw else ():
+        for name in LIBRAW_NAMES if libraw else ():
             fns[name] = lambda inp, meta, name=name: BASELINES[name](inp, task, meta)
         for name in ("gat+bm3d+menon", "gat+bm3d+dht") if bm3d_jdd else ():
             fns[name] = lambda inp, meta, name=name: BASELINES[name](inp, task, meta)

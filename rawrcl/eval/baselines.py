@@ -40,6 +40,8 @@ import torch.nn.functional as F
 from rawrcl.cfa import unpack
 from rawrcl.demosaic import METHODS, demosaic
 from rawrcl.errors import RawrclError
+from rawrcl.eval.libraw import NAMES as LIBRAW_NAMES
+from rawrcl.eval.libraw import develop
 from rawrcl.eval.metrics import to_uint8
 from rawrcl.isp import render_srgb
 from rawrcl.tasks import Task
@@ -130,10 +132,7 @@ def nlm_after_demosaic(rgb: torch.Tensor, meta: dict) -> torch.Tensor:
 
 def _libraw(name: str, inp: torch.Tensor) -> torch.Tensor:
     """``libraw-ALGO[+fbdd]`` on a packed RGGB (4, h, w) input → RGB (3, 2h, 2w) float32."""
-    from rawrcl.eval.libraw import libraw_demosaic
-
-    algo, _, extra = name.removeprefix("libraw-").partition("+")
-    return torch.from_numpy(libraw_demosaic(_mosaic_np(inp), "RGGB", algo, fbdd=extra == "fbdd"))
+    return torch.from_numpy(develop(name, _mosaic_np(inp), "RGGB"))
 
 
 def _raw_denoiser(name: str, inp: torch.Tensor, meta: dict) -> torch.Tensor:
@@ -210,10 +209,7 @@ BASELINE_NAMES = (
     "gat+bm3d+menon",
     "gat+bm3d+dht",
     "gharbi2016",
-    "libraw-ahd",
-    "libraw-aahd",
-    "libraw-dht",
-    "libraw-dht+fbdd",
+    *LIBRAW_NAMES,
     "bicubic",
 )
 #: the baselines that need nothing but the sample (``gharbi2016`` needs its weights: :func:`make_baseline`)

@@ -42,6 +42,8 @@ from rawrcl.errors import RawrclError
 from rawrcl.eval.burst import BORDER, BurstReference, build_reference, load_burst
 from rawrcl.eval.burst_align import PackedGrid
 from rawrcl.eval.burst_score import score_jdd, score_raw
+from rawrcl.eval.libraw import NAMES as LIBRAW_NAMES
+from rawrcl.eval.libraw import develop
 from rawrcl.noise import NoiseModel
 from rawrcl.noise.spec import BURST, parse_noise
 
@@ -51,7 +53,7 @@ BURST_BASELINES = {
     "gat+bm3d": "raw",
     "nlm": "raw",
     "gharbi2016": "jdd",
-    **{name: "jdd" for name in ("libraw-ahd", "libraw-aahd", "libraw-dht", "libraw-dht+fbdd")},
+    **dict.fromkeys(LIBRAW_NAMES, "jdd"),
 }
 
 
@@ -223,11 +225,8 @@ def evaluate_burst(
 
         ls, lr = _planes(nm)
         out = grid.unpack((gat_bm3d if method == "gat+bm3d" else nlm_raw)(grid.pack(br.target), ls, lr))
-    elif method.startswith("libraw-"):
-        from rawrcl.eval.libraw import libraw_demosaic
-
-        algo, _, extra = method.removeprefix("libraw-").partition("+")
-        out = libraw_demosaic(br.target, burst.pattern, algo, fbdd=extra == "fbdd")
+    elif method in LIBRAW_NAMES:
+        out = develop(method, br.target, burst.pattern)
     elif method == "gharbi2016":
         from rawrcl.eval.gharbi2016 import gharbi_jdd, gharbi_sigma, load_gharbi2016
 

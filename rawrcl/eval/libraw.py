@@ -31,8 +31,10 @@ ALGORITHMS = {
 }
 #: raw DN of the intermediate DNG: a pedestal so that [0, 1] maps onto most of 16 bits
 BLACK, WHITE = 4096, 65535
-#: the ``libraw`` baselines' algorithm (docs/real_noise.md, "LibRaw")
+#: the default algorithm of :func:`libraw_demosaic` (LibRaw's and dcraw's default quality)
 DEFAULT_ALGORITHM = "ahd"
+#: the evaluation baselines: ``libraw-ALGO``, and ``+fbdd`` with LibRaw's FBDD noise reduction first
+NAMES = ("libraw-ahd", "libraw-aahd", "libraw-dht", "libraw-dht+fbdd")
 
 
 def libraw_demosaic(
@@ -81,3 +83,11 @@ def libraw_demosaic(
     if rgb.shape[:2] != cfa.shape:
         raise RawrclError(f"LibRaw returned {rgb.shape[:2]} for a {cfa.shape} mosaic")
     return (rgb.astype(np.float32) / 65535.0).transpose(2, 0, 1).copy()
+
+
+def develop(name: str, cfa: np.ndarray, pattern: str = "RGGB") -> np.ndarray:
+    """Baseline ``name`` (``libraw-ALGO[+fbdd]``) on a mosaic: :func:`libraw_demosaic`."""
+    algo, _, extra = name.removeprefix("libraw-").partition("+")
+    if not name.startswith("libraw-") or extra not in ("", "fbdd"):
+        raise RawrclError(f"unknown LibRaw baseline {name!r}; known: {', '.join(NAMES)}")
+    return libraw_demosaic(cfa, pattern, algo, fbdd=extra == "fbdd")
