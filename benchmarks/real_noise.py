@@ -49,6 +49,7 @@ import torch
 from rawrcl.cfa import pack, unpack
 from rawrcl.errors import RawrclError
 from rawrcl.eval import BASELINES, load_images, model_predictor, psnr_float
+from rawrcl.eval.baselines import TWO_STEP
 from rawrcl.eval.libraw import NAMES as LIBRAW_NAMES
 from rawrcl.gat import gat_bm3d
 from rawrcl.noise import PRESETS
@@ -56,7 +57,7 @@ from rawrcl.tasks import get_task
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 #: methods whose scores do not depend on the new models (kept in ``--cache``)
-CACHED = ("noisy", "gat+bm3d", "menon+nlm", "gharbi2016", "old", "gat+bm3d+menon", "gat+bm3d+dht")
+CACHED = ("noisy", "gat+bm3d", "menon+nlm", "gharbi2016", "old", *TWO_STEP)
 #: cache names of methods whose implementation changed (their earlier scores are not reused): gat+bm3d@2 =
 #: the GAT inverse clamped at its minimum (2026-11-28; the earlier one blew up below it on dark pixels)
 CACHE_NAMES = {"gat+bm3d": "gat+bm3d@2"}
@@ -141,7 +142,7 @@ def predictors(
         fns["menon+nlm"] = lambda inp, meta: BASELINES["menon+nlm"](inp, task, meta)
         for name in LIBRAW_NAMES if libraw else ():
             fns[name] = lambda inp, meta, name=name: BASELINES[name](inp, task, meta)
-        for name in ("gat+bm3d+menon", "gat+bm3d+dht") if bm3d_jdd else ():
+        for name in TWO_STEP if bm3d_jdd else ():
             fns[name] = lambda inp, meta, name=name: BASELINES[name](inp, task, meta)
         if gharbi:
             from rawrcl.eval.gharbi2016 import gharbi_jdd, gharbi_sigma, load_gharbi2016

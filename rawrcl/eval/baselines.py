@@ -52,6 +52,10 @@ NLM_K: dict[str, float] = {"menon+nlm": 0.6, "nlm": 0.5}
 
 Baseline = Callable[[torch.Tensor, Task, dict], torch.Tensor]
 
+#: the classical two-step JDD baselines: GAT+BM3D (true noise), then this demosaicer (a :data:`METHODS` name
+#: or a LibRaw baseline of :mod:`rawrcl.eval.libraw`)
+TWO_STEP: dict[str, str] = {"gat+bm3d+menon": "menon", "gat+bm3d+dht": "libraw-dht"}
+
 
 def _mosaic_np(inp: torch.Tensor) -> np.ndarray:
     """Packed RGGB (4, h, w) → mosaic (2h, 2w) float64 numpy."""
@@ -153,14 +157,12 @@ def _baseline(name: str) -> Baseline:
                 return _raw_denoiser(name, inp, meta)
             raise RawrclError(f"baseline {name!r} does not apply to task {task.name!r} (try noisy)")
         if task.raw_input:
-            if name.startswith("libraw-"):
-                return _upsample(_libraw(name, inp), task.scale // 2)
-            if name.startswith("gat+bm3d+"):
-                den = torch.as_tensor(_raw_denoiser("gat+bm3d", inp, meta)).float()
-                algo = name.removeprefix("gat+bm3d+")
-                rgb = _libraw(f"libraw-{algo}", den) if algo == "dht" else _demosaic(algo, den)
-                return _upsample(rgb, task.scale // 2)
-            demosaicer = {"noisy": "bilinear", "menon+nlm": "menon", "bicubic": "menon"}.get(name, name)
+            if name in TWO_STEP:  # GAT+BM3D, then the demosaicer below
+                inp = torch.as_tensor(_raw_denoiser("gat+bm3d", inp, meta)).float()
+            step = TWO_STEP.get(name, name)
+            if step in LIBRAW_NAMES:
+                return _upsample(_libraw(step, inp), task.scale // 2)
+            demosaicer = {"noisy": "bilinear", "menon+nlm": "menon", "bicubic": "menon"}.get(step, step)
             if demosaicer not in METHODS:
                 raise RawrclError(f"baseline {name!r} does not apply to RAW task {task.name!r}")
             rgb = _demosaic(demosaicer, inp)
@@ -206,8 +208,7 @@ BASELINE_NAMES = (
     "menon+nlm",
     "nlm",
     "gat+bm3d",
-    "gat+bm3d+menon",
-    "gat+bm3d+dht",
+    *TWO_STEP,
     "gharbi2016",
     *LIBRAW_NAMES,
     "bicubic",
@@ -240,12 +241,12 @@ def baseline_applies(name: str, task: Task, gharbi_weights: str | os.PathLike | 
         return name == "noisy" or (name in ("gat+bm3d", "nlm") and task.noisy)
     if name == "gat+bm3d":
         return False
-    if name.startswith("gat+bm3d+"):
+    if name in TWO_STEP:
         return task.raw_input and task.noisy
     if task.raw_input:
         if name == "nlm":
             return False
-        if name.startswith("libraw-"):
+        if name in LIBRAW_NAMES:
             return True
         if name == "menon+nlm" and not task.noisy:
             return False
