@@ -63,6 +63,13 @@ RUNS: dict[str, dict] = {
     "n2s": {"method": "n2s"},
     "rcl": {"method": "rcl"},
 }
+#: burst Noise2Noise runs (``burst_n2n`` options): lr, share of the mix with the files' own noise, mix weight
+N2N_RUNS: dict[str, dict] = {
+    "n2n-burst": {"lr": 3e-5},
+    "n2n-burst-lr1e-4": {"lr": 1e-4},
+    "n2n-burst-camera": {"lr": 3e-5, "own": 0.0},
+    "n2n-burst-camera-mix1": {"lr": 3e-5, "own": 0.0, "mix": 1.0},
+}
 #: the synthetic unseen camera: λshot, λread ([0, 1] units), 12 bits, black-clipped
 CAMERA = (2e-3, 2e-3)
 FORGET_PRESET = (2e-3, 8e-6)
@@ -209,9 +216,9 @@ def part_burst(args, doc: dict, path: Path, log) -> None:
     if "supervised" in args.runs and ("supervised" not in doc["burst"].get("runs", {}) or args.redo):
         doc["burst"].setdefault("runs", {})["supervised"] = burst_supervised(args, burst, files, score, log)
         _save(path, doc)
-    for name, lr in (("n2n-burst", 3e-5), ("n2n-burst-lr1e-4", 1e-4)):
+    for name, n2n in N2N_RUNS.items():
         if name in args.runs and (name not in doc["burst"].get("runs", {}) or args.redo):
-            doc["burst"].setdefault("runs", {})[name] = burst_n2n(args, name, burst, files, score, log, lr)
+            doc["burst"].setdefault("runs", {})[name] = burst_n2n(args, name, burst, files, score, log, **n2n)
             _save(path, doc)
     cases = [(n, files[1:], o) for n, o in RUNS.items() if n in args.runs]
     if "single" in args.runs:
@@ -338,7 +345,9 @@ def burst_references(burst, log) -> list:
     return out
 
 
-def burst_n2n(args, name: str, burst, files, score, log, lr: float) -> dict:
+def burst_n2n(
+    args, name: str, burst, files, score, log, lr: float, own: float = 0.5, mix: float | None = None
+) -> dict:
     """Guarded burst Noise2Noise (label-free: every target is made of noisy training frames): ``adapt``'s
     defaults (anchor, mix of synthetic supervised crops, batch, crop, steps) with :func:`n2n_burst` as the
     method; each kept checkpoint scored on frame 00 and on ``adapt``'s built-in forgetting check."""
@@ -351,7 +360,8 @@ def burst_n2n(args, name: str, burst, files, score, log, lr: float) -> dict:
     c = AdaptConfig()
     items = [(n, r, m, burst.pattern, f.noise) for (n, r, m), f in zip(refs, files[1:], strict=True)]
     pairs = MaskedPairs(items, c.crop, seed=c.seed)
-    data = BurstPairs(pairs, synthetic_mix(c.crop, files[1:], 0.5) if c.mix > 0 else None)
+    mix = c.mix if mix is None else mix
+    data = BurstPairs(pairs, synthetic_mix(c.crop, files[1:], own) if mix > 0 else None)
     model, wrap = load_start(args.start)
     model = model.float().train()
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -370,7 +380,7 @@ def burst_n2n(args, name: str, burst, files, score, log, lr: float) -> dict:
         "method": "n2n-burst",
     }
     t = time.perf_counter()
-    Trainer(model, Guarded("n2n-burst", n2n_burst, start, c.anchor, c.mix), data, run, cfg).fit()
+    Trainer(model, Guarded("n2n-burst", n2n_burst, start, c.anchor, mix), data, run, cfg).fit()
     secs = time.perf_counter() - t
     checks = check_crops()
     rows, base = [], None
@@ -395,10 +405,11 @@ def burst_n2n(args, name: str, burst, files, score, log, lr: float) -> dict:
 
 
 def burst_supervised(args, burst, files, score, log) -> dict:
-    """The burst's supervised reference: the start's first stage fine-tuned with :func:`masked_mse` on frames
-    01–08, each against the mean of the other seven registered to it (frame 00 never used), same steps and
-    crops as ``adapt``; every 100 steps scored on frame 00. What training on this sensor's real noise *with* a
-    reference reaches — the bound for a label-free objective on the same frames."""
+    """Unguarded burst Noise2Noise (``supervised`` in ``--runs``): the start's first stage fine-tuned with
+    :func:`masked_mse` on frames 01–08, each against the mean of the other seven registered to it (frame 00
+    never used), lr ``--sup-lr``, 2× ``adapt``'s batch; every 100 steps scored on frame 00. The targets carry
+    the burst reference's resampling error, which the training learns to imitate: gains against frame 00's
+    reference overstate true ones (``benchmarks/burst_truth.py``, docs/real_noise.md)."""
     from rawrcl.train import Trainer
     from rawrcl.train.config import AdaptConfig
 

@@ -1,0 +1,218 @@
+"""How far to trust the registered burst reference: a synthetic burst with a known truth (issues 19 and 20).
+
+``rawrcl eval --burst`` scores frame 00 against the mean of the other frames registered to it. That reference
+carries noise (accounted for: the ceiling, the true-error equivalent) and a systematic error (not accounted
+for): each frame is resampled by the registration's cubic warp on the half-resolution packed planes, which
+blurs and aliases sharp content. This script measures both against the truth.
+
+A montage of 4 photos (2×2, each 512×384), linear, scaled and tinted to a dark warm scene like
+``hdrplus_burst2`` (mean ≈ 0.05, R:G:B gains 1 : 0.4 : 0.3) — or, with ``--scene DIR``, a real burst's own
+content (its frame 00 through the JDD default: smoother than the real scene) — is moved by a random sub-pixel
+translation per frame (up to ±``--shift`` px; frame 00 unmoved; quintic spline, so each frame's truth is
+exact), sampled on a GRBG mosaic and given Poisson–Gaussian noise with the per-plane λ of
+``hdrplus_burst2``'s single-image estimate, clipped at 0. Each method's frame-00 output is scored against the
+burst reference (strict mask, 32-px border: what ``eval --burst`` reports) and against the truth (same
+pixels).
+
+Rows: the noisy frame, the shipped RAW denoiser (true λ), GAT+BM3D (true λ), the denoiser's output blurred
+(a Gaussian of ``--blur`` packed px: does the reference reward smoothing?) and, with ``--n2n STEPS``, the
+denoiser's first stage trained without guard on frames 01–08 against the other training frames registered to
+each (``benchmarks/adapt.py``'s burst Noise2Noise: does training on such references learn their error?).
+
+    python benchmarks/burst_truth.py [--photos DIR --first 40 --seed 0 --n2n 400 --json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+#: hdrplus_burst2's frame-00 single-image estimate, per packed plane R, G1, G2, B ([0, 1] units)
+LAMBDA_SHOT = (2.78e-3, 2.71e-3, 2.75e-3, 2.91e-3)
+LAMBDA_READ = (3.9e-4, 5.6e-5, 5.6e-5, 1.0e-4)
+PATTERN = "GRBG"
+
+
+def photo_scene(photos: list[Path]) -> np.ndarray:
+    """(H, W, 3) linear scene: a 2×2 montage of 4 photos, dark and warm like ``hdrplus_burst2``."""
+    from PIL import Image
+
+    from rawrcl.isp import srgb_to_linear
+
+    tiles = [
+        np.asarray(Image.open(p).convert("RGB").resize((512, 384)), np.float32) / 255 for p in photos[:4]
+    ]
+    srgb = np.concatenate([np.concatenate(tiles[:2], 1), np.concatenate(tiles[2:], 1)], 0)
+    return srgb_to_linear(srgb) * np.array([1.0, 0.4, 0.3], np.float32) * 0.35
+
+
+def burst_scene(folder: str) -> np.ndarray:
+    """(H, W, 3) linear scene with a real burst's content: its frame 00 through the shipped JDD default (told
+    the single-image estimate). Smoother than the real scene (denoising blurs fine texture), so the systematic
+    error measured on it is a lower bound for that burst."""
+    from rawrcl.data.noisy_crops import load_noise_files
+    from rawrcl.infer import TileOptions, jdd_cfa
+    from rawrcl.io.raw import read_raw
+    from rawrcl.models.conditioning import WithNoise
+    from rawrcl.models.loading import load_for_task
+
+    first = sorted(p for p in Path(folder).iterdir() if p.suffix.lower() == ".dng")[0]
+    raw = read_raw(first)
+    model, _ = load_for_task(None, "jdd")
+    with torch.no_grad():
+        rgb = jdd_cfa(
+            WithNoise(model, load_noise_files([first])[0].noise, 4), raw.cfa, raw.pattern, TileOptions()
+        )
+    rgb = np.moveaxis(np.asarray(rgb), 0, -1)
+    h, w = (rgb.shape[0] - 64) // 2 * 2, (rgb.shape[1] - 64) // 2 * 2
+    return np.clip(rgb[32 : 32 + h, 32 : 32 + w], 0, None).astype(np.float32)
+
+
+def make_burst(lin: np.ndarray, seed: int, frames: int = 9, shift: float = 3.0, border: int = 16):
+    """(mosaics (frames × (H, W)) noisy [0, 1], their truths) of the linear scene ``lin`` (H, W, 3): frame 0
+    unmoved, the others translated."""
+    from scipy.ndimage import shift as nd_shift
+
+    from rawrcl.cfa import mosaic, positions
+
+    rng = np.random.default_rng(seed)
+    pos = positions(PATTERN)  # letter → (y, x) of the 2×2 tile
+    plane = {"R": 0, "G1": 1, "G2": 2, "B": 3}
+    noisy, truth = [], []
+    for k in range(frames):
+        dy, dx = (0.0, 0.0) if k == 0 else tuple(rng.uniform(-shift, shift, 2))
+        img = np.stack([nd_shift(lin[..., c], (dy, dx), order=5, mode="reflect") for c in range(3)])
+        clean = np.clip(mosaic(img[:, border:-border, border:-border], PATTERN)[0], 0, None)
+        shot, read = np.empty_like(clean), np.empty_like(clean)
+        for name, (y, x) in pos.items():
+            shot[y::2, x::2], read[y::2, x::2] = LAMBDA_SHOT[plane[name]], LAMBDA_READ[plane[name]]
+        y = rng.poisson(clean / shot) * shot + rng.normal(0.0, 1.0, clean.shape) * np.sqrt(read)
+        noisy.append(np.clip(y, 0, 1).astype(np.float32))
+        truth.append(clean.astype(np.float32))
+    return noisy, truth
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--photos", default=str(SHARED / "data" / "sunhays80"))
+    ap.add_argument("--first", type=int, default=40, help="first of the 4 photos (sorted names)")
+    ap.add_argument(
+        "--scene", default=None, help="a real burst folder: its frame-00 reference, demosaiced, is the scene"
+    )
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shift", type=float, default=3.0, help="largest translation of a frame (px)")
+    ap.add_argument("--model", default=None, help="RAW denoiser (default: the shipped one)")
+    ap.add_argument("--blur", type=float, default=0.5, help="Gaussian std (packed px) of the blurred row")
+    ap.add_argument("--no-bm3d", action="store_true")
+    ap.add_argument("--n2n", type=int, default=0, help="steps of unguarded burst Noise2Noise (0: skip)")
+    ap.add_argument("--out", default="runs/burst_truth", help="run folder of the --n2n training")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    from scipy.ndimage import gaussian_filter
+
+    from rawrcl.eval import burst as B
+    from rawrcl.eval import burst_score as S
+    from rawrcl.eval.burst_align import PackedGrid
+    from rawrcl.eval.metrics import psnr_from_mse
+    from rawrcl.infer import TileOptions, denoise_cfa
+    from rawrcl.models.conditioning import WithNoise
+    from rawrcl.models.loading import default_weights_path
+
+    if args.scene:
+        lin, source = burst_scene(args.scene), [f"{Path(args.scene).name} (frame 00, JDD default)"]
+    else:
+        photos = sorted(
+            p for p in Path(args.photos).iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg")
+        )
+        photos = photos[args.first : args.first + 4]
+        lin, source = photo_scene(photos), [p.name for p in photos]
+    noisy, truth = make_burst(lin, args.seed, shift=args.shift)
+    burst = B.burst_from_arrays(noisy, PATTERN)
+    br = B.build_reference(burst)
+    mask = br.metric_mask(B.BORDER)
+    t0 = truth[0]
+    noise = torch.tensor([LAMBDA_SHOT, LAMBDA_READ], dtype=torch.float32)
+    grid = PackedGrid.of(t0.shape, PATTERN)
+
+    def vs_truth(out: np.ndarray) -> float:
+        return psnr_from_mse(float(np.mean((np.clip(out, 0, 1)[mask] - t0[mask]) ** 2)))
+
+    doc = {
+        "scene": source,
+        "seed": args.seed,
+        "mask_fraction": float(mask.mean()),
+        "clipped_fraction": float(np.mean(noisy[0] == 0)),
+        "ceiling": br.ceiling(B.BORDER)["psnr"],
+        "reference_vs_truth": vs_truth(br.reference),
+        "rows": {},
+    }
+    print(
+        f"scene {doc['scene']}, seed {args.seed}: mask {100 * doc['mask_fraction']:.1f} %, "
+        f"{100 * doc['clipped_fraction']:.1f} % clipped; "
+        f"reference vs truth {doc['reference_vs_truth']:.2f} dB "
+        f"(its noise alone: {doc['ceiling']:.2f} dB)"
+    )
+
+    def row(name: str, out: np.ndarray) -> None:
+        sc = S.score_raw(br, out, B.BORDER)
+        r = {"vs_reference": sc["psnr"], "true_error_equivalent": sc["psnr_true"], "vs_truth": vs_truth(out)}
+        doc["rows"][name] = r
+        print(
+            f"{name:34s} vs reference {r['vs_reference']:7.3f}  (true-error equivalent "
+            f"{r['true_error_equivalent'] or float('nan'):6.2f})  vs truth {r['vs_truth']:7.3f}",
+            flush=True,
+        )
+
+    from adapt import burst_supervised, load_start  # the sibling benchmark script
+
+    model, wrap = load_start(args.model or default_weights_path("raw-denoise"))
+
+    def run(m) -> np.ndarray:
+        with torch.no_grad():
+            return denoise_cfa(WithNoise(m, noise, 4), br.target, PATTERN, TileOptions())
+
+    row("noisy", noisy[0])
+    out = run(wrap(model).eval())
+    row("RAW denoiser (true λ)", out)
+    blurred = grid.unpack(np.stack([gaussian_filter(p, args.blur) for p in grid.pack(out)]))
+    row(f"RAW denoiser, blurred σ {args.blur:g} packed px", blurred)
+    if not args.no_bm3d:
+        from rawrcl.gat import gat_bm3d
+
+        den = gat_bm3d(grid.pack(np.clip(br.target, 0, 1)).astype(np.float32), LAMBDA_SHOT, LAMBDA_READ)
+        row("GAT+BM3D (true λ)", grid.unpack(np.asarray(den)))
+    if args.n2n > 0:
+        ns = types.SimpleNamespace(
+            start=args.model or str(default_weights_path("raw-denoise")),
+            out=args.out,
+            steps=args.n2n,
+            sup_lr=1e-4,
+        )
+        files = [types.SimpleNamespace(noise=noise) for _ in noisy]
+
+        def score(m) -> dict:
+            o = run(m)
+            return {"psnr": S.score_raw(br, o, B.BORDER)["psnr"], "psnr_truth": vs_truth(o)}
+
+        burst.paths = [Path(f"frame{k:02d}") for k in range(burst.n)]
+        rec = burst_supervised(ns, burst, files, score, print)
+        doc["n2n"] = rec["rows"]
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
