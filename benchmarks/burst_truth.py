@@ -115,9 +115,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-bm3d", action="store_true")
     ap.add_argument("--n2n", type=int, default=0, help="steps of unguarded burst Noise2Noise (0: skip)")
     ap.add_argument("--out", default="runs/burst_truth", help="run folder of the --n2n training")
-    ap.add_argument(
-        "--merge-sigma", type=float, default=None, help="build the reference by kernel regression (std, px)"
-    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -143,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         lin, source = photo_scene(photos), [p.name for p in photos]
     noisy, truth = make_burst(lin, args.seed, shift=args.shift)
     burst = B.burst_from_arrays(noisy, PATTERN)
-    br = B.build_reference(burst, merge_sigma=args.merge_sigma)
+    br = B.build_reference(burst)
     mask = br.metric_mask(B.BORDER)
     t0 = truth[0]
     noise = torch.tensor([LAMBDA_SHOT, LAMBDA_READ], dtype=torch.float32)
@@ -155,7 +152,6 @@ def main(argv: list[str] | None = None) -> int:
     doc = {
         "scene": source,
         "seed": args.seed,
-        "reference": "keys" if args.merge_sigma is None else f"merge {args.merge_sigma:g}",
         "mask_fraction": float(mask.mean()),
         "clipped_fraction": float(np.mean(noisy[0] == 0)),
         "ceiling": br.ceiling(B.BORDER)["psnr"],

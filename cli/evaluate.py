@@ -71,14 +71,6 @@ from rawrcl.cli.common import NOISE_SYNTHETIC_HELP, fuse_bm3d_option, user_error
     help="--burst: SURE weights of the model's output(s) and the input, as denoise/jdd --shrink (default: "
     "as the commands run it, on for RAW denoising, off for JDD).",
 )
-@click.option(
-    "--reference",
-    type=click.Choice(["keys", "merge"]),
-    default="keys",
-    show_default=True,
-    help="--burst: the reference from the other frames warped by cubic interpolation (keys), or their own "
-    "samples merged by kernel regression (merge: noisier, but does not reward smoothing; docs/real_noise.md)",
-)
 @user_errors
 def evaluate(
     model,
@@ -101,7 +93,6 @@ def evaluate(
     tta,
     fuse,
     shrink,
-    reference,
 ):
     """Evaluate MODEL (a checkpoint / run dir, or a baseline: noisy, bilinear, malvar, menon, vng, ea,
     menon+nlm, nlm, gat+bm3d, gat+bm3d+menon, gat+bm3d+dht, gharbi2016, libraw-ahd, libraw-aahd, libraw-dht,
@@ -133,13 +124,12 @@ def evaluate(
             log=lambda s: click.echo("  " + s, err=True),
             fuse=fuse,
             shrink=shrink,
-            reference=reference,
         )
     else:
         if task is None or clean_dir is None:
             raise RawrclError("give --task and --clean-dir (synthetic noise), or --burst DIR (a real burst)")
-        if plot is not None or target is not None or fuse or shrink is not None or reference != "keys":
-            raise RawrclError("--plot, --target, --fuse-bm3d, --shrink and --reference apply to --burst only")
+        if plot is not None or target is not None or fuse or shrink is not None:
+            raise RawrclError("--plot, --target, --fuse-bm3d and --shrink apply to --burst only")
         from rawrcl.eval import evaluate as _evaluate
 
         doc = _evaluate(

@@ -85,12 +85,10 @@ from rawrcl.cfa import CHANNELS, check_pattern
 from rawrcl.errors import RawrclError
 from rawrcl.eval.burst_align import (
     CLIP_TAP_WEIGHT,
-    MERGE_SIGMA,
     PackedGrid,
     Registration,
     full_res_affine,
     green_image,
-    merge_frames,
     register_frame,
     warp_plane,
 )
@@ -99,10 +97,8 @@ from rawrcl.eval.burst_nlf import MIN_BIN_SNR, BurstNLF, measure_nlf
 __all__ = [
     "BORDER",
     "Burst",
-    "REFERENCES",
     "BurstReference",
     "build_reference",
-    "merge_sigma_for",
     "burst_from_arrays",
     "clipped_samples",
     "load_burst",
@@ -110,18 +106,6 @@ __all__ = [
 
 #: metric border in mosaic pixels (the issue's numbers)
 BORDER = 32
-#: how the reference is built (``rawrcl eval --burst --reference``): ``keys`` the mean of the frames warped by
-#: cubic interpolation (step 4), ``merge`` their own samples merged by kernel regression (``MERGE_SIGMA``)
-REFERENCES = ("keys", "merge")
-
-
-def merge_sigma_for(reference: str) -> float | None:
-    """``build_reference``'s ``merge_sigma`` for a :data:`REFERENCES` name."""
-    if reference not in REFERENCES:
-        raise RawrclError(f"--reference {reference!r}: expected one of {', '.join(REFERENCES)}")
-    return None if reference == "keys" else MERGE_SIGMA
-
-
 #: NLF bins are fitted only where the (truncation-corrected) level is ≥ this many noise stds above 0: below,
 #: the kept samples of a black-clipped burst are too few and too truncated to correct (at 2σ the kept
 #: variance is 11 % low before correction)
@@ -232,7 +216,6 @@ class BurstReference:
     moved_blocks: list[float]
     paths: list[str]
     clipped_fraction: float
-    method: str = "keys"
 
     def metric_mask(self, border: int = BORDER, base: np.ndarray | None = None) -> np.ndarray:
         """(H, W) bool: :attr:`mask` (or ``base``) minus a ``border``-pixel frame."""
@@ -264,7 +247,6 @@ class BurstReference:
             "paths": self.paths,
             "target": self.paths[0],
             "n_frames": self.n_frames,
-            "reference": self.method,
             "pattern": self.pattern,
             "shape": list(self.target.shape),
             "border": border,
@@ -295,7 +277,6 @@ def build_reference(
     max_moved: float = 0.02,
     clip_tap_weight: float = CLIP_TAP_WEIGHT,
     nlf_min_snr: float = MIN_BIN_SNR,
-    merge_sigma: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> BurstReference:
     """Register the burst, build the reference, measure the NLF and check for motion (module docstring).
@@ -308,10 +289,6 @@ def build_reference(
     max_moved : refuse when a frame has more than this fraction of its valid blocks moved.
     clip_tap_weight : interpolation weight above which a clipped source sample marks a warped pixel clipped.
     nlf_min_snr : truncated (clipped) NLF bins are fitted only ≥ this many noise stds above 0.
-    merge_sigma : None — the reference is the mean of the frames warped by cubic interpolation (step 4);
-        a kernel std in full-resolution px — the frames' own samples merged by kernel regression
-        (:func:`~rawrcl.eval.burst_align.merge_frames`, ``--reference merge``); registration, the motion
-        check and the per-frame warps are the same either way.
 
     Raises :class:`RawrclError` (naming the frame) for failed registration, poor correlation or motion.
     """
@@ -347,13 +324,8 @@ def build_reference(
         if progress:
             progress(f"registered {Path(name).name}: cc {cc:.3f}, max shift {shift:.2f} px")
     n_ref = burst.n - 1
-    if merge_sigma is None:
-        ref = np.mean(warped, axis=0)
-        ref_gain = np.sum(gains, axis=0) / n_ref**2
-    else:
-        ref, ok, cl, ref_gain = merge_frames(planes[1:], bad[1:], real, regs, merge_sigma, clip_tap_weight)
-        valid_all &= ok
-        clip_any |= cl
+    ref = np.mean(warped, axis=0)
+    ref_gain = np.sum(gains, axis=0) / n_ref**2
     usable = valid_all & ~clip_any
     nlf = measure_nlf(tgt, ref, usable, valid_all & clip_any, ref_gain, min_snr=nlf_min_snr)
 
@@ -393,7 +365,6 @@ def build_reference(
         moved_blocks=fractions,
         paths=[str(p) for p in burst.paths],
         clipped_fraction=float(grid.unpack(clip_any & valid_all).mean()),
-        method="keys" if merge_sigma is None else f"merge (σ {merge_sigma:g} px)",
     )
 
 

@@ -20,10 +20,6 @@ KEYS_A = -0.5
 #: a tap of weight w at a black-clipped sample biases the warped value by ≤ w·0.4σ, so ≤ 0.02σ here
 #: (with 1e-9, i.e. any of the 16 taps, the HDR+ burst keeps 17 % of its pixels instead of 25 %)
 CLIP_TAP_WEIGHT = 0.05
-#: kernel std (full-resolution px) of ``--reference merge`` (:func:`merge_frames`): the largest that does
-#: not reward a blurred output on the synthetic bursts of ``benchmarks/burst_truth.py`` (0.6 does;
-#: docs/real_noise.md)
-MERGE_SIGMA = 0.5
 
 
 # ------------------------------------------------------------------------------------------- packed grid
@@ -237,68 +233,3 @@ def warp_plane(
             out += wt * plane[iyc, ixc]
     gain = sum(v**2 for v in wx) * sum(v**2 for v in wy)
     return out, valid, clipped, gain
-
-
-def merge_frames(
-    planes: list[np.ndarray],
-    bad: list[np.ndarray],
-    real: np.ndarray,
-    regs: list[Registration],
-    sigma: float,
-    clip_tap_weight: float = CLIP_TAP_WEIGHT,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Kernel regression of the non-target frames' own samples at the target's sites (``--reference merge``).
-
-    For each plane and target site, the 3×3 nearest same-colour samples of every frame k (at the site mapped
-    by k's registration) are averaged with Gaussian weights w = exp(−d²/2σ²) of their distance d in
-    full-resolution pixels. Unlike the cubic warp of each frame's half-resolution plane (:func:`warp_plane`),
-    no frame is resampled: each sample enters as measured, so the aliasing of sharp content in a packed plane
-    does not become a systematic error of the reference (``benchmarks/burst_truth.py``).
-
-    Parameters
-    ----------
-    planes, bad : per non-target frame, (4, h, w) packed RGGB values and clipped samples.
-    real : (4, h, w) bool real (not padded) samples. regs : one registration per frame, same order.
-    sigma : kernel std, full-resolution px. clip_tap_weight : a clipped sample with a larger share of its
-        site's total weight marks the site clipped (its value is never used).
-
-    Returns
-    -------
-    (reference, valid, clipped, gain), all (4, h, w): float64 values; bool every frame's 3×3 neighbourhood
-    inside the image and real; bool clipped; float64 Σw²/(Σw)², the reference's noise variance in units of
-    one sample's σ²(x).
-    """
-    h, w = planes[0].shape[1:]
-    yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
-    num, den, den2 = (np.zeros((4, h, w)) for _ in range(3))
-    valid = np.ones((4, h, w), dtype=bool)
-    clip_w = np.zeros((4, h, w))
-    for plane, clipped, reg in zip(planes, bad, regs, strict=True):
-        for c, name in enumerate(CHANNELS):
-            a = reg.plane_warp(name)
-            sx = a[0, 0] * xx + a[0, 1] * yy + a[0, 2]
-            sy = a[1, 0] * xx + a[1, 1] * yy + a[1, 2]
-            x0, y0 = np.rint(sx).astype(np.int64), np.rint(sy).astype(np.int64)
-            for dy in (-1, 0, 1):
-                qy = y0 + dy
-                in_y = (qy >= 0) & (qy < h)
-                qyc = np.clip(qy, 0, h - 1)
-                for dx in (-1, 0, 1):
-                    qx = x0 + dx
-                    ok = in_y & (qx >= 0) & (qx < w)
-                    qxc = np.clip(qx, 0, w - 1)
-                    ok &= real[c][qyc, qxc]
-                    valid[c] &= ok
-                    d2 = 4.0 * ((qx - sx) ** 2 + (qy - sy) ** 2)
-                    wt = np.exp(-d2 / (2.0 * sigma * sigma)) * ok
-                    cl = clipped[c][qyc, qxc]
-                    clip_w[c] += wt * cl
-                    wt = wt * ~cl
-                    num[c] += wt * plane[c][qyc, qxc]
-                    den[c] += wt
-                    den2[c] += wt * wt
-    total = den + clip_w
-    safe = np.maximum(den, 1e-12)
-    clipped_out = clip_w > clip_tap_weight * np.maximum(total, 1e-12)
-    valid &= den > 1e-6
-    return num / safe, valid, clipped_out, den2 / (safe * safe)

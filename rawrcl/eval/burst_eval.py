@@ -39,7 +39,7 @@ import torch
 
 from rawrcl.cfa import CHANNELS
 from rawrcl.errors import RawrclError
-from rawrcl.eval.burst import BORDER, BurstReference, build_reference, load_burst, merge_sigma_for
+from rawrcl.eval.burst import BORDER, BurstReference, build_reference, load_burst
 from rawrcl.eval.burst_align import PackedGrid
 from rawrcl.eval.burst_score import score_jdd, score_raw
 from rawrcl.eval.libraw import NAMES as LIBRAW_NAMES
@@ -136,7 +136,6 @@ def evaluate_burst(
     log: Callable[[str], None] | None = None,
     fuse: float = 0.0,
     shrink: bool | None = None,
-    reference: str = "keys",
 ) -> dict:
     """Score ``method`` (module docstring) on the target frame of the burst in ``folder``.
 
@@ -150,7 +149,6 @@ def evaluate_burst(
     fuse : weight of GAT+BM3D averaged in (module docstring; 0: off).
     shrink : the SURE weights (:mod:`rawrcl.models.shrink`; None: the command's default, as ``rawrcl
         denoise`` / ``rawrcl jdd`` run it; with ``fuse``, the network half).
-    reference : how the reference is built (:data:`rawrcl.eval.burst.REFERENCES`).
 
     Returns
     -------
@@ -173,7 +171,6 @@ def evaluate_burst(
     t_all = time.perf_counter()
     spec = noise if noise is not None else "auto"
     parse_noise(spec, BURST, "--noise")  # a bad --noise fails before the reference is built
-    merge_sigma = merge_sigma_for(reference)
     if plot is not None and Path(plot).exists() and not overwrite:
         raise RawrclError(f"{plot}: exists (use --force to overwrite)")
     is_baseline = method in BURST_BASELINES
@@ -192,7 +189,7 @@ def evaluate_burst(
         require_two_stage(model)
 
     burst = load_burst(folder, target)
-    br = build_reference(burst, merge_sigma=merge_sigma, progress=say)
+    br = build_reference(burst, progress=say)
     summary = br.summary(border)
     grid = PackedGrid.of(burst.shape, burst.pattern)
     raw = read_raw(burst.paths[0], clip=False)
@@ -299,7 +296,7 @@ def format_report(doc: dict) -> list[str]:
         f"burst: {b['n_frames']} frames {b['shape'][0]}×{b['shape'][1]} {b['pattern']}, target "
         f"{Path(b['target']).name}; mask {100 * b['mask_fraction']:.1f} % of the pixels "
         f"(border {b['border']}, clipped {100 * b['clipped_fraction']:.1f} %); "
-        f"ceiling {b['ceiling']['psnr']:.2f} dB; reference {b.get('reference', 'keys')}",
+        f"ceiling {b['ceiling']['psnr']:.2f} dB",
     ]
     nb, ni = doc["nlf"]["burst"], doc["nlf"]["image"]
     bs, br = (float(np.mean([v[i] for v in nb["per_plane"].values()])) for i in (0, 1))
