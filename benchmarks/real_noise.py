@@ -19,7 +19,8 @@ RAW denoising rows (PSNR dB, linear [0, 1], packed CFA, 4-px border, as ``rawrcl
 parameters the command itself would use: the single-image estimate of the noisy mosaic
 (``rawrcl.calibration.resolve.file_noise(..., "image")``); with ``--fuse-bm3d W``, ``new+bm3d`` /
 ``est+bm3d``: the same fused with GAT+BM3D told the same λ (``rawrcl denoise --fuse-bm3d W``; JDD rows:
-between the stages of the two-stage model, ``rawrcl jdd --fuse-bm3d W``).
+between the stages of the two-stage model, ``rawrcl jdd --fuse-bm3d W``); with ``--tta``, ``new tta``: the
+self-ensemble of 8 flips/transposes (``--tta``), true λ.
 
 JDD rows (PSNR dB, linear RGB, 8-px border, as ``rawrcl eval --task jdd``): ``menon+nlm`` (the eval
 baseline), ``gharbi2016`` (``--gharbi DIR``, σ from the true parameters), ``old`` (``--old-jdd``), ``new``
@@ -128,6 +129,7 @@ def predictors(
     shrink: bool | None = None,
     libraw: bool = False,
     bm3d_jdd: bool = False,
+    tta: bool = False,
 ) -> dict:
     from rawrcl.models.loading import load_for_task
 
@@ -167,6 +169,9 @@ def predictors(
             run_true = model_predictor(model, task, multiple=8, shrink=shrink)
             run_est = model_predictor(model, task, multiple=8, noise_of=est, shrink=shrink)
             fns["new"] = lambda inp, meta, r=run_true: r(inp, task, meta)
+            if tta:  # the self-ensemble (--tta), true λ
+                run_tta = model_predictor(model, task, multiple=8, self_ensemble=True, shrink=shrink)
+                fns["new tta"] = lambda inp, meta, r=run_tta: r(inp, task, meta)
             if estimate:
                 fns["new est"] = lambda inp, meta, r=run_est: r(inp, task, meta)
             if fuse > 0 and task_name == "raw-denoise":  # as rawrcl denoise --fuse-bm3d: the SURE output
@@ -225,6 +230,7 @@ def measure(args) -> list[dict]:
             args.shrink,
             args.libraw,
             args.bm3d_jdd,
+            args.tta,
         )
         # the cached "old" scores belong to one checkpoint: its content names them (another --old-* file,
         # or the same path rewritten, must not read an earlier model's scores)
@@ -298,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         help="R,B: an illuminant colour cast, red and blue × these factors (green 1) before the CFA",
     )
     ap.add_argument("--libraw", action="store_true", help="JDD rows: also LibRaw's demosaicing baselines")
+    ap.add_argument("--tta", action="store_true", help="also 'new tta': the self-ensemble (--tta), true λ")
     ap.add_argument(
         "--bm3d-jdd", action="store_true", help="JDD rows: also GAT+BM3D then Menon / LibRaw DHT demosaicing"
     )

@@ -326,4 +326,9 @@ def format_report(doc: dict) -> list[str]:
         f"  loose mask (target not clipped): PSNR {doc['psnr_loose']:.2f} dB, "
         f"noisy {doc['noisy']['psnr_loose']:.2f}"
     )
+    lines.append(
+        "  note: the reference's own resampling error is in neither the ceiling nor the true-error PSNR; it "
+        "favours smoother outputs, so small margins between methods understate the sharper one's "
+        "(docs/real_noise.md, 'How far the burst reference can be trusted')"
+    )
     return lines
