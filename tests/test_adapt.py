@@ -284,8 +284,19 @@ def test_forgetting_check_scores_and_guard(adapt_env, tmp_path):
 
     a = check_crops(crop=32, per_photo=1, draws=2, photos=2)
     b = check_crops(crop=32, per_photo=1, draws=2, photos=2)
-    assert len(a) == 2 * len(CHECK_LEVELS) and a[0]["batches"][0][0].shape == (4, 4, 16, 16)
+    assert len(a) == 4 * len(CHECK_LEVELS) and a[0]["batches"][0][0].shape == (4, 4, 16, 16)
     assert all(torch.equal(x["batches"][0][0], y["batches"][0][0]) for x, y in zip(a, b, strict=True))
+    # the smooth (enlarged) conditions come after the plain ones, which draw as without them
+    plain = check_crops(crop=32, per_photo=1, draws=2, photos=2, zoom=1.0)
+    n = len(plain)
+    assert [c["key"] for c in a[n:]] == [c["key"] + " 4x" for c in plain]
+    assert all(torch.equal(x["batches"][0][0], y["batches"][0][0]) for x, y in zip(a[:n], plain, strict=True))
+
+    def roughness(c):  # mean squared difference of horizontal neighbours of the clean targets
+        t = c["batches"][0][1]
+        return float(((t[..., 1:] - t[..., :-1]) ** 2).mean())
+
+    assert sum(map(roughness, a[n:])) < 0.5 * sum(map(roughness, plain))
 
     class Shift(torch.nn.Module):
         noise_aware = True
