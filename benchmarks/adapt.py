@@ -274,15 +274,18 @@ class MaskedPairs(torch.utils.data.Dataset):
         }
 
 
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over the samples where ``mask`` is 1 (0 when none is)."""
+    return (x * mask).sum() / mask.sum().clamp_min(1.0)
+
+
 def masked_mse(batch: dict, model) -> dict:
     """Mean squared error over the usable samples (``batch["mask"]``): the burst reference's own noise is
     zero-mean, so the minimiser is the clean signal (as for Noise2Noise)."""
     from rawrcl.models.conditioning import call
 
     out = call(model, batch["input"], batch.get("noise"))
-    m = batch["mask"].to(out.dtype)
-    err = (out - batch["target"].to(out.dtype)).square() * m
-    loss = err.sum() / m.sum().clamp_min(1.0)
+    loss = _masked_mean((out - batch["target"].to(out.dtype)).square(), batch["mask"].to(out.dtype))
     return {"loss": loss, "l1": float(loss.detach())}
 
 
@@ -316,12 +319,10 @@ def n2n_burst(batch: dict, model) -> dict:
     from rawrcl.methods.r2r import signal_variance
     from rawrcl.models.conditioning import call
 
-    y, noise = batch["x_a"].float(), batch["noise"].float()
-    out = call(model, y, noise).float()
-    m = batch["ref_mask"].float()
-    n = m.sum().clamp_min(1.0)
-    mse = ((out - batch["ref"].float()) ** 2 * m).sum() / n
-    var = (signal_variance(batch["ref"].float(), noise) * m).sum() / n
+    noise, ref, m = batch["noise"].float(), batch["ref"].float(), batch["ref_mask"].float()
+    out = call(model, batch["x_a"].float(), noise).float()
+    mse = _masked_mean((out - ref) ** 2, m)
+    var = _masked_mean(signal_variance(ref, noise), m)
     return {"loss": mse / var.detach().clamp_min(1e-12), "n2n_mse": float(mse.detach())}
 
 
@@ -345,27 +346,57 @@ def burst_references(burst, log) -> list:
     return out
 
 
+def _burst_training(args, name: str, objective_for, data, cfg: dict, score, log, check: bool) -> dict:
+    """Train the start's first stage with ``objective_for(start state dict)`` on ``data`` (``cfg``: the
+    Trainer's settings on top of a forced, quiet run) in ``OUT/runs/burst-<name>``, then score every kept
+    checkpoint with ``score`` and, with ``check``, ``adapt``'s built-in forgetting check (``forget_db``,
+    ``forget_at``: its worst condition)."""
+    from rawrcl.train import Trainer
+    from rawrcl.train.adapt_signal import check_crops, check_scores
+
+    model, wrap = load_start(args.start)
+    model = model.float().train()
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    run = Path(args.out) / "runs" / f"burst-{name}"
+    t = time.perf_counter()
+    Trainer(model, objective_for(start), data, run, {**cfg, "force": True, "progress": False}).fit()
+    secs = time.perf_counter() - t
+    checks = check_crops() if check else None
+    rows, base = [], None
+    for s, sd in checkpoints(run, start):
+        model.load_state_dict(sd)
+        row = {"step": s, **score(wrap(model).eval())}
+        if checks is not None:
+            fc = check_scores(model, checks)
+            base = base or fc
+            drop = {k: fc[k] - base[k] for k in fc}
+            worst = min(drop, key=drop.get)
+            row.update(forget_db=drop[worst], forget_at=worst)
+        rows.append(row)
+        shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items() if k != "step"}
+        log(f"  {name} step {s}: {json.dumps(shown)}")
+    return {"name": name, "seconds": round(secs, 1), "rows": rows}
+
+
+def _burst_items(burst, files, log) -> list:
+    """:class:`MaskedPairs` items of the training frames (1…n−1) against their references."""
+    refs = burst_references(burst, log)
+    return [(n, r, m, burst.pattern, f.noise) for (n, r, m), f in zip(refs, files[1:], strict=True)]
+
+
 def burst_n2n(
     args, name: str, burst, files, score, log, lr: float, own: float = 0.5, mix: float | None = None
 ) -> dict:
     """Guarded burst Noise2Noise (label-free: every target is made of noisy training frames): ``adapt``'s
     defaults (anchor, mix of synthetic supervised crops, batch, crop, steps) with :func:`n2n_burst` as the
     method; each kept checkpoint scored on frame 00 and on ``adapt``'s built-in forgetting check."""
-    from rawrcl.train import Trainer
     from rawrcl.train.adapt_objective import Guarded, synthetic_mix
-    from rawrcl.train.adapt_signal import check_crops, check_scores
     from rawrcl.train.config import AdaptConfig
 
-    refs = burst_references(burst, log)
     c = AdaptConfig()
-    items = [(n, r, m, burst.pattern, f.noise) for (n, r, m), f in zip(refs, files[1:], strict=True)]
-    pairs = MaskedPairs(items, c.crop, seed=c.seed)
+    pairs = MaskedPairs(_burst_items(burst, files, log), c.crop, seed=c.seed)
     mix = c.mix if mix is None else mix
     data = BurstPairs(pairs, synthetic_mix(c.crop, files[1:], own) if mix > 0 else None)
-    model, wrap = load_start(args.start)
-    model = model.float().train()
-    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    run = Path(args.out) / "runs" / f"burst-{name}"
     keep = max(1, args.steps // 4)
     cfg = {
         "steps": args.steps,
@@ -375,32 +406,16 @@ def burst_n2n(
         "grad_clip": 1.0,
         "save_every": keep,
         "keep_every": keep,
-        "force": True,
-        "progress": False,
         "method": "n2n-burst",
     }
-    t = time.perf_counter()
-    Trainer(model, Guarded("n2n-burst", n2n_burst, start, c.anchor, mix), data, run, cfg).fit()
-    secs = time.perf_counter() - t
-    checks = check_crops()
-    rows, base = [], None
-    for s, sd in checkpoints(run, start):
-        model.load_state_dict(sd)
-        fc = check_scores(model, checks)
-        base = base or fc
-        drop = {k: fc[k] - base[k] for k in fc}
-        worst = min(drop, key=drop.get)
-        rows.append({"step": s, **score(wrap(model).eval()), "forget_db": drop[worst], "forget_at": worst})
-        shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in rows[-1].items() if k != "step"}
-        log(f"  {name} step {s}: {json.dumps(shown)}")
+    guarded = lambda start: Guarded("n2n-burst", n2n_burst, start, c.anchor, mix)  # noqa: E731
+    rec = _burst_training(args, name, guarded, data, cfg, score, log, check=True)
     # selected on frame 00 itself among the checkpoints that pass the check: an upper bound, not what a
     # label-free run could pick
-    ok = [r for r in rows if r["forget_db"] >= -AdaptConfig().forget_tol]
-    sel = max(ok, key=lambda r: r["psnr"]) if ok else rows[0]
+    ok = [r for r in rec["rows"] if r["forget_db"] >= -c.forget_tol]
+    sel = max(ok, key=lambda r: r["psnr"]) if ok else rec["rows"][0]
     return {
-        "name": name,
-        "seconds": round(secs, 1),
-        "rows": rows,
+        **rec,
         "selected_step": sel["step"],
         "verdict": "best passing checkpoint on frame 00 (upper bound)",
     }
@@ -412,16 +427,11 @@ def burst_supervised(args, burst, files, score, log) -> dict:
     never used), lr ``--sup-lr``, 2× ``adapt``'s batch; every 100 steps scored on frame 00. The targets carry
     the burst reference's resampling error, which the training learns to imitate: gains against frame 00's
     reference overstate true ones (``benchmarks/burst_truth.py``, docs/real_noise.md)."""
-    from rawrcl.train import Trainer
     from rawrcl.train.config import AdaptConfig
 
     t = time.perf_counter()
-    refs = burst_references(burst, log)
-    items = [(n, r, m, burst.pattern, f.noise) for (n, r, m), f in zip(refs, files[1:], strict=True)]
+    items = _burst_items(burst, files, log)
     prep = time.perf_counter() - t
-    model, wrap = load_start(args.start)
-    model = model.float().train()
-    run = Path(args.out) / "runs" / "burst-supervised"
     defaults = AdaptConfig()
     cfg = {
         "steps": args.steps,
@@ -430,21 +440,11 @@ def burst_supervised(args, burst, files, score, log) -> dict:
         "grad_clip": 1.0,
         "save_every": 100,
         "keep_every": 100,
-        "force": True,
-        "progress": False,
         "method": "supervised-masked-mse",
     }
-    start = {k: v.clone() for k, v in model.state_dict().items()}
-    t = time.perf_counter()
-    Trainer(model, masked_mse, MaskedPairs(items, defaults.crop), run, cfg).fit()
-    secs = time.perf_counter() - t
-    rows = []
-    for s, sd in checkpoints(run, start):
-        model.load_state_dict(sd)
-        rows.append({"step": s, **score(wrap(model).eval())})
-        shown = {k: round(v, 4) for k, v in rows[-1].items() if k != "step"}
-        log(f"  supervised step {s}: {json.dumps(shown)}")
-    return {"name": "supervised", "seconds": round(secs, 1), "prep_seconds": round(prep, 1), "rows": rows}
+    data = MaskedPairs(items, defaults.crop)
+    rec = _burst_training(args, "supervised", lambda start: masked_mse, data, cfg, score, log, check=False)
+    return {**rec, "prep_seconds": round(prep, 1)}
 
 
 # ------------------------------------------------------------------------------------------ synthetic

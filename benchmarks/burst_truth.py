@@ -206,7 +206,6 @@ def main(argv: list[str] | None = None) -> int:
             o = run(m)
             return {"psnr": S.score_raw(br, o, B.BORDER)["psnr"], "psnr_truth": vs_truth(o)}
 
-        burst.paths = [Path(f"frame{k:02d}") for k in range(burst.n)]
         rec = burst_supervised(ns, burst, files, score, print)
         doc["n2n"] = rec["rows"]
     if args.json:

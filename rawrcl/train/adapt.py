@@ -65,7 +65,7 @@ from rawrcl.models.conditioning import add_row_input, is_noise_aware, is_row_awa
 from rawrcl.models.loading import RUN_JDD, RUN_RAW
 from rawrcl.models.registry import read_checkpoint, save_checkpoint
 from rawrcl.train.adapt_objective import Guarded, make_objective, synthetic_mix
-from rawrcl.train.adapt_signal import check_crops, check_scores, held_out_scores
+from rawrcl.train.adapt_signal import check_crops, check_scores, held_out_scores, is_enlarged
 from rawrcl.train.config import AdaptConfig
 
 
@@ -302,7 +302,7 @@ def adapt(
         if best["step"] == 0:  # a larger mix helped at 1× (synthetic camera), not on enlarged crops (burst)
             hint = (
                 "; smooth (enlarged) content: a larger --mix did not help on the measured burst"
-                if final["forget_at"].endswith("x")
+                if is_enlarged(final["forget_at"])
                 else "; a larger --mix (e.g. 2) replays more of what the model did well"
             )
         msgs.append(

@@ -29,6 +29,13 @@ CHECK_LEVELS = ("L1", "L2", "L3", "L4", "L5", "L6", "L7", "low", "high")
 #: HDR+ burst adaptation lost 0.13–0.66 dB on the held-out 4× rows while the 1× check read −0.06;
 #: docs/adaptation.md)
 CHECK_ZOOM = 4.0
+#: the suffix of an enlarged condition's key ("photo L1 4x"): :func:`is_enlarged`
+ENLARGED = "x"
+
+
+def is_enlarged(key: str) -> bool:
+    """Whether a forgetting-check condition ``key`` is one of the enlarged (smooth-content) ones."""
+    return key.endswith(ENLARGED)
 
 
 def censored_mean(x: torch.Tensor, var: torch.Tensor, floor: float) -> torch.Tensor:
@@ -166,7 +173,7 @@ def check_crops(
             clean.append(band[:, :c, x0 : x0 + c])
     sets = [("", clean)]
     if zoom > 1:
-        sets.append((f" {zoom:g}x", [zoomed_crop(img, img.shape[1], zoom) for img in clean]))
+        sets.append((f" {zoom:g}{ENLARGED}", [zoomed_crop(img, img.shape[1], zoom) for img in clean]))
     out = []
     for z, (suffix, imgs) in enumerate(sets):
         for d, (domain, unprocess) in enumerate((("photo", False), ("unproc", True))):
