@@ -19,7 +19,14 @@ Rows: the noisy frame, the shipped RAW denoiser (true λ), GAT+BM3D (true λ), t
 denoiser's first stage trained without guard on frames 01–08 against the other training frames registered to
 each (``benchmarks/adapt.py``'s burst Noise2Noise: does training on such references learn their error?).
 
+``--encode`` makes the files as ``hdrplus_burst2``'s really are: the noise drawn on 10-bit linear codes,
+then Rec. 709-encoded (``docs/real_noise.md``); ``--exposure`` brightens the scene; ``--estimate`` adds the
+default and GAT+BM3D told the single-image estimate (what the commands do; for an encoded file there is no
+true λ); ``--write DIR`` saves the frames as DNGs and frame 00's truth, to measure any command (``rawrcl
+adapt``, ``rawrcl denoise``) against the truth.
+
     python benchmarks/burst_truth.py [--photos DIR --first 40 --seed 0 --n2n 400 --json out.json]
+    python benchmarks/burst_truth.py --encode --exposure 4 --estimate [--write DIR]
 """
 
 from __future__ import annotations
@@ -77,9 +84,29 @@ def burst_scene(folder: str) -> np.ndarray:
     return np.clip(rgb[32 : 32 + h, 32 : 32 + w], 0, None).astype(np.float32)
 
 
-def make_burst(lin: np.ndarray, seed: int, frames: int = 9, shift: float = 3.0, border: int = 16):
+#: hdrplus_burst2's quantisation step per packed plane R, G1, G2, B in its file's values (16-bit DN, in the
+#: linear part of its Rec. 709 encoding: 10-bit codes times the white-balance gains, × 4.5)
+CODE_STEP = (724, 306, 306, 396)
+
+
+def rec709(u: np.ndarray) -> np.ndarray:
+    """Rec. 709 transfer curve, linear [0, 1] → encoded: 4.5·u below 0.018, 1.099·u^0.45 − 0.099 above."""
+    u = np.asarray(u, np.float64)
+    return np.where(u < 0.018, 4.5 * u, 1.099 * np.maximum(u, 0.018) ** 0.45 - 0.099)
+
+
+def make_burst(
+    lin: np.ndarray,
+    seed: int,
+    frames: int = 9,
+    shift: float = 3.0,
+    border: int = 16,
+    encode: bool = False,
+):
     """(mosaics (frames × (H, W)) noisy [0, 1], their truths) of the linear scene ``lin`` (H, W, 3): frame 0
-    unmoved, the others translated."""
+    unmoved, the others translated. ``encode``: like ``hdrplus_burst2``'s files — the noise is drawn on the
+    linear signal lin / 4.5 (λshot / 4.5, λread / 4.5², so the dark part matches the plain burst), quantised
+    to 10-bit codes per plane (:data:`CODE_STEP`), then the values and the truth are Rec. 709-encoded."""
     from scipy.ndimage import shift as nd_shift
 
     from rawrcl.cfa import mosaic, positions
@@ -95,7 +122,14 @@ def make_burst(lin: np.ndarray, seed: int, frames: int = 9, shift: float = 3.0, 
         shot, read = np.empty_like(clean), np.empty_like(clean)
         for name, (y, x) in pos.items():
             shot[y::2, x::2], read[y::2, x::2] = LAMBDA_SHOT[plane[name]], LAMBDA_READ[plane[name]]
+        if encode:
+            clean, shot, read = clean / 4.5, shot / 4.5, read / 4.5**2
         y = rng.poisson(clean / shot) * shot + rng.normal(0.0, 1.0, clean.shape) * np.sqrt(read)
+        if encode:
+            step = np.empty_like(clean)
+            for name, (yy, xx) in pos.items():
+                step[yy::2, xx::2] = CODE_STEP[plane[name]] / 4.5 / 65535
+            y, clean = rec709(np.round(np.clip(y, 0, 1) / step) * step), rec709(clean)
         noisy.append(np.clip(y, 0, 1).astype(np.float32))
         truth.append(clean.astype(np.float32))
     return noisy, truth
@@ -109,6 +143,13 @@ def main(argv: list[str] | None = None) -> int:
         "--scene", default=None, help="a real burst folder: its frame-00 reference, demosaiced, is the scene"
     )
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--exposure", type=float, default=1.0, help="scene brightness factor (photo scenes)")
+    ap.add_argument(
+        "--encode", action="store_true", help="Rec. 709-encoded 10-bit files like hdrplus_burst2 (make_burst)"
+    )
+    ap.add_argument(
+        "--estimate", action="store_true", help="also the default and GAT+BM3D told the single-image estimate"
+    )
     ap.add_argument("--shift", type=float, default=3.0, help="largest translation of a frame (px)")
     ap.add_argument("--model", default=None, help="RAW denoiser (default: the shipped one)")
     ap.add_argument("--blur", type=float, default=0.5, help="Gaussian std (packed px) of the blurred row")
@@ -116,6 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n2n", type=int, default=0, help="steps of unguarded burst Noise2Noise (0: skip)")
     ap.add_argument("--out", default="runs/burst_truth", help="run folder of the --n2n training")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--write",
+        default=None,
+        help="also write the frames as 16-bit DNGs (no NoiseProfile, like hdrplus_burst2) and frame 00's "
+        "truth (truth00.npy, (H, W) [0, 1]) to this folder, to measure any command against the truth",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -137,8 +184,16 @@ def main(argv: list[str] | None = None) -> int:
             p for p in Path(args.photos).iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg")
         )
         photos = photos[args.first : args.first + 4]
-        lin, source = photo_scene(photos), [p.name for p in photos]
-    noisy, truth = make_burst(lin, args.seed, shift=args.shift)
+        lin, source = photo_scene(photos) * args.exposure, [p.name for p in photos]
+    noisy, truth = make_burst(lin, args.seed, shift=args.shift, encode=args.encode)
+    if args.write:
+        from rawrcl.io.dng import write_dng
+
+        folder = Path(args.write)
+        folder.mkdir(parents=True, exist_ok=True)
+        for k, f in enumerate(noisy):
+            write_dng(folder / f"frame{k:02d}.dng", np.round(f * 65535).astype(np.uint16), PATTERN, 0, 65535)
+        np.save(folder / "truth00.npy", truth[0])
     burst = B.burst_from_arrays(noisy, PATTERN)
     br = B.build_reference(burst)
     mask = br.metric_mask(B.BORDER)
@@ -193,6 +248,21 @@ def main(argv: list[str] | None = None) -> int:
 
         den = gat_bm3d(grid.pack(np.clip(br.target, 0, 1)).astype(np.float32), LAMBDA_SHOT, LAMBDA_READ)
         row("GAT+BM3D (true λ)", grid.unpack(np.asarray(den)))
+    if args.estimate:
+        from rawrcl.calibration.resolve import file_noise
+
+        from rawrcl.infer.noise import bind_noise
+        from rawrcl.infer.pipeline import task_model
+
+        raw = types.SimpleNamespace(cfa=br.target, pattern=PATTERN, make="", model="", iso=None)
+        est = file_noise(raw, "image").model
+        net = bind_noise(task_model(args.model, "raw-denoise", TileOptions()), est, 4, None)
+        with torch.no_grad():
+            row("rawrcl denoise (image estimate)", denoise_cfa(net, br.target, PATTERN, TileOptions()))
+        if not args.no_bm3d:
+            ls, lr = (v.tolist() for v in est.params(4).numpy())
+            den = gat_bm3d(grid.pack(np.clip(br.target, 0, 1)).astype(np.float32), ls, lr)
+            row("GAT+BM3D (image estimate)", grid.unpack(np.asarray(den)))
     if args.n2n > 0:
         ns = types.SimpleNamespace(
             start=args.model or str(default_weights_path("raw-denoise")),

@@ -454,3 +454,37 @@ def test_adapt_from_a_cfa_site_blend_writes_its_raw_model(adapt_env, tmp_path):
     res = _cli([*args, "--batch-size", 2, "--evals", 1, "--force", "--from", adapt_env["ckpt"]])
     assert res.exit_code == 0, res.output
     assert not (run / "denoise.pt").exists()  # a plain start: the run's last.pt is the model
+
+
+def test_distillation_term_pulls_towards_the_starting_outputs():
+    """``Guarded(distill=…)`` adds the noise-normalised distance to the frozen start's outputs on the mix's
+    crops: zero while the model is the start, positive once it moved, its gradient pointing back."""
+    from rawrcl.train.adapt_objective import Guarded
+
+    class Gain(torch.nn.Module):
+        noise_aware = True
+
+        def __init__(self, g: float):
+            super().__init__()
+            self.g = torch.nn.Parameter(torch.tensor(g))
+
+        def forward(self, x, noise):
+            return self.g * x
+
+    def method(batch, model):
+        return {"loss": torch.zeros(())}
+
+    x = torch.rand(2, 4, 8, 8) * 0.5 + 0.2
+    noise = torch.tensor([[1e-3] * 4, [1e-5] * 4]).expand(2, 2, 4)
+    batch = {"x": x, "noise": noise, "input": x, "target": x, "sup_noise": noise}
+    start = Gain(1.0)
+    obj = Guarded("r2r", method, start.state_dict(), anchor=0.0, mix=1e-9, distill=1.0, teacher=start)
+    assert obj.teacher is not None and not any(p.requires_grad for p in obj.teacher.parameters())
+    same = Gain(1.0)
+    assert obj(batch, same)["distill"] == pytest.approx(0.0, abs=1e-12)
+    moved = Gain(1.2)
+    out = obj(batch, moved)
+    assert out["distill"] > 0
+    out["loss"].backward()
+    assert float(moved.g.grad) > 0  # descending the loss lowers the gain towards the start's 1.0
+    assert Guarded("r2r", method, start.state_dict(), 0.0, 0.5, distill=0.0, teacher=start).teacher is None

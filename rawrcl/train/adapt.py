@@ -47,6 +47,7 @@ and the verdict. The objective and its guards live in :mod:`rawrcl.train.adapt_o
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -200,10 +201,14 @@ def adapt(
         if not any(prm.requires_grad for prm in model.parameters()):
             raise RawrclError(f"train_only {list(c.train_only)}: matches no parameter of the model")
     data = NoisyCrops(
-        nfiles, crop=crop, seed=seed, mix=synthetic_mix(crop, nfiles, c.mix_own) if c.mix > 0 else None
+        nfiles,
+        crop=crop,
+        seed=seed,
+        mix=synthetic_mix(crop, nfiles, c.mix_own, zoom=c.mix_zoom) if c.mix > 0 else None,
     )
     held = data.held_out()
-    objective = Guarded(method, make_objective(method, alpha), start, c.anchor, c.mix)
+    teacher = copy.deepcopy(model) if c.distill > 0 else None
+    objective = Guarded(method, make_objective(method, alpha), start, c.anchor, c.mix, c.distill, teacher)
     keep = max(1, steps // c.evals)
     cfg = {
         "task": task,

@@ -46,20 +46,30 @@ class NoiseBound(nn.Module):
 
 class Guarded:
     """``method`` + ``anchor``·Σ(θ − θ₀)² (θ₀ the starting weights) + ``mix``·(supervised MSE on the
-    batch's synthetic crops, each crop's normalised by its own mean noise variance). n2s / rcl get each
-    sample's noise through :class:`NoiseBound`."""
+    batch's synthetic crops, each crop's normalised by its own mean noise variance) + ``distill``·(the same
+    normalised MSE against the frozen ``teacher``'s outputs — the starting model — on those crops; learning
+    without forgetting, measured in docs/adaptation.md). n2s / rcl get each sample's noise through
+    :class:`NoiseBound`."""
 
     def __init__(
-        self, name: str, method: Callable, start: dict[str, torch.Tensor], anchor: float, mix: float
+        self,
+        name: str,
+        method: Callable,
+        start: dict[str, torch.Tensor],
+        anchor: float,
+        mix: float,
+        distill: float = 0.0,
+        teacher: nn.Module | None = None,
     ):
         self.name, self.method = name, method
         self.start = {k: v.detach().clone().float() for k, v in start.items()}
-        self.anchor, self.mix = float(anchor), float(mix)
+        self.anchor, self.mix, self.distill = float(anchor), float(mix), float(distill)
+        self.teacher = teacher.eval().requires_grad_(False) if teacher is not None and distill > 0 else None
         self.bind = name in ("n2s", "rcl")
 
     def config(self) -> dict:
         inner = self.method.config() if hasattr(self.method, "config") else {"method": self.name}
-        return {**inner, "method": self.name, "anchor": self.anchor, "mix": self.mix}
+        return {**inner, "method": self.name, "anchor": self.anchor, "mix": self.mix, "distill": self.distill}
 
     def __call__(self, batch: dict, model: nn.Module) -> dict:
         net = NoiseBound(model, batch["noise"]) if self.bind and is_noise_aware(model) else model
@@ -85,6 +95,15 @@ class Guarded:
             sup = (((pred - tgt) ** 2).mean((1, 2, 3)) / var.clamp_min(1e-10)).mean()
             loss = loss + self.mix * sup
             out["sup"] = float(sup.detach())
+            if self.teacher is not None:  # stay with the start on the synthetic crops: its outputs as targets
+                dev = batch["input"].device
+                if next(self.teacher.parameters()).device != dev:  # follows the trained model (CUDA)
+                    self.teacher = self.teacher.to(dev)
+                with torch.no_grad():
+                    ref = call(self.teacher, batch["input"].float(), n).float()
+                dis = (((pred - ref) ** 2).mean((1, 2, 3)) / var.clamp_min(1e-10)).mean()
+                loss = loss + self.distill * dis
+                out["distill"] = float(dis.detach())
         out["loss"] = loss
         return out
 
@@ -103,7 +122,7 @@ def make_objective(name: str, alpha: float = 0.5) -> Callable:
 
 
 def synthetic_mix(
-    crop: int, files: Sequence[NoiseFile] = (), own: float = 0.5, photos: int = 8
+    crop: int, files: Sequence[NoiseFile] = (), own: float = 0.5, photos: int = 8, zoom: float = 0.0
 ) -> Callable[[np.random.Generator], dict]:
     """Synthetic supervised packed-RAW samples from the photos bundled with scikit-image:
     ``f(rng) -> {"input", "target", "noise"}``. With probability ``own`` the noise is one of ``files``' own
@@ -145,7 +164,8 @@ def synthetic_mix(
         (n, np.moveaxis(a[: int(a.shape[0] * (1 - CHECK_BAND))], -1, 0).astype(np.float32) / 255.0)
         for n, a in bundled_photos(photos)
     ]
-    ds = LabelledCrops(imgs, task, crop=crop, noise=noise, augment=True)
+    zooms = (zoom, 8.0) if zoom > 0 else None  # a share of enlarged (smooth) crops, up to 8×
+    ds = LabelledCrops(imgs, task, crop=crop, noise=noise, augment=True, zoom=zooms)
 
     def sample(rng: np.random.Generator) -> dict:
         it = ds[(int(rng.integers(0, len(ds))), int(rng.integers(0, 2**62)))]

@@ -208,6 +208,9 @@ class AdaptConfig:
     px; Adam at constant ``lr``; guards against forgetting: ``anchor`` (weight of Σ(θ − θ₀)²), ``mix``
     (weight of the synthetic supervised crops; ``mix_own`` of them with the files' own noise, default 0.5,
     or 1 when a row switch serves a banded camera: the camera-sampler half then has nothing to protect);
+    ``distill`` (weight of the distance to the *starting* model's outputs on the same synthetic crops,
+    normalised like the mix; 0: off) and ``mix_zoom`` (share of those crops enlarged up to 8×: smooth
+    content) — API-only, measured and not the default (docs/adaptation.md, "Distillation");
     ``alpha`` the recorruption strength of R2R; ``evals`` checkpoints scored on the held-out crops;
     ``select`` the score that picks among those within ``forget_tol`` dB on the forgetting check;
     ``train_only`` name fragments of the only parameters adapted (None: all); ``ema`` weight averaging;
@@ -228,6 +231,8 @@ class AdaptConfig:
     anchor: float = 0.05
     mix: float = 0.5
     mix_own: float | None = None
+    distill: float = 0.0
+    mix_zoom: float = 0.0
     alpha: float = 0.5
     evals: int = 4
     select: str = "sure"
@@ -258,6 +263,8 @@ class AdaptConfig:
             ("anchor", 0, math.inf),
             ("mix", 0, math.inf),
             ("mix_own", 0, 1),
+            ("distill", 0, math.inf),
+            ("mix_zoom", 0, 1),
             ("alpha", 0, 10),
         ):
             if getattr(self, key) is None:  # mix_own: resolved by adapt (see the docstring)
