@@ -17,7 +17,7 @@ SIZE = 256  # mosaic pixels
 
 
 def _scene(scale: float = 0.6, offset: float = 0.02, blur: float = 1.5) -> np.ndarray:
-    """A linear RGB scene (3, SIZE + 64, SIZE + 64) from scikit-image's astronaut, smooth unless ``blur`` 0."""
+    """Linear RGB scene (3, SIZE + 64, SIZE + 64) from scikit-image's astronaut (smooth unless blur=0)."""
     from scipy import ndimage
     from skimage import data
 
