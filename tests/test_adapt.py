@@ -488,3 +488,8 @@ def test_distillation_term_pulls_towards_the_starting_outputs():
     out["loss"].backward()
     assert float(moved.g.grad) > 0  # descending the loss lowers the gain towards the start's 1.0
     assert Guarded("r2r", method, start.state_dict(), 0.0, 0.5, distill=0.0, teacher=start).teacher is None
+    from rawrcl.errors import RawrclError
+    from rawrcl.train.config import AdaptConfig
+
+    with pytest.raises(RawrclError, match="mix > 0"):
+        AdaptConfig(distill=1.0, mix=0.0)

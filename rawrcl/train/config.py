@@ -210,7 +210,7 @@ class AdaptConfig:
     or 1 when a row switch serves a banded camera: the camera-sampler half then has nothing to protect);
     ``distill`` (weight of the distance to the *starting* model's outputs on the same synthetic crops,
     normalised like the mix; 0: off) and ``mix_zoom`` (share of those crops enlarged up to 8×: smooth
-    content) — API-only, measured and not the default (docs/adaptation.md, "Distillation");
+    content) — API-only, measured and not the default (docs/adaptation.md, "Where the forgetting is");
     ``alpha`` the recorruption strength of R2R; ``evals`` checkpoints scored on the held-out crops;
     ``select`` the score that picks among those within ``forget_tol`` dB on the forgetting check;
     ``train_only`` name fragments of the only parameters adapted (None: all); ``ema`` weight averaging;
@@ -275,6 +275,8 @@ class AdaptConfig:
                     f"--{key.replace('_', '-')} must be a finite number in [{lo}, {hi}], got {v}"
                 )
             object.__setattr__(self, key, v)
+        if self.distill > 0 and self.mix == 0:
+            raise RawrclError("distill scores the synthetic mix crops: it needs mix > 0")
         if not math.isfinite(float(self.forget_tol)):
             raise RawrclError(f"--forget-tol must be a finite number, got {self.forget_tol}")
         if self.train_only is not None:
