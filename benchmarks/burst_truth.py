@@ -22,7 +22,8 @@ each (``benchmarks/adapt.py``'s burst Noise2Noise: does training on such referen
 ``--encode`` makes the files as ``hdrplus_burst2``'s really are: the noise drawn on 10-bit linear codes,
 then Rec. 709-encoded (``docs/real_noise.md``); ``--exposure`` brightens the scene; ``--estimate`` adds the
 default and GAT+BM3D told the single-image estimate (what the commands do; for an encoded file there is no
-true λ); ``--write DIR`` saves the frames as DNGs and frame 00's truth, to measure any command (``rawrcl
+true λ); ``--jdd`` (with ``--estimate``) the JDD default and, with ``--gharbi DIR``, Gharbi et al. 2016, at
+the CFA sites; ``--write DIR`` saves the frames as DNGs and frame 00's truth, to measure any command (``rawrcl
 adapt``, ``rawrcl denoise``) against the truth.
 
     python benchmarks/burst_truth.py [--photos DIR --first 40 --seed 0 --n2n 400 --json out.json]
@@ -150,6 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--estimate", action="store_true", help="also the default and GAT+BM3D told the single-image estimate"
     )
+    ap.add_argument(
+        "--jdd",
+        action="store_true",
+        help="with --estimate: also the JDD default (and --gharbi) at the CFA sites, told the estimate",
+    )
+    ap.add_argument("--gharbi", default=None, help="Gharbi et al. 2016's weights (a folder; not shipped)")
     ap.add_argument("--shift", type=float, default=3.0, help="largest translation of a frame (px)")
     ap.add_argument("--model", default=None, help="RAW denoiser (default: the shipped one)")
     ap.add_argument("--blur", type=float, default=0.5, help="Gaussian std (packed px) of the blurred row")
@@ -263,6 +270,25 @@ def main(argv: list[str] | None = None) -> int:
             ls, lr = (v.tolist() for v in est.params(4).numpy())
             den = gat_bm3d(grid.pack(np.clip(br.target, 0, 1)).astype(np.float32), ls, lr)
             row("GAT+BM3D (image estimate)", grid.unpack(np.asarray(den)))
+        if args.jdd:  # JDD outputs sampled at each pixel's own CFA colour (as eval --burst scores them)
+            from rawrcl.eval.burst_score import jdd_to_mosaic
+            from rawrcl.infer.pipeline import jdd_cfa
+
+            jdd = bind_noise(task_model(None, "jdd", TileOptions()), est, 4, None)
+            with torch.no_grad():
+                rgb = jdd_cfa(jdd, br.target, PATTERN, TileOptions())
+            row("rawrcl jdd (image estimate), CFA sites", jdd_to_mosaic(rgb, PATTERN))
+            if args.gharbi:
+                from rawrcl.eval.gharbi2016 import gharbi_jdd, gharbi_sigma, load_gharbi2016
+
+                net = load_gharbi2016(args.gharbi)
+                x = torch.from_numpy(grid.pack(br.target).astype(np.float32))[None]
+                ls, lr = (v.tolist() for v in est.params(4).numpy())
+                dy, dx = grid.offset
+                h, w = br.target.shape
+                with torch.no_grad():
+                    out = gharbi_jdd(net, x, gharbi_sigma(x, ls, lr))[0].numpy()[:, dy : dy + h, dx : dx + w]
+                row("gharbi2016 (image estimate), CFA sites", jdd_to_mosaic(out, PATTERN))
     if args.n2n > 0:
         ns = types.SimpleNamespace(
             start=args.model or str(default_weights_path("raw-denoise")),
