@@ -174,6 +174,11 @@ def file_noise(
     return FileNoise(_planes(per_plane, scale), "image", scale, note=note)
 
 
+#: the single-image estimate's bins' median relative distance from their line above which the file's noise is
+#: flagged as not Poisson–Gaussian in its values (:func:`rawrcl.calibration.single_image.nlf_misfit`)
+MISFIT_NOTE = 0.10
+
+
 def image_estimate(cfa, pattern: str, name: str = "image") -> tuple[dict[str, tuple[float, float]], str]:
     """Per-plane (λshot, λread) of a mosaic (H, W) [0, 1] from the single-image estimate, retried with
     :data:`RELAXED` settings where the default refuses; and a note ("" or why it is less reliable).
@@ -186,8 +191,15 @@ def image_estimate(cfa, pattern: str, name: str = "image") -> tuple[dict[str, tu
             first = first or err
             continue
         if res.per_plane:
-            note = "" if i == 0 else "relaxed estimate (few usable regions: small or mostly clipped image)"
-            return res.per_plane, note
+            notes = [] if i == 0 else ["relaxed estimate (few usable regions: small or mostly clipped image)"]
+            misfit = res.extra.get("nlf_misfit", 0.0)
+            if misfit > MISFIT_NOTE:
+                notes.append(
+                    f"uncertain estimate: its bins lie a median {100 * misfit:.0f} % off λshot·x + λread "
+                    "(fine texture at low noise, or a non-linear, e.g. gamma-encoded, file); the camera's "
+                    "own values (--noise) are safer"
+                )
+            return res.per_plane, "; ".join(notes)
     msg = str(first) if first is not None else f"{name}: could not estimate the noise from the image"
     raise RawrclError(f"{msg} {HINT}")
 

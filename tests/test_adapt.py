@@ -493,3 +493,23 @@ def test_distillation_term_pulls_towards_the_starting_outputs():
 
     with pytest.raises(RawrclError, match="mix > 0"):
         AdaptConfig(distill=1.0, mix=0.0)
+
+
+def test_adapt_warns_when_the_files_noise_is_uncertain(adapt_env, tmp_path):
+    """A file whose noise estimate carries a note (e.g. a gamma-encoded file) makes ``adapt`` say that its
+    label-free scores trust that noise; the note is kept in adapt.json's file list."""
+    import dataclasses
+
+    from rawrcl.data.noisy_crops import load_noise_files
+    from rawrcl.train.adapt import adapt, find_raw_files
+
+    files = load_noise_files(find_raw_files(adapt_env["dngs"]))
+    assert all(f.note == "" for f in files)  # NoiseProfile files: nothing uncertain
+    files[0] = dataclasses.replace(files[0], note="uncertain estimate: test")
+    with pytest.warns(UserWarning, match=r"noise of 1 file\(s\) \(a.dng\) is uncertain"):
+        summ = adapt(
+            files, tmp_path / "r", source=adapt_env["ckpt"], steps=1, crop=32, batch_size=2, evals=1,
+            progress=False,
+        )  # fmt: skip
+    assert summ["files"][0]["noise_note"] == "uncertain estimate: test"
+    assert "noise_note" not in summ["files"][1]

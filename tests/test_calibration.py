@@ -744,3 +744,27 @@ def test_cli_flats_darks(tmp_path):
         2e-5, rel=0.15
     )
     assert o["extra"]["full_well"]["G1"] is not None
+
+
+@pytest.mark.parametrize("exposure", [0.3, 1.0])
+def test_nlf_misfit_flags_a_gamma_encoded_mosaic(exposure):
+    """The single-image estimate's bins lie close to their line on a Poisson–Gaussian mosaic (no note), far
+    from it when the same kind of data is Rec. 709-encoded as the HDR+ burst's files are (a note says so)."""
+    from rawrcl.calibration.resolve import MISFIT_NOTE, image_estimate
+    from rawrcl.calibration.single_image import estimate_mosaic
+    from scipy import ndimage
+    from skimage import data
+
+    from rawrcl.cfa import mosaic
+
+    img = data.astronaut().astype(np.float64) / 255
+    lin = np.stack([ndimage.gaussian_filter(img[..., c] ** 2.2, 1.5) for c in range(3)])
+    m = mosaic(lin.astype(np.float32), "RGGB")[0].astype(np.float64) * exposure
+    rng = np.random.default_rng(0)
+    y = np.clip(m + rng.normal(size=m.shape) * np.sqrt(1e-3 * m + 1e-5), 0, 1)
+    u = np.clip(0.5 * m + rng.normal(size=m.shape) * np.sqrt(1e-4 * m + 2e-6), 0, 1)
+    v = np.where(u < 0.018, 4.5 * u, 1.099 * np.maximum(u, 0.018) ** 0.45 - 0.099)
+    assert estimate_mosaic(y, "RGGB", bootstrap=0).extra["nlf_misfit"] < 0.7 * MISFIT_NOTE
+    assert estimate_mosaic(v, "RGGB", bootstrap=0).extra["nlf_misfit"] > 1.2 * MISFIT_NOTE
+    assert image_estimate(y, "RGGB")[1] == ""
+    assert "uncertain estimate" in image_estimate(v, "RGGB")[1]

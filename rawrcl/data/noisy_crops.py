@@ -21,6 +21,7 @@ anti-forgetting data.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,8 @@ class NoiseFile:
     """One user file, packed: ``packed`` (4, h, w) float32 [0, 1], ``noise`` (2, 4) [λshot; λread] per packed
     plane, ``floor`` the clip level (None: not clipped), ``clipped`` the fraction of samples at it,
     ``source`` where the noise came from (metadata/profile/image/given), ``row`` the std of its row
-    (banding) offsets ([0, 1] units, :func:`rawrcl.noise.row_offsets`; 0: none)."""
+    (banding) offsets ([0, 1] units, :func:`rawrcl.noise.row_offsets`; 0: none), ``note`` why that noise is
+    less reliable than usual ("" if not; :class:`rawrcl.calibration.resolve.FileNoise`)."""
 
     name: str
     packed: np.ndarray
@@ -51,6 +53,7 @@ class NoiseFile:
     clipped: float
     source: str = "given"
     row: float = 0.0
+    note: str = ""
 
     def describe(self) -> dict:
         n = self.noise
@@ -63,6 +66,7 @@ class NoiseFile:
             "floor": self.floor,
             "clipped_fraction": round(self.clipped, 5),
             "row_noise": float(self.row),
+            **({"noise_note": self.note} if self.note else {}),
         }
 
 
@@ -210,7 +214,8 @@ def load_noise_files(
         try:
             raw = read_raw(p, clip=False)
             fn = file_noise(raw, noise, path=p, profile=profile, scale=scale)
-            out.append(pack_file(p.name, raw.cfa, raw.pattern, fn.model.params(4), fn.source))
+            f = pack_file(p.name, raw.cfa, raw.pattern, fn.model.params(4), fn.source)
+            out.append(dataclasses.replace(f, note=fn.note) if fn.note else f)
         except RawrclError as exc:
             if on_error is None:
                 raise

@@ -180,6 +180,15 @@ def adapt(
             f"({f.source})"
             + (f", clipped at {f.floor:.3g} ({100 * f.clipped:.1f} %)" if f.floor is not None else "")
             + note
+            + (f" — {f.note}" if f.note else "")
+        )
+    if uncertain := [f.name for f in nfiles if f.note]:
+        names = ", ".join(uncertain[:3]) + (", …" if len(uncertain) > 3 else "")
+        warnings.warn(
+            f"the noise of {len(uncertain)} file(s) ({names}) is uncertain: the held-out SURE and R2R scores "
+            "trust it and can call a worse model better (on an encoded camera they did, docs/adaptation.md); "
+            "the forgetting check still guards; --noise with the camera's values is safer",
+            stacklevel=2,
         )
     model, src = start_model(source, task)
     if any(f.row > 0 for f in nfiles) and is_noise_aware(model) and not is_row_aware(model):
