@@ -279,15 +279,11 @@ def main(argv: list[str] | None = None) -> int:
                 rgb = jdd_cfa(jdd, br.target, PATTERN, TileOptions())
             row("rawrcl jdd (image estimate), CFA sites", jdd_to_mosaic(rgb, PATTERN))
             if args.gharbi:
-                from rawrcl.eval.gharbi2016 import gharbi_jdd, gharbi_sigma, load_gharbi2016
+                from rawrcl.eval.burst_eval import gharbi_on_mosaic
+                from rawrcl.eval.gharbi2016 import load_gharbi2016
 
-                net = load_gharbi2016(args.gharbi)
-                x = torch.from_numpy(grid.pack(br.target).astype(np.float32))[None]
                 ls, lr = (v.tolist() for v in est.params(4).numpy())
-                dy, dx = grid.offset
-                h, w = br.target.shape
-                with torch.no_grad():
-                    out = gharbi_jdd(net, x, gharbi_sigma(x, ls, lr))[0].numpy()[:, dy : dy + h, dx : dx + w]
+                out, _ = gharbi_on_mosaic(load_gharbi2016(args.gharbi), br.target, PATTERN, ls, lr)
                 row("gharbi2016 (image estimate), CFA sites", jdd_to_mosaic(out, PATTERN))
     if args.n2n > 0:
         ns = types.SimpleNamespace(

@@ -267,11 +267,13 @@ class BurstReference:
 def detail_energy(planes: np.ndarray) -> np.ndarray:
     """(4, h, w) → (4, h, w): the 3×3 mean of the squared Laplacian (each sample minus its 4 same-plane
     neighbours' mean, edges replicated) — where sub-pixel resampling errs most."""
+    import torch
+
+    from rawrcl.noise import local_mean
+
     p = np.pad(planes, ((0, 0), (1, 1), (1, 1)), mode="edge")
     lap = planes - 0.25 * (p[:, :-2, 1:-1] + p[:, 2:, 1:-1] + p[:, 1:-1, :-2] + p[:, 1:-1, 2:])
-    q = np.pad(lap**2, ((0, 0), (1, 1), (1, 1)), mode="edge")
-    h, w = planes.shape[1:]
-    return sum(q[:, i : i + h, j : j + w] for i in range(3) for j in range(3)) / 9.0
+    return local_mean(torch.from_numpy(lap**2)[None])[0].numpy()
 
 
 #: the quantile of d² each detail bin is read at, and that quantile of a squared standard normal: the bin's

@@ -119,6 +119,23 @@ def _load_model(name: str, task: str | None, opts):
     )
 
 
+def gharbi_on_mosaic(
+    net, cfa: np.ndarray, pattern: str, lambda_shot, lambda_read
+) -> tuple[np.ndarray, float]:
+    """Gharbi et al. 2016's JDD of a mosaic (H, W) [0, 1] of any phase, σ from the per-plane λ
+    (:func:`rawrcl.eval.gharbi2016.gharbi_sigma`): ((3, H, W) RGB on the mosaic's grid, σ)."""
+    from rawrcl.eval.gharbi2016 import gharbi_jdd, gharbi_sigma
+
+    grid = PackedGrid.of(cfa.shape, pattern)
+    x = torch.from_numpy(grid.pack(cfa).astype(np.float32))[None]
+    sigma = gharbi_sigma(x, lambda_shot, lambda_read)
+    dy, dx = grid.offset
+    h, w = cfa.shape
+    with torch.no_grad():
+        out = gharbi_jdd(net, x, sigma)[0].numpy()[:, dy : dy + h, dx : dx + w]
+    return out, float(sigma[0])
+
+
 def evaluate_burst(
     method: str,
     folder: str | os.PathLike,
@@ -228,16 +245,10 @@ def evaluate_burst(
     elif method in LIBRAW_NAMES:
         out = develop(method, br.target, burst.pattern)
     elif method == "gharbi2016":
-        from rawrcl.eval.gharbi2016 import gharbi_jdd, gharbi_sigma, load_gharbi2016
+        from rawrcl.eval.gharbi2016 import load_gharbi2016
 
-        net = load_gharbi2016(gharbi_weights)
-        x = torch.from_numpy(grid.pack(br.target).astype(np.float32))[None]
-        ls, lr = _planes(nm)
-        sigma = gharbi_sigma(x, ls, lr)
-        noise_rec["gharbi_sigma"] = float(sigma[0])
-        dy, dx = grid.offset
-        h, w = burst.shape
-        out = gharbi_jdd(net, x, sigma)[0].numpy()[:, dy : dy + h, dx : dx + w]
+        out, sigma = gharbi_on_mosaic(load_gharbi2016(gharbi_weights), br.target, burst.pattern, *_planes(nm))
+        noise_rec["gharbi_sigma"] = sigma
     else:
         if nm is not None:
             nm = row_noise_for(model, br.target, burst.pattern, nm, say, Path(burst.paths[0]).name)
