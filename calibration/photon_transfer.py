@@ -26,6 +26,7 @@ import numpy as np
 
 from rawrcl.cfa import CHANNELS, check_pattern, pack
 from rawrcl.errors import RawrclError
+from rawrcl.io import folder_files
 
 from .nlf_fit import fit_nlf
 from .result import CalibrationResult, PlaneBins
@@ -132,7 +133,7 @@ def photon_transfer(
 def _frame_files(folder: Path) -> list[Path]:
     if not folder.is_dir():
         raise RawrclError(f"{folder}: not a folder")
-    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    files = folder_files(folder)
     if not files:
         raise RawrclError(f"{folder}: no files")
     return files

@@ -101,8 +101,12 @@ def evaluate(
     scikit-image conventions on 8-bit sRGB with an 8-pixel border crop (paper App. C.3); RAW tasks also
     report linear-domain PSNR; noise-aware models and baselines are given the true noise. A RAW denoiser
     checkpoint (head 'raw') on --task jdd is scored as denoise → bilinear demosaic."""
+    from pathlib import Path
+
     from rawrcl.errors import RawrclError
 
+    if json_out not in (None, "-") and Path(json_out).exists() and not force:  # before minutes of work
+        raise RawrclError(f"{json_out}: exists (use --force to overwrite)")
     if burst is not None:
         if clean_dir is not None:
             raise RawrclError("--burst and --clean-dir are two kinds of evaluation: give one")
@@ -147,11 +151,9 @@ def evaluate(
         if not per_image:
             doc.pop("per_image", None)
     if json_out is not None and json_out != "-":
-        from pathlib import Path
-
         from rawrcl.io import atomic_write_bytes
 
-        if Path(json_out).exists() and not force:
+        if Path(json_out).exists() and not force:  # made meanwhile
             raise RawrclError(f"{json_out}: exists (use --force to overwrite)")
         atomic_write_bytes(json_out, json.dumps(doc, indent=2).encode())
     if burst is not None:

@@ -244,6 +244,38 @@ def test_denoise_dng_round_trip_through_rawpy(workdir: Path, tmp_path: Path):
         assert r1.postprocess(output_bps=8).shape == (45, 63, 3)
 
 
+@pytest.mark.parametrize("orientation", [6, 3, 8])
+def test_orientation_kept_in_dng_and_applied_to_the_render(workdir: Path, tmp_path: Path, orientation):
+    """A portrait file stays portrait: the denoised DNG keeps its Orientation, the JDD render is turned as
+    LibRaw turns its own rendering (same shape and the same bright corner)."""
+    import rawpy
+    import tifffile
+
+    from rawrcl.io.dng import write_dng
+
+    cfa = np.full((40, 64), 1500, np.uint16)
+    cfa[:10, :16] = 15000  # a bright top-left corner on the sensor grid
+    src = tmp_path / "portrait.dng"
+    write_dng(src, cfa, "RGGB", 512, 16383, orientation=orientation)
+    res = _cli(["denoise", src, "-o", tmp_path / "d.dng", "--model", workdir / "identity_raw.pt"])
+    assert res.exit_code == 0, res.output
+    with rawpy.imread(str(src)) as r0, rawpy.imread(str(tmp_path / "d.dng")) as r1:
+        assert r1.sizes.flip == r0.sizes.flip != 0
+        ref = r0.postprocess(output_bps=16, no_auto_bright=True, gamma=(1, 1)).sum(-1)
+    # a RAW denoiser as the JDD model: the identity then bilinear demosaicking, brightness kept
+    jdd_args = ["-o", tmp_path / "j.tiff", "--model", workdir / "identity_raw.pt", "--render", "linear"]
+    res = _cli(["jdd", src, *jdd_args])
+    assert res.exit_code == 0, res.output
+    img = tifffile.imread(tmp_path / "j.tiff").astype(float).sum(-1)
+    assert img.shape == ref.shape  # (64, 40) when turned by 90°
+    corner = np.unravel_index(np.argmax(ref), ref.shape)
+    h, w = img.shape
+    quad = (corner[0] >= h // 2, corner[1] >= w // 2)
+    top = img[: h // 2].mean(), img[h // 2 :].mean()
+    left = img[:, : w // 2].mean(), img[:, w // 2 :].mean()
+    assert (top[1] > top[0]) == quad[0] and (left[1] > left[0]) == quad[1]
+
+
 def test_jdd_cli_batch_with_bad_file(workdir: Path, tmp_path: Path):
     import cv2
     import tifffile

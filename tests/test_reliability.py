@@ -448,3 +448,101 @@ def test_fuzz_findings_empty_cfa_repeat_pattern_dim(tmp_path):
     bad.write_bytes(content[: at + 4] + struct.pack("<I", 0) + content[at + 8 :])  # count 0
     with pytest.raises(RawrclError, match=r"b\.dng: CFA repeat pattern \(empty\)"):
         read_raw(bad)
+
+
+# --------------------------------------------------------------------------- stop 48 audit: noise tags, NaN
+
+
+def _dng_with_profile(path, s, o) -> Path:
+    """A DNG whose NoiseProfile is (s, o), written past write_dng's own checks (bytes patched)."""
+    _dng(path, noise_profile=(1e-3, 1e-5))
+    content = Path(path).read_bytes()
+    at = content.find(struct.pack("<dd", 1e-3, 1e-5))
+    assert at >= 0
+    Path(path).write_bytes(content[:at] + struct.pack("<dd", s, o) + content[at + 16 :])
+    return Path(path)
+
+
+@pytest.mark.parametrize("s, o", [(1e6, 1e6), (-4e-3, 2e-4), (5.0, 1e-5)])
+def test_absurd_or_negative_noise_profile_is_no_profile(tmp_path, s, o):
+    p = _dng_with_profile(tmp_path / "bad.dng", s, o)
+    assert read_raw(p).noise_profile is None
+    assert read_dng_tags(p)["noise_profile_invalid"] == [s, o]
+
+
+def test_negative_profile_offset_is_read_and_written_clamped(tmp_path):
+    from rawrcl.infer.writers import _profile_for_dng, write_denoised_dng
+
+    raw = read_raw(_dng_with_profile(tmp_path / "neg.dng", 4e-3, -2e-4))
+    assert raw.noise_profile == [(4e-3, -2e-4)]
+    out = write_denoised_dng(tmp_path / "out.dng", raw, raw.cfa)
+    assert read_raw(out).noise_profile == [(4e-3, 0.0)]
+    per_position = [(1e-3, 1e-6), (2e-3, 2e-6), (4e-3, 4e-6), (3e-3, 3e-6)]  # GRBG: G R B G
+    assert _profile_for_dng(per_position, "GRBG") == [(2e-3, 2e-6), (2e-3, 2e-6), (4e-3, 4e-6)]
+
+
+def test_noise_pair_above_full_scale_is_refused():
+    from rawrcl.noise.spec import PER_FILE, parse_noise
+
+    with pytest.raises(RawrclError, match="not a camera's noise"):
+        parse_noise("10,10", PER_FILE)
+    assert parse_noise("4e-2,1e-3", PER_FILE).pair == (4e-2, 1e-3)
+
+
+def test_non_finite_results_are_never_written(tmp_path):
+    from rawrcl.infer.writers import requantize_cfa, write_image
+
+    cfa = np.full((32, 32), 0.5, np.float32)
+    cfa[3, 4] = np.nan
+    with pytest.raises(RawrclError, match="non-finite"):
+        requantize_cfa(cfa, "RGGB", (512,) * 4, 4095)
+    with pytest.raises(RawrclError, match="non-finite"):
+        write_image(tmp_path / "x.tiff", np.stack([cfa] * 3))
+    assert not (tmp_path / "x.tiff").exists()
+
+
+def test_hidden_files_in_input_folders_are_skipped(tmp_path):
+    """macOS '._NAME' forks on memory cards and a killed writer's '.NAME.*' temporary are not inputs."""
+    from rawrcl.infer.batch import expand_inputs
+    from rawrcl.io import RAW_EXTENSIONS
+
+    _dng(tmp_path / "a.dng")
+    (tmp_path / "._a.dng").write_bytes(b"\0\5\26\7 AppleDouble")
+    (tmp_path / ".b.dng.host.99999.abcd.dng").write_bytes(b"half a DNG")
+    files, errors = expand_inputs([tmp_path], RAW_EXTENSIONS)
+    assert [f.name for f in files] == ["a.dng"] and not errors
+
+
+def test_format_that_contradicts_the_output_name_is_refused(tmp_path):
+    src = _dng(tmp_path / "a.dng")
+    res = _cli("denoise", src, "-o", tmp_path / "x.tiff", "--format", "dng")
+    assert res.exit_code != 0 and "--format is dng" in res.output and not (tmp_path / "x.tiff").exists()
+    res = _cli("jdd", src, "-o", tmp_path / "y.tiff", "--format", "png")
+    assert res.exit_code != 0 and "--format is png" in res.output and not (tmp_path / "y.tiff").exists()
+
+
+def test_eval_refuses_an_existing_json_before_any_work(tmp_path):
+    (tmp_path / "r.json").write_text("{}")
+    res = _cli("eval", "noisy", "--burst", tmp_path / "no-such-burst", "--json", tmp_path / "r.json")
+    assert res.exit_code != 0 and "r.json: exists" in res.output  # not the burst's error: checked first
+
+
+def test_float_dng_profile_is_not_used_in_libraw_units(tmp_path):
+    """LibRaw turns floating-point CFA data into integers with a scale of its own: the file's NoiseProfile
+    (relative to the float values) would be told ~10⁴× too small and denoise nothing; it is not used."""
+    data = np.random.default_rng(0).uniform(0.05, 0.25, (64, 96)).astype(np.float32)
+    tags = [
+        (33421, "H", 2, (2, 2), True),
+        (33422, "B", 4, (0, 1, 1, 2), True),
+        (50710, "B", 3, (0, 1, 2), True),
+        (50711, "H", 1, 1, True),
+        (50706, "B", 4, (1, 4, 0, 0), True),
+        (50707, "B", 4, (1, 1, 0, 0), True),
+        (50717, "I", 1, 1, True),
+        (51041, "d", 2, (4e-3, 2e-4), True),
+    ]
+    p = tmp_path / "float.dng"
+    tifffile.imwrite(p, data, photometric=32803, subfiletype=0, metadata=None, extratags=tags)
+    assert read_dng_tags(p)["sample_format"] == 3
+    raw = read_raw(p)
+    assert raw.noise_profile is None and raw.cfa.shape == (64, 96)

@@ -20,7 +20,7 @@ import numpy as np
 
 from rawrcl.cfa import align_rggb, pack
 from rawrcl.errors import RawrclError
-from rawrcl.io import PHOTO_EXTENSIONS, RAW_EXTENSIONS, atomic_path, cache_root
+from rawrcl.io import PHOTO_EXTENSIONS, RAW_EXTENSIONS, atomic_path, cache_root, folder_files
 
 log = logging.getLogger("rawrcl.data")
 
@@ -32,9 +32,7 @@ def find_files(root: str | os.PathLike, kind: str) -> list[Path]:
     if not root.is_dir():
         raise RawrclError(f"{root}: not a directory")
     exts = RAW_EXTENSIONS if kind == "raw" else PHOTO_EXTENSIONS
-    return sorted(
-        p for p in root.iterdir() if p.is_file() and p.suffix.lower() in exts and not p.name.startswith(".")
-    )
+    return folder_files(root, exts)
 
 
 def folder_kind(root: str | os.PathLike) -> str:

@@ -168,13 +168,13 @@ def load_burst(folder: str | os.PathLike, target: str | None = None) -> Burst:
     Raises :class:`RawrclError` for a missing folder, fewer than 3 RAW files, an unknown target, an
     unreadable file (``read_raw``'s message) or frames that differ.
     """
-    from rawrcl.io import RAW_EXTENSIONS
+    from rawrcl.io import RAW_EXTENSIONS, folder_files
     from rawrcl.io.raw import read_raw
 
     d = Path(folder)
     if not d.is_dir():
         raise RawrclError(f"{d}: no such folder (--burst expects a folder of RAW frames of one scene)")
-    files = sorted(p for p in d.iterdir() if p.is_file() and p.suffix.lower() in RAW_EXTENSIONS)
+    files = folder_files(d, RAW_EXTENSIONS)
     if len(files) < 3:
         raise RawrclError(f"{d}: a burst needs at least 3 RAW files (target + 2), found {len(files)}")
     if target is not None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rawrcl.errors import RawrclError
+from rawrcl.io import folder_files
 
 
 @dataclass
@@ -39,7 +40,7 @@ def expand_inputs(
         s = str(item)
         p = Path(s)
         if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in extensions)
+            found = folder_files(p, extensions)
             if not found:
                 errors.append((s, f"folder has no files with extensions {' '.join(sorted(extensions))}"))
             files.extend(found)
@@ -181,4 +182,6 @@ def _format_from(
     fmt = {"tif": "tiff"}.get(fmt.lower(), fmt.lower())
     if fmt not in allowed:
         raise RawrclError(f"--format {fmt!r}: expected one of {', '.join(allowed)}")
+    if suffix in ("dng", "tiff", "png") and suffix != fmt:  # a single output file named otherwise
+        raise RawrclError(f"-o {out} is a .{suffix} file but --format is {fmt}: make them agree, or drop one")
     return fmt

@@ -78,11 +78,12 @@ def jdd_file(
 
     ``render="linear"``: linear camera RGB in the RAW's [0, 1] scale ×65535; ``"srgb"``: white balance,
     colour matrix and sRGB gamma (:func:`rawrcl.isp.render_srgb`; gray-world white balance when the file
-    carries none). Same pixel grid as the CFA. A noise-aware ``model`` is told the file's noise as
+    carries none). The CFA's pixel grid, turned for display as the file's orientation says (LibRaw's
+    flip, as its own rendering does). A noise-aware ``model`` is told the file's noise as
     ``noise`` says (:func:`rawrcl.infer.noise.raw_model_for`; one ``log`` line per file). ``fuse`` > 0:
     a two-stage ``model`` with GAT+BM3D fused in between its stages (:func:`rawrcl.infer.fusion.jdd_fused`).
     """
-    from rawrcl.io.raw import read_raw
+    from rawrcl.io.raw import read_raw, to_display
 
     dst = Path(dst)
     if dst.exists() and not overwrite:
@@ -99,7 +100,8 @@ def jdd_file(
         net = raw_model_for(model, raw, src, noise, log, resolved=fn)
         rgb = jdd_cfa(net, raw.cfa, raw.pattern, opts)
         _log_shrink(net, src, log)
-    img = _render(raw, rgb, render)
+    # turned for display as the camera was held
+    img = to_display(_render(raw, rgb, render), int(raw.extra.get("flip", 0) or 0))
     bits = 8 if (dst.suffix.lower() == ".png" and render == "srgb") else 16
     return write_image(dst, img, bits=bits, overwrite=overwrite)
 

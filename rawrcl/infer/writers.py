@@ -34,13 +34,21 @@ def atomic_output(path: str | os.PathLike, overwrite: bool = False) -> Iterator[
 BAND_ROWS = 64
 
 
+def _check_finite(a: np.ndarray) -> None:
+    """Refuse to write a result holding NaN or ±inf (they would be written as black or white)."""
+    if not np.isfinite(a).all():
+        raise RawrclError("the result holds non-finite values (NaN/inf); nothing was written — check --noise")
+
+
 def to_uint(rgb: np.ndarray, bits: int) -> np.ndarray:
     """(3, H, W) float [0, 1] → (H, W, 3) uint8/uint16 (clipped, rounded), in bands of rows."""
     top = (1 << bits) - 1
     rgb = np.asarray(rgb)
     out = np.empty((*rgb.shape[1:], 3), dtype=np.uint8 if bits == 8 else np.uint16)
     for r0 in range(0, rgb.shape[1], BAND_ROWS):
-        a = np.clip(np.asarray(rgb[:, r0 : r0 + BAND_ROWS], dtype=np.float32), 0, 1)
+        a = np.asarray(rgb[:, r0 : r0 + BAND_ROWS], dtype=np.float32)
+        _check_finite(a)
+        a = np.clip(a, 0, 1)
         a *= top
         a += 0.5
         out[r0 : r0 + BAND_ROWS] = a.transpose(1, 2, 0)  # truncation after +0.5: rounding
@@ -105,6 +113,7 @@ def requantize_cfa(
     out = np.empty((h, w), dtype=np.uint16)
     for r0 in range(0, h, rows):  # in bands of rows: no full-size float64 temporaries
         band = np.asarray(cfa[r0 : r0 + rows], dtype=np.float64)
+        _check_finite(band)
         b = bl[: len(band)]
         dn = band * (float(white_level) - b)
         dn += b
@@ -114,11 +123,13 @@ def requantize_cfa(
 
 def write_denoised_dng(path: str | os.PathLike, raw, cfa: np.ndarray, overwrite: bool = False) -> Path:
     """Write a denoised CFA as a DNG carrying the source :class:`~rawrcl.io.raw.RawImage`'s pattern, size,
-    black/white levels and metadata (white balance, colour matrix, ISO, noise profile, make/model).
+    black/white levels and metadata (white balance, colour matrix, ISO, noise profile, make/model,
+    orientation).
 
     ``cfa``: (H, W) float [0, 1] on the source's grid; re-quantised with :func:`requantize_cfa`.
     """
     from rawrcl.io.dng import write_dng
+    from rawrcl.io.raw import orientation_of
 
     path = Path(path)
     if path.exists() and not overwrite:
@@ -137,15 +148,31 @@ def write_denoised_dng(path: str | os.PathLike, raw, cfa: np.ndarray, overwrite:
         color_matrix=color_matrix,
         iso=raw.iso,
         exposure_time=getattr(raw, "exposure_time", None),
-        noise_profile=raw.noise_profile,
+        noise_profile=_profile_for_dng(raw.noise_profile, raw.pattern),
         make=raw.make or "rawrcl",
         model=raw.model or "rawrcl",
+        orientation=orientation_of(raw),
         overwrite=True,
     )
 
 
+def _profile_for_dng(profile, pattern: str) -> list[tuple[float, float]] | None:
+    """A source NoiseProfile as a DNG with 3 colour planes stores it: 1 or 3 (S, O) pairs, O ≥ 0 (a negative
+    offset read from a camera's tag is clamped, as everywhere it is used); 4 pairs (one per 2×2 position,
+    row-major) become R, the mean of the two greens, B. None stays None."""
+    if not profile:
+        return None
+    pairs = [(float(s), max(float(o), 0.0)) for s, o in profile]
+    if len(pairs) == 4:
+        g = [pairs[i] for i, c in enumerate(pattern) if c == "G"]
+        green = tuple(float(v) for v in np.mean(g, axis=0))
+        pairs = [pairs[pattern.index("R")], green, pairs[pattern.index("B")]]
+    return pairs
+
+
 def write_cfa_tiff(path: str | os.PathLike, raw, cfa: np.ndarray, overwrite: bool = False) -> Path:
-    """Write the denoised CFA in raw DN (black/white range of the source) as a single-channel 16-bit TIFF."""
+    """Write the denoised CFA in raw DN (black/white range of the source) as a single-channel 16-bit TIFF
+    (the sensor's grid and orientation: a mosaic is not turned for display)."""
     import tifffile
 
     dn = requantize_cfa(cfa, raw.pattern, raw.black_level, raw.white_level)

@@ -28,6 +28,7 @@ from rawrcl.io.files import atomic_path
 NEW_SUBFILE_TYPE = 254
 MAKE = 271
 MODEL = 272
+ORIENTATION = 274
 CFA_REPEAT_PATTERN_DIM = 33421
 CFA_PATTERN = 33422
 EXPOSURE_TIME = 33434
@@ -82,6 +83,7 @@ def write_dng(
     make: str = "rawrcl",
     model: str = "simulated",
     unique_camera_model: str | None = None,
+    orientation: int | None = None,
     overwrite: bool = False,
 ) -> Path:
     """Write a Bayer mosaic as an uncompressed DNG, atomically.
@@ -101,6 +103,7 @@ def write_dng(
     noise_profile : (S, O) or a list of (S, O) pairs (one per CFA colour plane), [0, 1] units.
     make, model, unique_camera_model : identification strings (UniqueCameraModel defaults to
         "make model").
+    orientation : TIFF Orientation (1–8: how to turn the stored image for display; 1 or None: as stored).
     overwrite : replace an existing file; otherwise raise :class:`RawrclError`.
 
     Returns
@@ -161,6 +164,10 @@ def write_dng(
             raise RawrclError(f"{path}: wb must be 3 positive multipliers (R, G, B), got {wb!r}")
         neutral = (1.0 / w) / (1.0 / w[1])
         tags.append((AS_SHOT_NEUTRAL, "2I", 3, tuple(_rational(neutral, signed=False)), True))
+    if orientation is not None:
+        if int(orientation) not in range(1, 9):
+            raise RawrclError(f"{path}: orientation must be a TIFF Orientation 1–8, got {orientation!r}")
+        tags.append((ORIENTATION, "H", 1, int(orientation), True))
     if iso is not None:
         tags.append((ISO_SPEED_RATINGS, "H", 1, int(round(float(iso))), True))
     if exposure_time is not None:

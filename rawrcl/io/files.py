@@ -212,6 +212,16 @@ def cache_root() -> Path:
     return Path(base) / "rawrcl"
 
 
+def folder_files(
+    folder: str | os.PathLike, extensions: frozenset[str] | tuple[str, ...] | None = None
+) -> list[Path]:
+    """The files directly inside ``folder`` (not recursive), sorted by name, with a suffix in ``extensions``
+    (lower case, with the dot; None: any). Hidden files are skipped: macOS ``._NAME`` resource forks on
+    memory cards and the ``.NAME.*`` temporaries of an interrupted atomic write are not the user's files."""
+    files = (f for f in Path(folder).iterdir() if f.is_file() and not f.name.startswith("."))
+    return sorted(f for f in files if extensions is None or f.suffix.lower() in extensions)
+
+
 def list_photos(src: str | os.PathLike) -> list[Path]:
     """Photos in ``src`` (a folder, non-recursive, sorted by name, hidden files skipped; or one photo file).
 
@@ -224,9 +234,7 @@ def list_photos(src: str | os.PathLike) -> list[Path]:
         if p.suffix.lower() not in PHOTO_EXTENSIONS:
             raise RawrclError(f"{p}: not a photo (expected one of {', '.join(PHOTO_EXTENSIONS)})")
         return [p]
-    files = sorted(
-        f for f in p.iterdir() if f.is_file() and f.suffix.lower() in PHOTO_EXTENSIONS and f.name[0] != "."
-    )
+    files = folder_files(p, PHOTO_EXTENSIONS)
     if not files:
         raise RawrclError(f"{p}: no photos found (looked for {', '.join(PHOTO_EXTENSIONS)})")
     return files

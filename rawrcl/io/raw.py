@@ -130,6 +130,28 @@ def _open_libraw(path: Path):
     return rawpy.imread(str(path))
 
 
+#: LibRaw's ``sizes.flip`` (bit 4: transpose, 2: reverse rows, 1: reverse columns) → TIFF Orientation (1–8)
+ORIENTATION_OF_FLIP = {0: 1, 1: 2, 2: 4, 3: 3, 4: 5, 5: 8, 6: 6, 7: 7}
+
+
+def orientation_of(img) -> int:
+    """TIFF Orientation (1 = as stored … 8) of a :class:`RawImage`, from LibRaw's flip in ``extra``."""
+    return ORIENTATION_OF_FLIP.get(int(getattr(img, "extra", {}).get("flip", 0) or 0), 1)
+
+
+def to_display(rgb: np.ndarray, flip: int) -> np.ndarray:
+    """(C, H, W) image on the sensor grid → as it is displayed (LibRaw's ``flip``: reverse rows if bit 2,
+    columns if bit 1, then transpose if bit 4 — what LibRaw's own rendering does). A view, no copy."""
+    a = np.asarray(rgb)
+    if flip & 2:
+        a = a[:, ::-1, :]
+    if flip & 1:
+        a = a[:, :, ::-1]
+    if flip & 4:
+        a = a.transpose(0, 2, 1)
+    return a
+
+
 def _decode(path: Path, tiff: bool = False):
     """Open ``path`` with LibRaw, check the declared raw size (``tiff``: the TIFF layout was checked, only
     :data:`MAX_PIXELS` applies), unpack. Returns the open ``rawpy.RawPy``.

@@ -16,12 +16,17 @@ import numpy as np
 from rawrcl.errors import RawrclError
 from rawrcl.io.tiffcheck import data_layout_problem
 
+#: the largest NoiseProfile value read as a profile ([0, 1] units: S = 1 is a noise std of √x, far above any
+#: camera's; larger values are a corrupt tag)
+MAX_PROFILE = 1.0
+
 PHOTOMETRIC_CFA = 32803
 PHOTOMETRIC_LINEAR_RAW = 34892
 DNG_ILLUMINANT_D65 = 21
 _TAG_NAMES = {
     271: "make",
     272: "model",
+    339: "sample_format",
     33421: "cfa_repeat_pattern_dim",
     33422: "cfa_pattern",
     33434: "exposure_time",
@@ -174,7 +179,21 @@ def _read_tags(p: Path, tifffile) -> dict:
             prof = [float(v) for v in np.ravel(out["noise_profile"])]
         except (TypeError, ValueError):
             prof = []
-        if not all(math.isfinite(v) for v in prof):  # a corrupt profile is no profile
+        # a corrupt profile is no profile: non-finite, a negative or absurd (> 1: a noise std above full
+        # scale) value, or a count DNG readers cannot map (1 pair, one per plane, or one per 2×2 position);
+        # a negative offset O is kept (the variance λshot·x + O is clamped at 0 where it is used). Floating-
+        # point data is converted to integers by LibRaw with a scale of its own, which the profile's units do
+        # not follow: its profile is not used either (the image estimate serves instead).
+        shots, offsets = prof[0::2], prof[1::2]
+        floating = 3 in np.ravel(out.get("sample_format", 1))  # LibRaw rescales float data: units unknown
+        if (
+            floating
+            or not all(math.isfinite(v) for v in prof)
+            or len(prof) // 2 not in (1, 3, 4)
+            or any(not 0 <= v <= MAX_PROFILE for v in shots)
+            or any(abs(v) > MAX_PROFILE for v in offsets)
+        ):
+            out["noise_profile_invalid"] = prof
             prof = []
         out["noise_profile"] = [(prof[i], prof[i + 1]) for i in range(0, len(prof) - 1, 2)] or None
         if out["noise_profile"] is None:

@@ -48,6 +48,8 @@ BURST = PER_FILE | {"burst"}
 #: kinds that name one fixed noise level
 FIXED = frozenset({"preset", "pair", "profile"})
 
+#: the largest λshot or λread a ``λshot,λread`` pair may give ([0, 1] units; the camera range tops at ≈ 4e-2)
+MAX_LAMBDA = 1.0
 SAMPLERS = ("paper", "brooks", "camera")
 _PAPER = re.compile(r"^paper(?::(?P<lo>[0-9.eE+-]+)-(?P<hi>[0-9.eE+-]+))?$")
 
@@ -154,6 +156,11 @@ def _parse(text: str, option: str) -> NoiseSpec:
     pair = _floats(text, 2)
     if pair is not None:
         NoiseModel(*pair)  # finite and ≥ 0
+        if max(pair) > MAX_LAMBDA:
+            raise RawrclError(
+                f"{option} {text}: λshot,λread above {MAX_LAMBDA:g} are not a camera's noise (a std above "
+                "full scale); they are in [0, 1] units after black/white level, e.g. 2e-3,1e-5"
+            )
         return NoiseSpec("pair", f"{pair[0]:g},{pair[1]:g}", pair=(float(pair[0]), float(pair[1])))
     path, iso = text, None
     head, sep, tail = text.rpartition(":")

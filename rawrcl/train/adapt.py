@@ -73,7 +73,7 @@ from rawrcl.train.config import AdaptConfig
 # ------------------------------------------------------------------------------------------- the entry
 def find_raw_files(folder: str | os.PathLike) -> list[Path]:
     """The RAW files of ``folder`` (sorted, by extension); one-line errors for a missing/empty folder."""
-    from rawrcl.io import RAW_EXTENSIONS
+    from rawrcl.io import RAW_EXTENSIONS, folder_files
 
     root = Path(folder)
     if not root.exists():
@@ -81,7 +81,7 @@ def find_raw_files(folder: str | os.PathLike) -> list[Path]:
     if root.is_file():
         files = [root]
     else:
-        files = sorted(p for p in root.iterdir() if p.is_file() and p.suffix.lower() in RAW_EXTENSIONS)
+        files = folder_files(root, RAW_EXTENSIONS)
     if not files:
         raise RawrclError(f"{folder}: no RAW files (expected {', '.join(sorted(RAW_EXTENSIONS))})")
     return files
