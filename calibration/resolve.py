@@ -18,13 +18,14 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from rawrcl.cfa import CHANNELS
+from rawrcl.cfa import CHANNELS, pack
 from rawrcl.errors import RawrclError
 from rawrcl.noise import NoiseModel
 from rawrcl.noise.profiles import load_profile
 from rawrcl.noise.samplers import PRESETS
 from rawrcl.noise.spec import PER_FILE, NoiseSpec, parse_noise
 
+from .learned import cap_ratio
 from .metadata import metadata_from_tags
 from .single_image import estimate_mosaic
 
@@ -181,7 +182,8 @@ MISFIT_NOTE = 0.10
 
 def image_estimate(cfa, pattern: str, name: str = "image") -> tuple[dict[str, tuple[float, float]], str]:
     """Per-plane (λshot, λread) of a mosaic (H, W) [0, 1] from the single-image estimate, retried with
-    :data:`RELAXED` settings where the default refuses; and a note ("" or why it is less reliable).
+    :data:`RELAXED` settings where the default refuses, lowered where the learned check reads far less noise
+    (:func:`rawrcl.calibration.learned.cap_ratio`); and a note ("" or why it is less reliable).
     Raises :class:`RawrclError` (the default's reason) when every attempt fails."""
     first: RawrclError | None = None
     for i, overrides in enumerate(({}, *RELAXED)):
@@ -192,6 +194,11 @@ def image_estimate(cfa, pattern: str, name: str = "image") -> tuple[dict[str, tu
             continue
         if res.per_plane:
             notes = [] if i == 0 else ["relaxed estimate (few usable regions: small or mostly clipped image)"]
+            per_plane = res.per_plane
+            ratio = cap_ratio(pack(cfa, pattern), *res.pooled)
+            if ratio < 1.0:  # the learned check reads much less noise: texture taken for noise
+                per_plane = {c: (s * ratio**2, r * ratio**2) for c, (s, r) in per_plane.items()}
+                notes.append(f"lowered ×{ratio:.2f} (std) by the learned check: fine texture read as noise")
             misfit = res.extra.get("nlf_misfit", 0.0)
             if misfit > MISFIT_NOTE:
                 notes.append(
@@ -199,7 +206,7 @@ def image_estimate(cfa, pattern: str, name: str = "image") -> tuple[dict[str, tu
                     "(fine texture at low noise, or a non-linear, e.g. gamma-encoded, file); the camera's "
                     "own values (--noise) are safer"
                 )
-            return res.per_plane, "; ".join(notes)
+            return per_plane, "; ".join(notes)
     msg = str(first) if first is not None else f"{name}: could not estimate the noise from the image"
     raise RawrclError(f"{msg} {HINT}")
 

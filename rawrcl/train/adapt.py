@@ -258,6 +258,10 @@ def adapt(
     last = read_checkpoint(ck / "last.pt")
     trained = last["extra"].get("train_weights", last["state_dict"])
     checks = check_crops()
+    say(
+        f"scoring {len(cands)} checkpoints (start included) on the held-out crops and the forgetting check "
+        "(≈ 20 s each on 2 cores)"
+    )
     table = []
     weights: dict[int, dict] = {}  # step → state dict, read once
     for s, p in cands:

@@ -1,0 +1,143 @@
+"""A learned check on the single-image noise estimate: a small network that reads (λshot, λread) from a packed
+mosaic, used to cap the estimate where fine texture makes the tile statistics read texture as noise.
+
+Why: at base ISO on sharp content the tile estimator (:mod:`.single_image`) reads 2–8× the true noise std
+(docs/calibration.md, "Limitations"), and a noise-aware denoiser told that much noise smooths the detail away
+(−5 dB at the held-out 1× L1 rows). A network trained with the true noise of synthetic mosaics learns what
+noise looks like beside texture; it has its own biases (it reads up to ≈ 1.8× on smooth bright content), so it
+only *lowers* the estimate where it reads much less: ``told = estimate × min(1, CAP·σ_net / σ_est)`` (std).
+
+Network (:class:`NoiseLevelNet`): input the 3×3 high-pass of each packed plane divided by its median absolute
+value s₀, and the 3×3 local mean divided by the crop's mean signal x̄; five 3×3 convolutions (two of stride 2),
+mean and max pooling, two linear layers → (a, b); λshot = eᵃ·S/x̄, λread = eᵇ·S with S = (s₀/0.6745)²·9/8 (the
+variance of white noise behind that high-pass), so the outputs are ratios to what the crop shows. Trained
+(``scripts/train_noise_estimator.py``) with the Gaussian negative log-likelihood of the true noise on
+unclipped samples of synthetic mosaics of the training photos (the denoiser's camera ranges and readouts).
+Units: [0, 1] after black/white level; λshot in [0, 1], λread in [0, 1]².
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+#: file name in ``rawrcl/weights`` of the shipped network (a state dict and its provenance, ``weights_only``)
+WEIGHTS = "noise_estimator.pt"
+#: the estimate is lowered only where the network reads a std below estimate / CAP
+CAP = 1.5
+#: crop side in packed pixels, and at most this many crops (spread over the image) per mosaic
+CROP = 128
+MAX_CROPS = 24
+#: crops with more clipped samples than this are not read: the network's input statistics (the high-pass's
+#: median) collapse on flat clipped areas, and it then reads almost no noise (over-exposed: 100× too low)
+MAX_CLIPPED = 0.05
+
+
+def _network(width: int = 32):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class NoiseLevelNet(nn.Module):
+        """(B, 4, h, w) packed mosaic, [0, 1] → (B, 2) [λshot, λread] (module docstring)."""
+
+        def __init__(self, w: int = width):
+            super().__init__()
+            self.f = nn.Sequential(
+                nn.Conv2d(8, w, 3, padding=1),
+                nn.ReLU(),
+                nn.Conv2d(w, w, 3, padding=1),
+                nn.ReLU(),
+                nn.Conv2d(w, w, 3, padding=1, stride=2),
+                nn.ReLU(),
+                nn.Conv2d(w, w, 3, padding=1),
+                nn.ReLU(),
+                nn.Conv2d(w, 2 * w, 3, padding=1, stride=2),
+                nn.ReLU(),
+                nn.Conv2d(2 * w, 2 * w, 3, padding=1),
+                nn.ReLU(),
+            )
+            self.head = nn.Sequential(nn.Linear(4 * w, 64), nn.ReLU(), nn.Linear(64, 2))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            m = F.avg_pool2d(F.pad(x, (1, 1, 1, 1), mode="replicate"), 3, stride=1)
+            h = x - m
+            s0 = h.flatten(1).abs().median(dim=1).values.clamp_min(1e-6)[:, None, None, None]
+            xbar = m.flatten(1).clamp_min(0).mean(1).clamp_min(1e-4)[:, None, None, None]
+            feat = self.f(torch.cat([h / s0, m / xbar], 1))
+            p = self.head(torch.cat([feat.mean((2, 3)), feat.amax((2, 3))], 1)).clamp(-12, 6)
+            var = (s0.flatten() / 0.6745) ** 2 * 9 / 8
+            return torch.stack([torch.exp(p[:, 0]) * var / xbar.flatten(), torch.exp(p[:, 1]) * var], 1)
+
+    return NoiseLevelNet()
+
+
+def build():
+    """A freshly initialised network (for training)."""
+    return _network()
+
+
+@lru_cache(maxsize=1)
+def load(path: str | None = None):
+    """The trained network (``path`` or the shipped :data:`WEIGHTS`), in eval mode; None when missing."""
+    from importlib import resources
+
+    import torch
+
+    ref = Path(path) if path else resources.files("rawrcl.weights") / WEIGHTS
+    if not ref.is_file():
+        return None
+    with ref.open("rb") as fh:
+        state = torch.load(fh, map_location="cpu", weights_only=True)
+    net = _network(int(state.get("width", 32)))
+    net.load_state_dict(state["state_dict"])
+    return net.eval()
+
+
+def crops(packed: np.ndarray, side: int = CROP, most: int = MAX_CROPS) -> list[tuple[int, int]]:
+    """Top-left corners of up to ``most`` non-overlapping ``side`` crops spread evenly over a (4, h, w) mosaic
+    (one crop of the whole mosaic when it is smaller), leaving out crops with more than :data:`MAX_CLIPPED`
+    clipped samples (:func:`rawrcl.calibration.tiles.clipped_mask`: white, or a pile-up at black)."""
+    from .tiles import clipped_mask
+
+    _, h, w = packed.shape
+    clipped = np.stack([clipped_mask(p) for p in packed]).any(0)
+    ys = list(range(0, max(h - side, 0) + 1, side))
+    xs = list(range(0, max(w - side, 0) + 1, side))
+    corners = [(y, x) for y in ys for x in xs if clipped[y : y + side, x : x + side].mean() <= MAX_CLIPPED]
+    if len(corners) > most:
+        corners = [corners[i] for i in np.linspace(0, len(corners) - 1, most).round().astype(int)]
+    return corners
+
+
+def learned_std(packed: np.ndarray, x: float, net=None) -> float | None:
+    """Median over :func:`crops` of the network's noise std at signal ``x`` ([0, 1] units) for a packed mosaic
+    (4, h, w) in [0, 1]; None without weights, for a mosaic smaller than 16 packed pixels or without a crop
+    clear of clipping."""
+    import torch
+
+    net = net if net is not None else load()
+    packed = np.asarray(packed, dtype=np.float32)
+    if net is None or min(packed.shape[1:]) < 16:
+        return None
+    side = min(CROP, *packed.shape[1:])
+    corners = crops(packed, side)
+    if not corners:
+        return None
+    batch = np.stack([packed[:, y : y + side, x0 : x0 + side] for y, x0 in corners])
+    with torch.no_grad():
+        lam = net(torch.from_numpy(np.ascontiguousarray(batch))).double().numpy()
+    return float(np.median(np.sqrt(np.maximum(lam[:, 0] * x + lam[:, 1], 0.0))))
+
+
+def cap_ratio(packed: np.ndarray, shot: float, read: float) -> float:
+    """The factor (≤ 1, on the std) the estimate (λshot, λread) is lowered by: min(1, CAP·σ_net/σ_est) at the
+    mosaic's median signal (clipped to [0.02, 0.5]); 1 when the network is not available."""
+    x = float(np.clip(np.median(packed), 0.02, 0.5))
+    est = float(np.sqrt(max(shot * x + read, 0.0)))
+    net = learned_std(packed, x)
+    if net is None or est <= 0:
+        return 1.0
+    return float(min(1.0, CAP * net / est))

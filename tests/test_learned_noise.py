@@ -1,0 +1,81 @@
+"""The learned check on the single-image noise estimate (``rawrcl.calibration.learned``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import skimage.data
+from rawrcl.calibration import learned
+from rawrcl.calibration.resolve import image_estimate
+from rawrcl.calibration.single_image import estimate_packed
+
+from rawrcl.cfa import CHANNELS, unpack
+from rawrcl.noise import PRESETS, NoiseModel
+from rawrcl.tasks import get_task
+
+
+def _mosaic(img: np.ndarray, level: str, seed: int = 0) -> np.ndarray:
+    """Packed noisy mosaic (4, h, w) of a (3, H, W) photo at a preset level (photo values, RGGB)."""
+    task = get_task("raw-denoise", unprocess=False)
+    s = task.sample(img, np.random.default_rng(seed), NoiseModel(*PRESETS[level]))
+    return s["input"].numpy()
+
+
+def _astronaut() -> np.ndarray:
+    return (skimage.data.astronaut().astype(np.float32) / 255).transpose(2, 0, 1)[:, 100:356, 150:406]
+
+
+def test_shipped_weights_load_and_read_a_smooth_scene():
+    assert learned.load() is not None  # rawrcl/weights/noise_estimator.pt, read with weights_only=True
+    yy, xx = np.mgrid[0:256, 0:256] / 256
+    smooth = np.stack([0.2 + 0.3 * xx, 0.3 + 0.2 * yy, 0.25 + 0.1 * xx * yy]).astype(np.float32)
+    for level in ("L2", "L4", "L6"):
+        ls, lr = PRESETS[level]
+        got = learned.learned_std(_mosaic(smooth, level, seed=1), 0.3)
+        assert 0.85 < got / np.sqrt(ls * 0.3 + lr) < 1.35, level
+
+
+def test_cap_lowers_an_over_read_at_base_iso_and_leaves_a_good_estimate():
+    """Sharp content at L1: the tile estimator reads ≈ 3× the true std at the median signal; the check
+    lowers it (not below the truth). At L4 the estimate is right and stays."""
+    img = _astronaut()
+    for level, lowered in (("L1", True), ("L4", False)):
+        packed = _mosaic(img, level)
+        res = estimate_packed(packed, bootstrap=0)
+        ratio = learned.cap_ratio(packed, *res.pooled)
+        x = float(np.clip(np.median(packed), 0.02, 0.5))
+        ls, lr = PRESETS[level]
+        est = np.sqrt(res.pooled[0] * x + res.pooled[1]) / np.sqrt(ls * x + lr)
+        if lowered:
+            assert est > 2 and ratio < 0.85 and ratio * est > 1.0
+        else:
+            assert ratio == 1.0
+
+
+def test_inference_estimate_is_lowered_and_says_so():
+    packed = _mosaic(_astronaut(), "L1")
+    cfa = np.asarray(unpack(packed, "RGGB"))
+    per_plane, note = image_estimate(cfa, "RGGB")
+    plain = estimate_packed(packed, bootstrap=0).per_plane
+    x = float(np.median(packed))
+    for c in CHANNELS:
+        std, plain_std = (np.sqrt(p[c][0] * x + p[c][1]) for p in (per_plane, plain))
+        assert std < 0.85 * plain_std
+    assert "learned check" in note
+
+
+def test_without_weights_the_estimate_is_unchanged(monkeypatch):
+    learned.load.cache_clear()
+    monkeypatch.setattr(learned, "WEIGHTS", "no-such-file.pt")
+    try:
+        assert learned.load() is None
+        assert learned.cap_ratio(_mosaic(_astronaut(), "L1"), 1e-3, 1e-5) == 1.0
+    finally:
+        learned.load.cache_clear()
+
+
+@pytest.mark.parametrize("shape", [(4, 10, 12), (4, 40, 300)])
+def test_small_and_narrow_mosaics(shape):
+    x = np.random.default_rng(0).uniform(0.2, 0.3, shape).astype(np.float32)
+    got = learned.learned_std(x, 0.25)
+    assert (got is None) if min(shape[1:]) < 16 else (got is not None and np.isfinite(got) and got > 0)
