@@ -135,7 +135,10 @@ def metadata_from_tags(
             i = pos[c][0] * 2 + pos[c][1]
             if abs(fb[i] - rb[i]) > 1e-6 or abs(fw - float(white_level)) > 1e-6:
                 changed = True
-            converted[c] = convert_noise_profile(planes[c], fb[i], fw, rb[i], float(white_level))
+            try:
+                converted[c] = convert_noise_profile(planes[c], fb[i], fw, rb[i], float(white_level))
+            except RawrclError as err:  # name the file: the levels are its tags'
+                raise RawrclError(f"{path or 'file'}: NoiseProfile not usable: {err}") from None
         if changed:
             res.extra["converted"] = {
                 "file_black_level": fb,

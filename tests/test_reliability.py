@@ -546,3 +546,13 @@ def test_float_dng_profile_is_not_used_in_libraw_units(tmp_path):
     assert read_dng_tags(p)["sample_format"] == 3
     raw = read_raw(p)
     assert raw.noise_profile is None and raw.cfa.shape == (64, 96)
+
+
+def test_white_level_zero_tag_is_ignored_not_fatal(tmp_path):
+    """WhiteLevel 0 (invalid): LibRaw reads the file with its own default; the tag no longer makes the noise
+    profile's conversion fail (which refused the whole file)."""
+    p = _dng(tmp_path / "w.dng", noise_profile=(1e-3, 1e-5))
+    p.write_bytes(_patch_entry(p.read_bytes(), 50717, 0))
+    assert "white_level" not in read_dng_tags(p)
+    res = _cli("calibrate", p)
+    assert res.exit_code == 0, res.output

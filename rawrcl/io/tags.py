@@ -202,6 +202,11 @@ def _read_tags(p: Path, tifffile) -> dict:
         v = out.get(key)
         if isinstance(v, list):
             out[key] = v[0] if v else None
+    try:
+        if not float(out.get("white_level", 1)) > 0:  # invalid; LibRaw reads the file with its own default
+            out.pop("white_level")
+    except (TypeError, ValueError):
+        out.pop("white_level", None)
     return out
 
 
