@@ -556,3 +556,25 @@ def test_white_level_zero_tag_is_ignored_not_fatal(tmp_path):
     assert "white_level" not in read_dng_tags(p)
     res = _cli("calibrate", p)
     assert res.exit_code == 0, res.output
+
+
+def test_too_small_dng_says_so(tmp_path):
+    tags = [
+        (33421, "H", 2, (2, 2), True),
+        (33422, "B", 4, (0, 1, 1, 2), True),
+        (50710, "B", 3, (0, 1, 2), True),
+        (50706, "B", 4, (1, 4, 0, 0), True),
+        (50717, "I", 1, 4095, True),
+    ]
+    p = tmp_path / "tiny.dng"
+    tifffile.imwrite(p, np.full((15, 17), 900, np.uint16), photometric=32803, metadata=None, extratags=tags)
+    with pytest.raises(RawrclError, match="17×15 px: too small"):
+        read_raw(p)
+
+
+@pytest.mark.parametrize("out", ["-", ""])
+def test_output_dash_or_empty_is_refused(tmp_path, out, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = _cli("denoise", _dng(tmp_path / "a.dng"), "-o", out)
+    assert res.exit_code != 0 and "nothing is written to stdout" in res.output
+    assert not (tmp_path / "-").exists()

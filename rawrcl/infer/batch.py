@@ -160,6 +160,8 @@ def _prepare(
 ) -> tuple[list[tuple[Path, Path]], BatchResult]:
     if not inputs:
         raise RawrclError("no INPUT given")
+    if str(out) in ("-", ""):
+        raise RawrclError(f"-o {str(out)!r}: give an output file or folder (nothing is written to stdout)")
     files, errs = expand_inputs(inputs, extensions)
     single = output_is_file(inputs, files, out)
     if not single and Path(out).is_file():

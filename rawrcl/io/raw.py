@@ -25,6 +25,7 @@ import numpy as np
 
 from rawrcl.cfa import PATTERNS
 from rawrcl.errors import RawrclError
+from rawrcl.io.dng import MIN_SIZE
 from rawrcl.io.files import captured_stderr
 from rawrcl.io.tags import DNG_ILLUMINANT_D65, PHOTOMETRIC_CFA, PHOTOMETRIC_LINEAR_RAW, read_dng_tags
 from rawrcl.io.tiffcheck import MAX_PIXELS, MAX_SAMPLES_PER_BYTE
@@ -261,6 +262,11 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
     _check_dng_is_bayer(p, tags)
     if tags.get("data_problem"):
         raise _refuse(p, tags["data_problem"])
+    shape = tags.get("shape")
+    if tags.get("is_dng") and shape is not None and min(shape[:2]) < MIN_SIZE:
+        raise _refuse(
+            p, f"{shape[1]}×{shape[0]} px: too small (LibRaw reads images of at least {MIN_SIZE}×{MIN_SIZE})"
+        )
 
     raw = _decode(p, tiff=bool(tags.get("is_tiff")))
     with raw:
