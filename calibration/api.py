@@ -60,6 +60,7 @@ def calibrate_file(path: str | Path, method: str = "auto", **image_kwargs) -> Ca
         return meta
     raw = read_raw(p, clip=False)  # keep the noise below black: clipped samples are detected anyway
     res = estimate_mosaic(raw.cfa, raw.pattern, name=str(p), **image_kwargs)
+    _learned_check(res, raw)
     res.path = str(p)
     res.iso, res.make, res.model = raw.iso, raw.make, raw.model
     if has_meta:
@@ -67,6 +68,28 @@ def calibrate_file(path: str | Path, method: str = "auto", **image_kwargs) -> Ca
     elif method == "auto":
         res.extra["fallback"] = "no-metadata"
     return res
+
+
+def _learned_check(res: CalibrationResult, raw) -> None:
+    """Lower an image estimate as the commands do where the learned check reads far less noise
+    (:func:`rawrcl.calibration.learned.cap_ratio`), so a profile saved from it tells models what ``--noise
+    image`` would; ``extra["learned_check"]`` the factor, ``extra["tile_estimate"]`` the values before."""
+    from rawrcl.cfa import pack
+
+    from .learned import NOTE, cap_ratio, lowered
+
+    if not res.per_plane or res.pooled is None:
+        return
+    ratio = cap_ratio(pack(raw.cfa, raw.pattern), *res.pooled)
+    res.extra["learned_check"] = ratio
+    if ratio < 1.0:
+        res.extra["tile_estimate"] = {"per_plane": dict(res.per_plane), "pooled": list(res.pooled)}
+        res.per_plane = lowered(res.per_plane, ratio)
+        res.pooled = lowered({"p": res.pooled}, ratio)["p"]
+        res.per_plane_err = lowered(res.per_plane_err, ratio)
+        if res.pooled_err is not None:
+            res.pooled_err = lowered({"p": res.pooled_err}, ratio)["p"]
+        res.extra["note"] = NOTE.format(ratio)
 
 
 def _meta(tags: dict, raw, p: Path) -> CalibrationResult:

@@ -132,6 +132,15 @@ def learned_std(packed: np.ndarray, x: float, net=None) -> float | None:
     return float(np.median(np.sqrt(np.maximum(lam[:, 0] * x + lam[:, 1], 0.0))))
 
 
+def lowered(pairs: dict, ratio: float) -> dict:
+    """``{name: (λshot, λread)}`` with both λ × ratio² (the std × ratio)."""
+    return {k: (float(s) * ratio**2, float(r) * ratio**2) for k, (s, r) in pairs.items()}
+
+
+#: the log / report wording of a lowered estimate
+NOTE = "lowered ×{:.2f} (std) by the learned check: fine texture read as noise"
+
+
 def cap_ratio(packed: np.ndarray, shot: float, read: float) -> float:
     """The factor (≤ 1, on the std) the estimate (λshot, λread) is lowered by: min(1, CAP·σ_net/σ_est) at the
     mosaic's median signal (clipped to [0.02, 0.5]); 1 when the network is not available."""

@@ -25,7 +25,8 @@ from rawrcl.noise.profiles import load_profile
 from rawrcl.noise.samplers import PRESETS
 from rawrcl.noise.spec import PER_FILE, NoiseSpec, parse_noise
 
-from .learned import cap_ratio
+from .learned import NOTE as LEARNED_NOTE
+from .learned import cap_ratio, lowered
 from .metadata import metadata_from_tags
 from .single_image import estimate_mosaic
 
@@ -197,8 +198,8 @@ def image_estimate(cfa, pattern: str, name: str = "image") -> tuple[dict[str, tu
             per_plane = res.per_plane
             ratio = cap_ratio(pack(cfa, pattern), *res.pooled)
             if ratio < 1.0:  # the learned check reads much less noise: texture taken for noise
-                per_plane = {c: (s * ratio**2, r * ratio**2) for c, (s, r) in per_plane.items()}
-                notes.append(f"lowered ×{ratio:.2f} (std) by the learned check: fine texture read as noise")
+                per_plane = lowered(per_plane, ratio)
+                notes.append(LEARNED_NOTE.format(ratio))
             misfit = res.extra.get("nlf_misfit", 0.0)
             if misfit > MISFIT_NOTE:
                 notes.append(

@@ -40,6 +40,9 @@ def _text(d: dict) -> str:
         lines.append(f"  clipped at black (x = {ex['black_floor']:.4g}): fitted through the censored model")
     if ex.get("fallback"):
         lines.append("  (no NoiseProfile in the file: single-image estimate)")
+    if ex.get("learned_check", 1.0) < 1.0:
+        t = ex["tile_estimate"]["pooled"]
+        lines.append(f"  {ex['note']} (tile estimate λshot {_fmt(t[0])}  λread {_fmt(t[1])})")
     lines.append("  units: [0,1] after black/white level; variance = λshot·x + λread")
     return "\n".join(lines)
 

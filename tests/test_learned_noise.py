@@ -79,3 +79,26 @@ def test_small_and_narrow_mosaics(shape):
     x = np.random.default_rng(0).uniform(0.2, 0.3, shape).astype(np.float32)
     got = learned.learned_std(x, 0.25)
     assert (got is None) if min(shape[1:]) < 16 else (got is not None and np.isfinite(got) and got > 0)
+
+
+def test_calibrate_image_reports_the_check_and_saves_what_denoise_tells(tmp_path):
+    """`rawrcl calibrate --method image` lowers the estimate as the commands do (a profile saved from it
+    tells models what --noise image would) and shows the tile estimate beside it."""
+    from click.testing import CliRunner
+    from rawrcl.calibration.api import calibrate_file
+    from rawrcl.cli import main
+
+    from rawrcl.io.dng import write_dng
+
+    packed = _mosaic(_astronaut(), "L1")
+    cfa = np.asarray(unpack(packed, "RGGB"))
+    dn = np.clip(np.rint(512 + cfa * (16383 - 512)), 0, 16383).astype(np.uint16)
+    src = write_dng(tmp_path / "base_iso.dng", dn, "RGGB", 512, 16383)
+    res = calibrate_file(src, "image")
+    assert res.extra["learned_check"] < 0.85
+    told, _ = image_estimate(cfa, "RGGB")
+    assert res.lambda_shot + res.lambda_read < sum(res.extra["tile_estimate"]["pooled"])
+    for c in CHANNELS:
+        np.testing.assert_allclose(res.per_plane[c], told[c], rtol=0.05, atol=1e-9)
+    out = CliRunner().invoke(main, ["calibrate", str(src), "--method", "image"])
+    assert out.exit_code == 0 and "by the learned check" in out.output and "tile estimate" in out.output
