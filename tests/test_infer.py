@@ -276,6 +276,34 @@ def test_orientation_kept_in_dng_and_applied_to_the_render(workdir: Path, tmp_pa
     assert (top[1] > top[0]) == quad[0] and (left[1] > left[0]) == quad[1]
 
 
+def test_default_crop_of_a_dng_with_an_active_area_is_kept(workdir: Path, tmp_path: Path):
+    """DefaultCrop is relative to the active area, the mosaic rawrcl reads and writes: copied as it is."""
+    import rawpy
+    import tifffile
+
+    data = np.random.default_rng(0).integers(600, 4000, (80, 120)).astype(np.uint16)
+    tags = [
+        (33421, "H", 2, (2, 2), True),
+        (33422, "B", 4, (0, 1, 1, 2), True),
+        (50710, "B", 3, (0, 1, 2), True),
+        (50706, "B", 4, (1, 4, 0, 0), True),
+        (50717, "I", 1, 4095, True),
+        (50714, "I", 1, 512, True),
+        (50829, "I", 4, (4, 6, 76, 114), True),  # ActiveArea: top, left, bottom, right
+        (50719, "I", 2, (3, 5), True),
+        (50720, "I", 2, (100, 60), True),
+    ]
+    src = tmp_path / "active.dng"
+    tifffile.imwrite(src, data, photometric=32803, metadata=None, extratags=tags)
+    res = _cli(["denoise", src, "-o", tmp_path / "d.dng", "--model", workdir / "identity_raw.pt"])
+    assert res.exit_code == 0, res.output
+    with tifffile.TiffFile(tmp_path / "d.dng") as t:
+        got = t.pages[0].tags
+        assert got[50719].value == (3, 1, 5, 1) and got[50720].value == (100, 1, 60, 1)
+    with rawpy.imread(str(tmp_path / "d.dng")) as r:
+        assert r.raw_image_visible.shape == (72, 108)
+
+
 def test_jdd_cli_batch_with_bad_file(workdir: Path, tmp_path: Path):
     import cv2
     import tifffile

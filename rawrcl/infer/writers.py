@@ -124,7 +124,7 @@ def requantize_cfa(
 def write_denoised_dng(path: str | os.PathLike, raw, cfa: np.ndarray, overwrite: bool = False) -> Path:
     """Write a denoised CFA as a DNG carrying the source :class:`~rawrcl.io.raw.RawImage`'s pattern, size,
     black/white levels and metadata (white balance, colour matrix, ISO, noise profile, make/model,
-    orientation).
+    orientation, a DNG's DefaultCrop).
 
     ``cfa``: (H, W) float [0, 1] on the source's grid; re-quantised with :func:`requantize_cfa`.
     """
@@ -152,8 +152,23 @@ def write_denoised_dng(path: str | os.PathLike, raw, cfa: np.ndarray, overwrite:
         make=raw.make or "rawrcl",
         model=raw.model or "rawrcl",
         orientation=orientation_of(raw),
+        default_crop=_default_crop(raw, dn.shape),
         overwrite=True,
     )
+
+
+def _default_crop(raw, shape: tuple[int, int]) -> tuple[list[float], list[float]] | None:
+    """The source DNG's DefaultCrop ((x, y), (w, h); relative to its active area, which is the mosaic rawrcl
+    reads) when it fits the written mosaic; None otherwise or for non-DNG sources."""
+    tags = (getattr(raw, "extra", None) or {}).get("dng") or {}
+    try:
+        origin = [float(v) for v in tags["default_crop_origin"]][:2]
+        size = [float(v) for v in tags["default_crop_size"]][:2]
+    except (KeyError, TypeError, ValueError):
+        return None
+    h, w = shape
+    ok = len(origin) == len(size) == 2 and min(origin) >= 0 and min(size) > 0
+    return (origin, size) if ok and origin[0] + size[0] <= w and origin[1] + size[1] <= h else None
 
 
 def _profile_for_dng(profile, pattern: str) -> list[tuple[float, float]] | None:

@@ -29,6 +29,8 @@ NEW_SUBFILE_TYPE = 254
 MAKE = 271
 MODEL = 272
 ORIENTATION = 274
+DEFAULT_CROP_ORIGIN = 50719
+DEFAULT_CROP_SIZE = 50720
 CFA_REPEAT_PATTERN_DIM = 33421
 CFA_PATTERN = 33422
 EXPOSURE_TIME = 33434
@@ -84,6 +86,7 @@ def write_dng(
     model: str = "simulated",
     unique_camera_model: str | None = None,
     orientation: int | None = None,
+    default_crop: tuple[Sequence[float], Sequence[float]] | None = None,
     overwrite: bool = False,
 ) -> Path:
     """Write a Bayer mosaic as an uncompressed DNG, atomically.
@@ -104,6 +107,8 @@ def write_dng(
     make, model, unique_camera_model : identification strings (UniqueCameraModel defaults to
         "make model").
     orientation : TIFF Orientation (1–8: how to turn the stored image for display; 1 or None: as stored).
+    default_crop : ((x, y), (width, height)) of the DNG DefaultCrop (the part a raw developer shows, px of the
+        mosaic); None: none (the whole mosaic).
     overwrite : replace an existing file; otherwise raise :class:`RawrclError`.
 
     Returns
@@ -168,6 +173,13 @@ def write_dng(
         if int(orientation) not in range(1, 9):
             raise RawrclError(f"{path}: orientation must be a TIFF Orientation 1–8, got {orientation!r}")
         tags.append((ORIENTATION, "H", 1, int(orientation), True))
+    if default_crop is not None:
+        (cx, cy), (cw, ch) = (tuple(float(v) for v in pair) for pair in default_crop)
+        h, w = cfa.shape
+        if not (0 <= cx and 0 <= cy and 0 < cw and 0 < ch and cx + cw <= w and cy + ch <= h):
+            raise RawrclError(f"{path}: default_crop {default_crop!r} does not fit a {w}×{h} mosaic")
+        tags.append((DEFAULT_CROP_ORIGIN, "2I", 2, tuple(_rational([cx, cy], signed=False)), True))
+        tags.append((DEFAULT_CROP_SIZE, "2I", 2, tuple(_rational([cw, ch], signed=False)), True))
     if iso is not None:
         tags.append((ISO_SPEED_RATINGS, "H", 1, int(round(float(iso))), True))
     if exposure_time is not None:

@@ -36,6 +36,8 @@ _TAG_NAMES = {
     50713: "black_level_repeat_dim",
     50714: "black_level",
     50717: "white_level",
+    50719: "default_crop_origin",
+    50720: "default_crop_size",
     50721: "color_matrix_1",
     50722: "color_matrix_2",
     50728: "as_shot_neutral",
