@@ -62,6 +62,7 @@ def train(args) -> Path:
         noise=CameraSampler(),
         augment=True,
         zoom=(0.4, 4.0),
+        hard=(args.hard_p, args.hard_k) if args.hard_p > 0 else None,  # textured windows beside noise
     )
     net = build()
     if args.init:
@@ -117,6 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--init", default=None, help="a state dict to continue from")
+    ap.add_argument("--hard-p", type=float, default=0.0, help="share of plain crops mined for texture")
+    ap.add_argument("--hard-k", type=int, default=4, help="candidate windows per mined crop")
     ap.add_argument("--install", default=None, metavar="NLE.pt", help="install these weights and stop")
     ap.add_argument("--provenance", default="scripts/train_noise_estimator.py")
     a = ap.parse_args(argv)
