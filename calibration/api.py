@@ -8,7 +8,7 @@ from rawrcl.errors import RawrclError
 
 from .metadata import metadata_from_tags
 from .result import CalibrationResult
-from .single_image import estimate_mosaic
+from .single_image import estimate_packed, packed_mosaic
 
 METHODS = ("metadata", "image", "auto")
 
@@ -59,8 +59,9 @@ def calibrate_file(path: str | Path, method: str = "auto", **image_kwargs) -> Ca
             meta.iso = raw.iso
         return meta
     raw = read_raw(p, clip=False)  # keep the noise below black: clipped samples are detected anyway
-    res = estimate_mosaic(raw.cfa, raw.pattern, name=str(p), **image_kwargs)
-    _learned_check(res, raw)
+    packed = packed_mosaic(raw.cfa, raw.pattern, str(p))
+    res = estimate_packed(packed, name=str(p), **image_kwargs)
+    _learned_check(res, packed)
     res.path = str(p)
     res.iso, res.make, res.model = raw.iso, raw.make, raw.model
     if has_meta:
@@ -70,17 +71,15 @@ def calibrate_file(path: str | Path, method: str = "auto", **image_kwargs) -> Ca
     return res
 
 
-def _learned_check(res: CalibrationResult, raw) -> None:
+def _learned_check(res: CalibrationResult, packed) -> None:
     """Lower an image estimate as the commands do where the learned check reads far less noise
     (:func:`rawrcl.calibration.learned.cap_ratio`), so a profile saved from it tells models what ``--noise
     image`` would; ``extra["learned_check"]`` the factor, ``extra["tile_estimate"]`` the values before."""
-    from rawrcl.cfa import pack
-
     from .learned import NOTE, cap_ratio, lowered
 
     if not res.per_plane or res.pooled is None:
         return
-    ratio = cap_ratio(pack(raw.cfa, raw.pattern), *res.pooled)
+    ratio = cap_ratio(packed, *res.pooled)
     res.extra["learned_check"] = ratio
     if ratio < 1.0:
         res.extra["tile_estimate"] = {"per_plane": dict(res.per_plane), "pooled": list(res.pooled)}

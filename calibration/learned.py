@@ -22,6 +22,9 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 #: file name in ``rawrcl/weights`` of the shipped network (a state dict and its provenance, ``weights_only``)
 WEIGHTS = "noise_estimator.pt"
@@ -35,48 +38,41 @@ MAX_CROPS = 24
 MAX_CLIPPED = 0.05
 
 
-def _network(width: int = 32):
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
+class NoiseLevelNet(nn.Module):
+    """(B, 4, h, w) packed mosaic, [0, 1] → (B, 2) [λshot, λread] (module docstring)."""
 
-    class NoiseLevelNet(nn.Module):
-        """(B, 4, h, w) packed mosaic, [0, 1] → (B, 2) [λshot, λread] (module docstring)."""
+    def __init__(self, w: int = 32):
+        super().__init__()
+        self.f = nn.Sequential(
+            nn.Conv2d(8, w, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(w, w, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(w, w, 3, padding=1, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(w, w, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(w, 2 * w, 3, padding=1, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(2 * w, 2 * w, 3, padding=1),
+            nn.ReLU(),
+        )
+        self.head = nn.Sequential(nn.Linear(4 * w, 64), nn.ReLU(), nn.Linear(64, 2))
 
-        def __init__(self, w: int = width):
-            super().__init__()
-            self.f = nn.Sequential(
-                nn.Conv2d(8, w, 3, padding=1),
-                nn.ReLU(),
-                nn.Conv2d(w, w, 3, padding=1),
-                nn.ReLU(),
-                nn.Conv2d(w, w, 3, padding=1, stride=2),
-                nn.ReLU(),
-                nn.Conv2d(w, w, 3, padding=1),
-                nn.ReLU(),
-                nn.Conv2d(w, 2 * w, 3, padding=1, stride=2),
-                nn.ReLU(),
-                nn.Conv2d(2 * w, 2 * w, 3, padding=1),
-                nn.ReLU(),
-            )
-            self.head = nn.Sequential(nn.Linear(4 * w, 64), nn.ReLU(), nn.Linear(64, 2))
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            m = F.avg_pool2d(F.pad(x, (1, 1, 1, 1), mode="replicate"), 3, stride=1)
-            h = x - m
-            s0 = h.flatten(1).abs().median(dim=1).values.clamp_min(1e-6)[:, None, None, None]
-            xbar = m.flatten(1).clamp_min(0).mean(1).clamp_min(1e-4)[:, None, None, None]
-            feat = self.f(torch.cat([h / s0, m / xbar], 1))
-            p = self.head(torch.cat([feat.mean((2, 3)), feat.amax((2, 3))], 1)).clamp(-12, 6)
-            var = (s0.flatten() / 0.6745) ** 2 * 9 / 8
-            return torch.stack([torch.exp(p[:, 0]) * var / xbar.flatten(), torch.exp(p[:, 1]) * var], 1)
-
-    return NoiseLevelNet()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m = F.avg_pool2d(F.pad(x, (1, 1, 1, 1), mode="replicate"), 3, stride=1)
+        h = x - m
+        s0 = h.flatten(1).abs().median(dim=1).values.clamp_min(1e-6)[:, None, None, None]
+        xbar = m.flatten(1).clamp_min(0).mean(1).clamp_min(1e-4)[:, None, None, None]
+        feat = self.f(torch.cat([h / s0, m / xbar], 1))
+        p = self.head(torch.cat([feat.mean((2, 3)), feat.amax((2, 3))], 1)).clamp(-12, 6)
+        var = (s0.flatten() / 0.6745) ** 2 * 9 / 8
+        return torch.stack([torch.exp(p[:, 0]) * var / xbar.flatten(), torch.exp(p[:, 1]) * var], 1)
 
 
-def build():
+def build() -> NoiseLevelNet:
     """A freshly initialised network (for training)."""
-    return _network()
+    return NoiseLevelNet()
 
 
 @lru_cache(maxsize=1)
@@ -84,14 +80,12 @@ def load(path: str | None = None):
     """The trained network (``path`` or the shipped :data:`WEIGHTS`), in eval mode; None when missing."""
     from importlib import resources
 
-    import torch
-
     ref = Path(path) if path else resources.files("rawrcl.weights") / WEIGHTS
     if not ref.is_file():
         return None
     with ref.open("rb") as fh:
         state = torch.load(fh, map_location="cpu", weights_only=True)
-    net = _network(int(state.get("width", 32)))
+    net = NoiseLevelNet(int(state.get("width", 32)))
     net.load_state_dict(state["state_dict"])
     return net.eval()
 
@@ -116,8 +110,6 @@ def learned_std(packed: np.ndarray, x: float, net=None) -> float | None:
     """Median over :func:`crops` of the network's noise std at signal ``x`` ([0, 1] units) for a packed mosaic
     (4, h, w) in [0, 1]; None without weights, for a mosaic smaller than 16 packed pixels or without a crop
     clear of clipping."""
-    import torch
-
     net = net if net is not None else load()
     packed = np.asarray(packed, dtype=np.float32)
     if net is None or min(packed.shape[1:]) < 16:

@@ -18,7 +18,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from rawrcl.cfa import CHANNELS, pack
+from rawrcl.cfa import CHANNELS
 from rawrcl.errors import RawrclError
 from rawrcl.noise import NoiseModel
 from rawrcl.noise.profiles import load_profile
@@ -28,7 +28,7 @@ from rawrcl.noise.spec import PER_FILE, NoiseSpec, parse_noise
 from .learned import NOTE as LEARNED_NOTE
 from .learned import cap_ratio, lowered
 from .metadata import metadata_from_tags
-from .single_image import estimate_mosaic
+from .single_image import estimate_packed, packed_mosaic
 
 #: The preset (:data:`rawrcl.noise.samplers.PRESETS`) inference falls back to under ``auto`` when no
 #: estimate can be made: the middle of the camera ladder (a mid-ISO camera).
@@ -187,16 +187,17 @@ def image_estimate(cfa, pattern: str, name: str = "image") -> tuple[dict[str, tu
     (:func:`rawrcl.calibration.learned.cap_ratio`); and a note ("" or why it is less reliable).
     Raises :class:`RawrclError` (the default's reason) when every attempt fails."""
     first: RawrclError | None = None
+    packed = packed_mosaic(cfa, pattern, name)  # once, for every attempt and the learned check
     for i, overrides in enumerate(({}, *RELAXED)):
         try:
-            res = estimate_mosaic(cfa, pattern, name=name, bootstrap=0, **overrides)
+            res = estimate_packed(packed, name=name, bootstrap=0, **overrides)
         except RawrclError as err:
             first = first or err
             continue
         if res.per_plane:
             notes = [] if i == 0 else ["relaxed estimate (few usable regions: small or mostly clipped image)"]
             per_plane = res.per_plane
-            ratio = cap_ratio(pack(cfa, pattern), *res.pooled)
+            ratio = cap_ratio(packed, *res.pooled)
             if ratio < 1.0:  # the learned check reads much less noise: texture taken for noise
                 per_plane = lowered(per_plane, ratio)
                 notes.append(LEARNED_NOTE.format(ratio))

@@ -320,7 +320,13 @@ def estimate_mosaic(
 
     See :func:`estimate_packed`; planes are reported in canonical order R, G1, G2, B.
     """
+    return estimate_packed(packed_mosaic(cfa, pattern, name), name=name, settings=settings, **overrides)
+
+
+def packed_mosaic(cfa: np.ndarray, pattern: str, name: str = "image") -> np.ndarray:
+    """A Bayer mosaic (H, W) of phase ``pattern`` as packed planes (4, H/2, W/2) [R, G1, G2, B]; a one-line
+    :class:`RawrclError` for anything that is not a single-channel mosaic."""
     cfa = np.asarray(cfa)
     if cfa.ndim != 2:
         raise RawrclError(f"{name}: expected a single-channel Bayer mosaic (H, W), got shape {cfa.shape}")
-    return estimate_packed(pack(cfa, check_pattern(pattern)), name=name, settings=settings, **overrides)
+    return pack(cfa, check_pattern(pattern))

@@ -1,9 +1,30 @@
-"""Tiny fixed models shared by the tests."""
+"""Tiny fixed models and files shared by the tests."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import torch
 import torch.nn as nn
+
+
+def bare_cfa_dng(path: Path, data: np.ndarray, *extra: tuple) -> Path:
+    """A minimal RGGB CFA DNG written by tifffile with only the tags LibRaw needs (white level 4095) and
+    ``extra`` tifffile tag tuples: files ``rawrcl.io.dng.write_dng`` won't make (tiny, float, ActiveArea)."""
+    import tifffile
+
+    tags = [
+        (33421, "H", 2, (2, 2), True),
+        (33422, "B", 4, (0, 1, 1, 2), True),
+        (50710, "B", 3, (0, 1, 2), True),
+        (50706, "B", 4, (1, 4, 0, 0), True),
+        *extra,
+    ]
+    if not any(t[0] == 50717 for t in extra):
+        tags.append((50717, "I", 1, 4095, True))
+    tifffile.imwrite(path, data, photometric=32803, metadata=None, extratags=tags)
+    return Path(path)
 
 
 class SparseJDD(nn.Module):

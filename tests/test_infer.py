@@ -19,7 +19,7 @@ from rawrcl.infer import (
     write_image,
 )
 from rawrcl.infer.tiling import fit_tile, tile_starts, tiled_apply, whole_apply
-from tests._fakes import SparseJDD
+from tests._fakes import SparseJDD, bare_cfa_dng
 
 torch.set_num_threads(1)
 
@@ -282,19 +282,14 @@ def test_default_crop_of_a_dng_with_an_active_area_is_kept(workdir: Path, tmp_pa
     import tifffile
 
     data = np.random.default_rng(0).integers(600, 4000, (80, 120)).astype(np.uint16)
-    tags = [
-        (33421, "H", 2, (2, 2), True),
-        (33422, "B", 4, (0, 1, 1, 2), True),
-        (50710, "B", 3, (0, 1, 2), True),
-        (50706, "B", 4, (1, 4, 0, 0), True),
-        (50717, "I", 1, 4095, True),
+    src = bare_cfa_dng(
+        tmp_path / "active.dng",
+        data,
         (50714, "I", 1, 512, True),
         (50829, "I", 4, (4, 6, 76, 114), True),  # ActiveArea: top, left, bottom, right
         (50719, "I", 2, (3, 5), True),
         (50720, "I", 2, (100, 60), True),
-    ]
-    src = tmp_path / "active.dng"
-    tifffile.imwrite(src, data, photometric=32803, metadata=None, extratags=tags)
+    )
     res = _cli(["denoise", src, "-o", tmp_path / "d.dng", "--model", workdir / "identity_raw.pt"])
     assert res.exit_code == 0, res.output
     with tifffile.TiffFile(tmp_path / "d.dng") as t:

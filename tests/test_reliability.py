@@ -31,6 +31,7 @@ from rawrcl.io.dng import write_dng
 from rawrcl.io.raw import read_raw
 from rawrcl.io.tags import read_dng_tags
 from rawrcl.models import build_model, read_checkpoint, save_checkpoint
+from tests._fakes import bare_cfa_dng
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -531,18 +532,8 @@ def test_float_dng_profile_is_not_used_in_libraw_units(tmp_path):
     """LibRaw turns floating-point CFA data into integers with a scale of its own: the file's NoiseProfile
     (relative to the float values) would be told ~10⁴× too small and denoise nothing; it is not used."""
     data = np.random.default_rng(0).uniform(0.05, 0.25, (64, 96)).astype(np.float32)
-    tags = [
-        (33421, "H", 2, (2, 2), True),
-        (33422, "B", 4, (0, 1, 1, 2), True),
-        (50710, "B", 3, (0, 1, 2), True),
-        (50711, "H", 1, 1, True),
-        (50706, "B", 4, (1, 4, 0, 0), True),
-        (50707, "B", 4, (1, 1, 0, 0), True),
-        (50717, "I", 1, 1, True),
-        (51041, "d", 2, (4e-3, 2e-4), True),
-    ]
-    p = tmp_path / "float.dng"
-    tifffile.imwrite(p, data, photometric=32803, subfiletype=0, metadata=None, extratags=tags)
+    profile = (51041, "d", 2, (4e-3, 2e-4), True)
+    p = bare_cfa_dng(tmp_path / "float.dng", data, (50717, "I", 1, 1, True), profile)
     assert read_dng_tags(p)["sample_format"] == 3
     raw = read_raw(p)
     assert raw.noise_profile is None and raw.cfa.shape == (64, 96)
@@ -559,15 +550,7 @@ def test_white_level_zero_tag_is_ignored_not_fatal(tmp_path):
 
 
 def test_too_small_dng_says_so(tmp_path):
-    tags = [
-        (33421, "H", 2, (2, 2), True),
-        (33422, "B", 4, (0, 1, 1, 2), True),
-        (50710, "B", 3, (0, 1, 2), True),
-        (50706, "B", 4, (1, 4, 0, 0), True),
-        (50717, "I", 1, 4095, True),
-    ]
-    p = tmp_path / "tiny.dng"
-    tifffile.imwrite(p, np.full((15, 17), 900, np.uint16), photometric=32803, metadata=None, extratags=tags)
+    p = bare_cfa_dng(tmp_path / "tiny.dng", np.full((15, 17), 900, np.uint16))
     with pytest.raises(RawrclError, match="17×15 px: too small"):
         read_raw(p)
 

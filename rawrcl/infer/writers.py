@@ -175,13 +175,15 @@ def _profile_for_dng(profile, pattern: str) -> list[tuple[float, float]] | None:
     """A source NoiseProfile as a DNG with 3 colour planes stores it: 1 or 3 (S, O) pairs, O ≥ 0 (a negative
     offset read from a camera's tag is clamped, as everywhere it is used); 4 pairs (one per 2×2 position,
     row-major) become R, the mean of the two greens, B. None stays None."""
+    from rawrcl.calibration.metadata import map_noise_profile
+
     if not profile:
         return None
     pairs = [(float(s), max(float(o), 0.0)) for s, o in profile]
     if len(pairs) == 4:
-        g = [pairs[i] for i, c in enumerate(pattern) if c == "G"]
-        green = tuple(float(v) for v in np.mean(g, axis=0))
-        pairs = [pairs[pattern.index("R")], green, pairs[pattern.index("B")]]
+        planes = map_noise_profile(pairs, pattern)
+        green = tuple(float(v) for v in np.mean([planes["G1"], planes["G2"]], axis=0))
+        pairs = [planes["R"], green, planes["B"]]
     return pairs
 
 
