@@ -45,12 +45,16 @@ def calibrate_file(path: str | Path, method: str = "auto", **image_kwargs) -> Ca
     has_meta = bool(tags.get("noise_profile"))
     raw = None
     if method == "metadata" or (method == "auto" and has_meta):
+        pixels = ""
         if has_meta:
             try:
                 raw = read_raw(p)
-            except RawrclError:
+            except RawrclError as exc:
                 raw = None  # linear DNG / stripped pixels: the profile is still valid in its own units
+                pixels = str(exc).removeprefix(f"{p}: ")
         meta = _meta(tags, raw, p)
+        if pixels:
+            meta.extra["pixels_unread"] = pixels
         if method == "metadata" and not has_meta and not tags.get("is_tiff"):
             # not TIFF-based: make sure it is at least a readable RAW before saying "no metadata"
             raw = read_raw(p)

@@ -38,6 +38,8 @@ def _text(d: dict) -> str:
         lines.append(f"  fitted on signal levels x ∈ [{a:.3f}, {b:.3f}]; outside: extrapolated")
     if "black_floor" in ex:
         lines.append(f"  clipped at black (x = {ex['black_floor']:.4g}): fitted through the censored model")
+    if ex.get("pixels_unread"):
+        lines.append(f"  from the tags alone: the pixels were not read ({ex['pixels_unread']})")
     if ex.get("fallback"):
         lines.append("  (no NoiseProfile in the file: single-image estimate)")
     if ex.get("learned_check", 1.0) < 1.0:

@@ -166,9 +166,14 @@ def _run(
         sys.exit(1)
 
 
+OUT_HELP = (
+    "Output file (one input, a name with a suffix) or folder (several inputs, or a name without a suffix)."
+)
+
+
 @click.command()
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
-@click.option("-o", "--out", required=True, help="Output file (single input) or folder.")
+@click.option("-o", "--out", required=True, help=OUT_HELP)
 @click.option(
     "--model",
     "model_path",
@@ -201,7 +206,7 @@ def jdd(inputs, out, model_path, render, fmt, fuse, **common):
 
 @click.command()
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
-@click.option("-o", "--out", required=True, help="Output file (single input) or folder.")
+@click.option("-o", "--out", required=True, help=OUT_HELP)
 @click.option(
     "--model",
     "model_path",

@@ -117,6 +117,40 @@ def test_dng_header_without_pixel_data_is_refused_not_read_as_zeros(tmp_path):
     assert res.exit_code == 1 and not out.exists()
 
 
+def test_empty_and_text_files_are_named_as_such_not_as_damaged_raws(tmp_path):
+    """LibRaw answers "Input/output error" for both, which read_raw turned into "unreadable or truncated
+    RAW file" — as if a real RAW were damaged."""
+    (tmp_path / "empty.dng").write_bytes(b"")
+    notes = "Shot list, ISO 3200\n" * 25 + "..........— f/2\n"  # the 3-byte "—" at bytes 510–512:
+    assert notes.encode()[510:513] == "—".encode()  # the 512-byte head read cuts it in two
+    (tmp_path / "notes.nef").write_text(notes, encoding="utf-8")
+    with pytest.raises(RawrclError, match=r"empty\.dng: empty file \(0 bytes\), not a RAW file$"):
+        read_raw(tmp_path / "empty.dng")
+    with pytest.raises(RawrclError, match=r"notes\.nef: a text file, not a RAW file$"):
+        read_raw(tmp_path / "notes.nef")
+    cut = _dng(tmp_path / "ok.dng").read_bytes()[:300]  # binary, even when short: not called text
+    (tmp_path / "cut.dng").write_bytes(cut)
+    with pytest.raises(RawrclError, match=r"cut\.dng: unreadable or truncated"):
+        read_raw(tmp_path / "cut.dng")
+    res = _cli("calibrate", tmp_path / "notes.nef")
+    assert res.exit_code == 1
+    assert _errors(res) == [f"rawrcl: error: {tmp_path / 'notes.nef'}: a text file, not a RAW file"]
+
+
+def test_calibrate_metadata_says_when_the_pixels_could_not_be_read(tmp_path):
+    """A NoiseProfile is valid without the pixels (a metadata-only or linear DNG), so ``calibrate``
+    reports it with exit 0 — but it says the pixels were not read (it said "[metadata, ok]" and nothing
+    else for a truncated file)."""
+    whole = _dng(tmp_path / "whole.dng", shape=(128, 128), noise_profile=(1e-3, 1e-5))
+    cut = tmp_path / "cut.dng"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    res = _cli("calibrate", cut)
+    assert res.exit_code == 0 and "λshot 0.001" in res.stdout
+    assert "from the tags alone: the pixels were not read (unreadable or truncated file" in res.stdout
+    res = _cli("calibrate", whole)
+    assert res.exit_code == 0 and "the pixels were not read" not in res.stdout
+
+
 def test_absurd_declared_dimensions_refused_before_allocating(tmp_path):
     good = _dng(tmp_path / "good.dng")
     content = good.read_bytes()

@@ -118,6 +118,26 @@ def _libraw_notes() -> Iterator[list[str]]:
             notes.append(m.group(1))
 
 
+def _not_raw_content(path: Path) -> str | None:
+    """Why a file's first bytes show it is no RAW file at all (empty; text — every RAW format starts with
+    a binary header), or None. A cheap check before LibRaw, whose own answer ("Input/output error") reads
+    like a damaged RAW file."""
+    with open(path, "rb") as fh:
+        head = fh.read(512)
+    if not head:
+        return "empty file (0 bytes), not a RAW file"
+    text = None
+    for cut in range(4):  # a multi-byte character may be cut at byte 512
+        try:
+            text = head[: len(head) - cut].decode("utf-8")
+            break
+        except UnicodeDecodeError:
+            continue
+    if text is not None and all(c.isprintable() or c in "\t\r\n\f" for c in text):
+        return "a text file, not a RAW file"
+    return None
+
+
 def _open_libraw(path: Path):
     """``rawpy.imread`` for any file name: names that are not valid UTF-8 (which rawpy cannot pass to
     LibRaw) are read through an open file object instead."""
@@ -253,6 +273,9 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
         raise _refuse(p, "no such file")
     if not p.is_file():
         raise _refuse(p, "not a file")
+    not_raw = _not_raw_content(p)
+    if not_raw:
+        raise _refuse(p, not_raw)
     try:
         tags = read_dng_tags(p)
     except RawrclError:
