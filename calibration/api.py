@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rawrcl.errors import RawrclError
 
-from .metadata import metadata_from_tags
+from .metadata import file_black_of, metadata_from_tags
 from .result import CalibrationResult
 from .single_image import estimate_packed, packed_mosaic
 
@@ -102,4 +102,5 @@ def _meta(tags: dict, raw, p: Path) -> CalibrationResult:
         black_level=None if raw is None else raw.black_level,
         white_level=None if raw is None else raw.white_level,
         path=str(p),
+        file_black_level=file_black_of(raw),
     )

@@ -105,12 +105,15 @@ def metadata_from_tags(
     black_level: Sequence[float] | None = None,
     white_level: float | None = None,
     path: str | None = None,
+    file_black_level: Sequence[float] | None = None,
 ) -> CalibrationResult:
     """Calibration from already-read DNG tags (``rawrcl.io.tags.read_dng_tags``).
 
     ``black_level`` (4 values, per 2×2 position, DN) and ``white_level`` are the levels rawrcl
     normalised the mosaic with (``RawImage``); when they differ from the tags' BlackLevel/WhiteLevel,
-    the profile is converted. Status ``no-metadata`` (and empty ``per_plane``) when there is no
+    the profile is converted. ``file_black_level``: the tags' black level already placed on that grid (4
+    values; :func:`file_black_of`) — the BlackLevel pattern's origin is the ActiveArea's, not the grid's.
+    Status ``no-metadata`` (and empty ``per_plane``) when there is no
     NoiseProfile.
     """
     res = CalibrationResult(path=path, method="metadata")
@@ -124,7 +127,8 @@ def metadata_from_tags(
         return res
     res.extra["noise_profile_raw"] = [[float(s), float(o)] for s, o in prof]
     planes = map_noise_profile(prof, pattern)
-    fb, fw = _as4(tags.get("black_level")), _float_or_none(tags.get("white_level"))
+    fb = _as4(file_black_level if file_black_level is not None else tags.get("black_level"))
+    fw = _float_or_none(tags.get("white_level"))
     if black_level is not None and white_level is not None and fw is not None:
         fb = fb or [0.0] * 4
         rb = _as4(black_level)
@@ -156,6 +160,11 @@ def metadata_from_tags(
     if tags.get("baseline_exposure") is not None:
         res.extra["baseline_exposure"] = tags.get("baseline_exposure")
     return res
+
+
+def file_black_of(raw) -> list[float] | None:
+    """A :class:`~rawrcl.io.raw.RawImage`'s DNG BlackLevel (+ mean deltas) on its own grid, or None."""
+    return ((getattr(raw, "extra", None) or {}).get("dng") or {}).get("black_level_grid")
 
 
 def _float_or_none(v) -> float | None:
@@ -198,6 +207,7 @@ def calibrate_metadata(path: str | Path, raw=None) -> CalibrationResult:
         black_level=None if raw is None else raw.black_level,
         white_level=None if raw is None else raw.white_level,
         path=str(path),
+        file_black_level=file_black_of(raw),
     )
     if raw is not None:
         res.iso = res.iso if res.iso is not None else raw.iso

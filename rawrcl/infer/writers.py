@@ -148,7 +148,7 @@ def write_denoised_dng(path: str | os.PathLike, raw, cfa: np.ndarray, overwrite:
         color_matrix=color_matrix,
         iso=raw.iso,
         exposure_time=getattr(raw, "exposure_time", None),
-        noise_profile=_profile_for_dng(raw.noise_profile, raw.pattern),
+        noise_profile=_profile_in_output_units(raw),
         make=raw.make or "rawrcl",
         model=raw.model or "rawrcl",
         orientation=orientation_of(raw),
@@ -166,9 +166,42 @@ def _default_crop(raw, shape: tuple[int, int]) -> tuple[list[float], list[float]
         size = [float(v) for v in tags["default_crop_size"]][:2]
     except (KeyError, TypeError, ValueError):
         return None
+    # DefaultCropOrigin is relative to the ActiveArea's top-left; LibRaw's grid may start further in (it
+    # rounds an odd ActiveArea offset up to even)
+    extra = getattr(raw, "extra", None) or {}
+    top, left = (int(v) for v in (extra.get("margins") or (0, 0)))
+    aa = tags.get("active_area") or [top, left]
+    try:
+        origin = [origin[0] - (left - int(aa[1])), origin[1] - (top - int(aa[0]))]
+    except (TypeError, ValueError, IndexError):
+        return None
     h, w = shape
     ok = len(origin) == len(size) == 2 and min(origin) >= 0 and min(size) > 0
     return (origin, size) if ok and origin[0] + size[0] <= w and origin[1] + size[1] <= h else None
+
+
+def _profile_in_output_units(raw) -> list[tuple[float, float]] | None:
+    """:func:`_profile_for_dng` of the source's NoiseProfile, converted to the levels the output is written in
+    (rawrcl's, which may differ from the source's BlackLevel tag: a black measured by LibRaw in MaskedAreas,
+    BlackLevelDelta means)."""
+    pairs = _profile_for_dng(raw.noise_profile, raw.pattern)
+    tags = (getattr(raw, "extra", None) or {}).get("dng") or {}
+    if not pairs or not tags:
+        return pairs
+    from rawrcl.calibration.metadata import file_black_of, metadata_from_tags
+
+    res = metadata_from_tags(
+        {**tags, "noise_profile": raw.noise_profile},
+        pattern=raw.pattern,
+        black_level=raw.black_level,
+        white_level=raw.white_level,
+        file_black_level=file_black_of(raw),
+    )
+    if "converted" not in res.extra or not res.per_plane:
+        return pairs
+    pl = res.per_plane
+    green = tuple(float(v) for v in np.mean([pl["G1"], pl["G2"]], axis=0))
+    return [tuple(map(float, pl["R"])), green, tuple(map(float, pl["B"]))]
 
 
 def _profile_for_dng(profile, pattern: str) -> list[tuple[float, float]] | None:

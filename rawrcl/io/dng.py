@@ -35,6 +35,8 @@ CFA_REPEAT_PATTERN_DIM = 33421
 CFA_PATTERN = 33422
 EXPOSURE_TIME = 33434
 ISO_SPEED_RATINGS = 34855
+SENSITIVITY_TYPE = 34864
+ISO_SPEED = 34867
 DNG_VERSION = 50706
 DNG_BACKWARD_VERSION = 50707
 UNIQUE_CAMERA_MODEL = 50708
@@ -181,7 +183,14 @@ def write_dng(
         tags.append((DEFAULT_CROP_ORIGIN, "2I", 2, tuple(_rational([cx, cy], signed=False)), True))
         tags.append((DEFAULT_CROP_SIZE, "2I", 2, tuple(_rational([cw, ch], signed=False)), True))
     if iso is not None:
-        tags.append((ISO_SPEED_RATINGS, "H", 1, int(round(float(iso))), True))
+        iso_int = int(round(float(iso)))
+        if not 0 < iso_int < 2**32:
+            raise RawrclError(f"{path}: iso must be a positive number below 2**32, got {iso!r}")
+        # ISOSpeedRatings is a SHORT: above 65535 it holds 65535 and ISOSpeed (LONG) the value (EXIF 2.3)
+        tags.append((ISO_SPEED_RATINGS, "H", 1, min(iso_int, 65535), True))
+        if iso_int > 65535:
+            tags.append((SENSITIVITY_TYPE, "H", 1, 3, True))
+            tags.append((ISO_SPEED, "I", 1, iso_int, True))
     if exposure_time is not None:
         tags.append((EXPOSURE_TIME, "2I", 1, tuple(_rational([exposure_time], signed=False)), True))
     if noise_profile is not None:

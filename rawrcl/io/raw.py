@@ -27,7 +27,7 @@ from rawrcl.cfa import PATTERNS
 from rawrcl.errors import RawrclError
 from rawrcl.io.dng import MIN_SIZE
 from rawrcl.io.files import captured_stderr
-from rawrcl.io.tags import DNG_ILLUMINANT_D65, PHOTOMETRIC_CFA, PHOTOMETRIC_LINEAR_RAW, read_dng_tags
+from rawrcl.io.tags import PHOTOMETRIC_CFA, PHOTOMETRIC_LINEAR_RAW, read_dng_tags
 from rawrcl.io.tiffcheck import MAX_PIXELS, MAX_SAMPLES_PER_BYTE
 
 
@@ -80,6 +80,13 @@ def _check_dng_is_bayer(path: Path, tags: dict) -> None:
     if photometric != PHOTOMETRIC_CFA:
         kind = "monochrome " if spp == 1 else ""
         raise _refuse(path, f"{kind}DNG without a CFA image (PhotometricInterpretation {photometric})")
+    layout = tags.get("cfa_layout")
+    layout = layout[0] if isinstance(layout, (list, tuple)) and layout else layout
+    if layout not in (None, 1):
+        raise _refuse(
+            path,
+            f"CFALayout {layout} (a staggered or non-rectangular CFA grid), not a rectangular Bayer mosaic",
+        )
     dim = tags.get("cfa_repeat_pattern_dim")
     if dim is not None:
         dims = list(dim) if isinstance(dim, (list, tuple)) else [dim]
@@ -229,17 +236,78 @@ def _finite_or_none(m) -> np.ndarray | None:
     return a if np.all(np.isfinite(a)) else None
 
 
+#: correlated colour temperature (K) of the EXIF LightSource codes DNG uses as CalibrationIlluminant (DNG SDK)
+_ILLUMINANT_CCT = {
+    1: 5500,
+    2: 4150,
+    3: 2850,
+    4: 5500,
+    9: 5500,
+    10: 6500,
+    11: 7500,
+    12: 6430,
+    13: 5000,
+    14: 4150,
+    15: 3450,
+    16: 2940,
+    17: 2856,
+    18: 4874,
+    19: 6774,
+    20: 5503,
+    21: 6504,
+    22: 7504,
+    23: 5003,
+    24: 3200,
+}
+
+
 def _choose_color_matrix(tags: dict) -> np.ndarray | None:
-    """The DNG ColorMatrix calibrated for D65 if there is one, else ColorMatrix2, else 1."""
+    """The DNG ColorMatrix calibrated for the illuminant nearest D65 (in inverse colour temperature, the scale
+    DNG interpolates on; what LibRaw uses too): D65 itself if there is one; an unknown illuminant counts as
+    farthest, ColorMatrix2 winning ties (the DNG convention: 1 is the low, 2 the high temperature)."""
     cands = []
     for i in (1, 2):
         m = tags.get(f"color_matrix_{i}")
         if m is not None:
-            cands.append((tags.get(f"calibration_illuminant_{i}"), np.asarray(m, dtype=np.float64)))
-    for ill, m in cands:
-        if ill == DNG_ILLUMINANT_D65:
-            return m
-    return cands[-1][1] if cands else None
+            ill = tags.get(f"calibration_illuminant_{i}")
+            if isinstance(ill, (list, tuple)):
+                ill = ill[0] if ill else None
+            cct = _ILLUMINANT_CCT.get(int(ill)) if isinstance(ill, (int, float)) else None
+            dist = abs(1e6 / cct - 1e6 / 6504) if cct else math.inf
+            cands.append((dist, -i, np.asarray(m, dtype=np.float64)))
+    if not cands:
+        return None
+    return min(cands, key=lambda c: (c[0], c[1]))[2]
+
+
+def dng_black_grid(tags: dict, top: int, left: int) -> np.ndarray | None:
+    """The DNG black level as a 2×2 tile (per position, row-major) on the grid LibRaw returns, whose origin is
+    (``top``, ``left``) in raw coordinates: BlackLevel's repeat pattern has its origin at the ActiveArea's
+    top-left (DNG 1.6, BlackLevel), so an odd offset between the two changes which value is at which position;
+    plus the mean BlackLevelDeltaH/V (what LibRaw adds). None when the file has no usable BlackLevel tag."""
+    bl = tags.get("black_level")
+    if bl is None:
+        return None
+    try:
+        vals = [float(v) for v in np.ravel(bl)]
+        dim = tags.get("black_level_repeat_dim") or [1, 1]
+        rd, cd = (int(d) for d in (list(dim) if isinstance(dim, (list, tuple)) else [dim, dim])[:2])
+        aa = tags.get("active_area") or [0, 0, 0, 0]
+        aa_top, aa_left = int(aa[0]), int(aa[1])
+    except (TypeError, ValueError, IndexError):
+        return None
+    if rd not in (1, 2) or cd not in (1, 2) or len(vals) < rd * cd or not all(map(math.isfinite, vals)):
+        return None
+    dy, dx = top - aa_top, left - aa_left
+    tile = np.array([[vals[((i + dy) % rd) * cd + (j + dx) % cd] for j in (0, 1)] for i in (0, 1)])
+    for key in ("black_level_delta_h", "black_level_delta_v"):
+        try:
+            d = np.asarray(tags.get(key) or [0.0], dtype=np.float64)
+        except (TypeError, ValueError):
+            continue
+        if d.size and np.all(np.isfinite(d)):
+            tile = tile + float(d.mean())
+    return tile
 
 
 def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
@@ -320,12 +388,28 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
             libraw_ccm = np.asarray(raw.color_matrix, dtype=np.float64)[:, :3]
             other = raw.other
             flip = int(raw.sizes.flip)
+            margins = (int(raw.sizes.top_margin), int(raw.sizes.left_margin))
         except RawrclError:
             raise
         except rawpy.LibRawError as exc:
             raise _libraw_error(p, exc) from None
         except NotImplementedError as exc:  # rawpy: a CFA layout it cannot describe (e.g. "filters: 46")
             raise _refuse(p, f"unsupported CFA layout ({exc})") from None
+    file_black = dng_black_grid(tags, *margins) if tags.get("is_dng") else None
+    if file_black is not None:
+        # LibRaw (0.22) places a 2×2 BlackLevel pattern by its own grid's phase, not the ActiveArea's: when
+        # its grid starts an odd number of rows/columns into the active area (it rounds an odd ActiveArea
+        # offset up), the four values land on the wrong CFA positions. Its tile is then the pattern read
+        # unshifted (plus a common part); the file's own, correctly placed, levels are used instead.
+        unshifted = dng_black_grid(tags, *(int(v) for v in (tags.get("active_area") or [0, 0])[:2]))
+        diff = black_tile - unshifted if unshifted is not None else None
+        if (
+            diff is not None
+            and not np.allclose(unshifted, file_black)
+            and np.ptp(diff) < 1e-6
+            and not np.allclose(black_tile, file_black + np.mean(diff))
+        ):
+            black_tile = file_black + float(np.mean(diff))  # diff: LibRaw's common part
     if not np.all(black_tile < white):
         raise _refuse(p, f"black level {black_tile.ravel().tolist()} is not below white level {white}")
 
@@ -360,10 +444,13 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
         profile = None
 
     iso = _positive_or_none(getattr(other, "iso_speed", None)) or _positive_or_none(tags.get("iso"))
+    tag_iso = _positive_or_none(tags.get("iso"))
+    if iso is not None and iso >= 65535 and tag_iso is not None and tag_iso > iso:  # a saturated SHORT
+        iso = tag_iso
     exposure = _positive_or_none(getattr(other, "shutter_speed", None)) or _positive_or_none(
         tags.get("exposure_time")
     )
-    extra = {"raw_type": "Flat", "color_desc": desc, "flip": flip}
+    extra = {"raw_type": "Flat", "color_desc": desc, "flip": flip, "margins": margins}
     make, model = str(tags.get("make") or "").strip(), str(tags.get("model") or "").strip()
     if not model:  # a DNG may name its camera only in UniqueCameraModel ("Make Model")
         model = str(tags.get("unique_camera_model") or "").strip()
@@ -372,6 +459,8 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
     if tags.get("is_dng"):
         extra["raw_ifd"] = tags.get("raw_ifd")
         extra["dng"] = {k: v for k, v in tags.items() if k not in ("is_tiff", "is_dng")}
+        if file_black is not None:  # the tags' black level on this grid (what the NoiseProfile refers to)
+            extra["dng"]["black_level_grid"] = [float(b) for b in file_black.ravel()]
 
     return RawImage(
         path=str(p),

@@ -31,10 +31,14 @@ _TAG_NAMES = {
     33422: "cfa_pattern",
     33434: "exposure_time",
     34855: "iso",
+    34867: "iso_speed",
     50706: "dng_version",
     50708: "unique_camera_model",
     50713: "black_level_repeat_dim",
+    50711: "cfa_layout",
     50714: "black_level",
+    50715: "black_level_delta_h",
+    50716: "black_level_delta_v",
     50717: "white_level",
     50719: "default_crop_origin",
     50720: "default_crop_size",
@@ -44,6 +48,7 @@ _TAG_NAMES = {
     50730: "baseline_exposure",
     50778: "calibration_illuminant_1",
     50779: "calibration_illuminant_2",
+    50829: "active_area",
     51041: "noise_profile",
 }
 
@@ -148,6 +153,8 @@ def _read_tags(p: Path, tifffile) -> dict:
                 if "ExposureTime" in exif.value and "exposure_time" not in out:
                     et = exif.value["ExposureTime"]
                     out["exposure_time"] = et[0] / et[1] if isinstance(et, (tuple, list)) else et
+                if "ISOSpeed" in exif.value and "iso_speed" not in out:
+                    out["iso_speed"] = exif.value["ISOSpeed"]
             if isinstance(out.get("exposure_time"), list):
                 out["exposure_time"] = out["exposure_time"][0]
             # the raw image: IFD0 if it is the main image, else the first SubIFD with NewSubfileType 0
@@ -200,10 +207,22 @@ def _read_tags(p: Path, tifffile) -> dict:
         out["noise_profile"] = [(prof[i], prof[i + 1]) for i in range(0, len(prof) - 1, 2)] or None
         if out["noise_profile"] is None:
             del out["noise_profile"]
-    for key in ("iso", "white_level", "baseline_exposure"):
+    for key in (
+        "iso",
+        "iso_speed",
+        "white_level",
+        "baseline_exposure",
+        "calibration_illuminant_1",
+        "calibration_illuminant_2",
+    ):
         v = out.get(key)
         if isinstance(v, list):
             out[key] = v[0] if v else None
+    try:  # ISOSpeedRatings (a SHORT) saturates at 65535: the ISOSpeed tag holds higher values (EXIF 2.3)
+        if out.get("iso_speed") and (out.get("iso") is None or float(out["iso"]) >= 65535):
+            out["iso"] = out["iso_speed"]
+    except (TypeError, ValueError):
+        pass
     try:
         if not float(out.get("white_level", 1)) > 0:  # invalid; LibRaw reads the file with its own default
             out.pop("white_level")

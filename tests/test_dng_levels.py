@@ -1,0 +1,105 @@
+"""Real-camera DNG level tags: a 2×2 BlackLevel pattern whose origin is the ActiveArea's (odd offsets),
+BlackLevelDeltaH/V, the NoiseProfile's normalisation, DefaultCrop after LibRaw's margin rounding, and the
+choice between two ColorMatrix tags."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rawrcl.io.raw import read_raw
+from tests._fakes import bare_cfa_dng
+
+BLACKS = (100, 200, 300, 400)  # row-major, relative to the ActiveArea's top-left (DNG 1.6, BlackLevel)
+WHITE = 4095
+GREY = {"R": 0.2, "G": 0.35, "B": 0.25}
+
+
+def _file(path, top, left, *extra, h=64, w=80, deltas=0.0):
+    """RGGB (at the ActiveArea's origin) flat grey; masked rows/columns before the active area."""
+    tile = np.array(BLACKS, float).reshape(2, 2) + deltas
+    x = np.empty((h, w))
+    x[0::2, 0::2], x[0::2, 1::2], x[1::2, 0::2], x[1::2, 1::2] = GREY["R"], GREY["G"], GREY["G"], GREY["B"]
+    bl = np.tile(tile, (h // 2, w // 2))
+    data = np.full((h + top, w + left), min(BLACKS), np.uint16)
+    data[top:, left:] = np.round(bl + x * (WHITE - bl)).astype(np.uint16)
+    tags = [
+        (50713, "H", 2, (2, 2), True),
+        (50714, "I", 4, BLACKS, True),
+        (50829, "I", 4, (top, left, top + h, left + w), True),
+        *extra,
+    ]
+    return bare_cfa_dng(path, data, *tags)
+
+
+@pytest.mark.parametrize("top,left", [(0, 0), (3, 5), (1, 0), (0, 1), (2, 2)])
+def test_black_pattern_follows_active_area_phase(tmp_path, top, left):
+    img = read_raw(_file(tmp_path / "a.dng", top, left))
+    for i in (0, 1):
+        for j in (0, 1):
+            expected = GREY[img.pattern[2 * i + j]]
+            assert abs(float(img.cfa[i::2, j::2].mean()) - expected) < 1e-3, (img.pattern, img.black_level)
+
+
+def test_noise_profile_not_converted_when_levels_agree(tmp_path):
+    """The NoiseProfile refers to the file's own black (pattern origin: the ActiveArea, + BlackLevelDeltaH/V):
+    rawrcl's normalisation is the same, so (S, O) must come through unchanged."""
+    from rawrcl.calibration.resolve import _metadata
+
+    prof = (51041, "d", 2, (1e-4, 2e-6), True)
+    for name, top, left, extra, d in [
+        ("odd.dng", 0, 9, (), 0.0),
+        ("delta.dng", 0, 0, ((50715, "2i", 80, (30, 1) * 80, True),), 30.0),
+    ]:
+        path = _file(tmp_path / name, top, left, prof, *extra, deltas=d)
+        img = read_raw(path)
+        planes = _metadata(img, path)
+        for s, o in planes.values():
+            assert s == pytest.approx(1e-4, rel=1e-6) and o == pytest.approx(2e-6, rel=1e-6), (name, planes)
+
+
+def test_default_crop_origin_after_libraw_margin_rounding(tmp_path):
+    from rawrcl.infer.writers import _default_crop
+
+    path = _file(tmp_path / "c.dng", 3, 5, (50719, "I", 2, (8, 6), True), (50720, "I", 2, (60, 50), True))
+    img = read_raw(path)
+    # LibRaw's grid starts at (4, 6), one row and column into the active area starting at (3, 5)
+    assert _default_crop(img, img.cfa.shape) == ([7.0, 5.0], [60.0, 50.0])
+
+
+def test_color_matrix_nearest_d65_when_none_is_d65(tmp_path):
+    """ColorMatrix1 for D55 (20) and ColorMatrix2 for Standard A (17): the D55 one, as LibRaw renders."""
+    d55 = np.array([[0.6722, -0.0635, -0.0963], [-0.4287, 1.2460, 0.2028], [-0.0908, 0.2162, 0.5668]])
+    std_a = np.array([[0.7234, -0.1413, -0.0600], [-0.3631, 1.1150, 0.2850], [-0.0382, 0.1611, 0.7597]])
+
+    def rat(m):
+        return tuple(v for x in m.ravel() for v in (int(round(x * 10000)), 10000))
+
+    data = np.full((64, 80), 1000, np.uint16)
+    path = bare_cfa_dng(
+        tmp_path / "cm.dng",
+        data,
+        (50721, "2i", 9, rat(d55), True),
+        (50778, "H", 1, 20, True),
+        (50722, "2i", 9, rat(std_a), True),
+        (50779, "H", 1, 17, True),
+    )
+    np.testing.assert_allclose(read_raw(path).xyz_to_cam, d55, atol=1e-4)
+
+
+def test_iso_above_65535_round_trips(tmp_path):
+    """ISOSpeedRatings is a SHORT: a denoised ISO 102400 file must not crash the writer, and reads back."""
+    from rawrcl.infer.writers import write_denoised_dng
+
+    img = read_raw(_file(tmp_path / "i.dng", 0, 0))
+    img.iso = 102400.0  # what LibRaw reports for e.g. a Sony/Nikon file at that ISO
+    out = write_denoised_dng(tmp_path / "o.dng", img, img.cfa)
+    assert read_raw(out).iso == 102400.0
+
+
+def test_cfa_layout_other_than_rectangular_is_named(tmp_path):
+    from rawrcl.errors import RawrclError
+
+    path = bare_cfa_dng(tmp_path / "l.dng", np.full((64, 80), 1000, np.uint16), (50711, "H", 1, 2, True))
+    with pytest.raises(RawrclError, match="CFALayout 2"):
+        read_raw(path)
