@@ -115,3 +115,69 @@ def test_bad_arguments(tmp_path):
     with pytest.raises(RawrclError, match="noise_profile"):
         write_dng(tmp_path / "a.dng", img, "RGGB", 0, 1023, noise_profile=(-1, 0))
     assert not (tmp_path / "a.dng").exists()
+
+
+def test_denoised_dng_keeps_the_source_rendering_tags(tmp_path):
+    """A raw developer renders rawrcl's output as it renders the source: colour calibration (both matrices,
+    forward matrices, illuminants), BaselineExposure and the raw IFD's opcode lists (a phone's lens-shading
+    GainMap) are copied unchanged — they were dropped — and NoiseReductionApplied says the noise is gone."""
+    from rawrcl.infer.writers import write_denoised_dng
+    from rawrcl.io.raw import read_raw
+    from tests._fakes import bare_cfa_dng
+
+    cm_a = (11000, 10000, -3000, 10000, -1000, 10000, -4000, 10000, 12000, 10000, 2000, 10000) + (
+        -500,
+        10000,
+        1500,
+        10000,
+        6000,
+        10000,
+    )
+    cm_d65 = (8000, 10000, -2000, 10000, -500, 10000, -3500, 10000, 11500, 10000, 2500, 10000) + (
+        -800,
+        10000,
+        2000,
+        10000,
+        7000,
+        10000,
+    )
+    fm = (6000, 10000, 3000, 10000, 1000, 10000, 2500, 10000, 7000, 10000, 500, 10000) + (
+        0,
+        10000,
+        1000,
+        10000,
+        7500,
+        10000,
+    )
+    opcodes = (0).to_bytes(4, "big")  # an empty, valid OpcodeList (count 0)
+    copied = {
+        50721: (10, 9, cm_a),
+        50722: (10, 9, cm_d65),
+        50778: (3, 1, 17),  # StdA
+        50779: (3, 1, 21),  # D65
+        50964: (10, 9, fm),
+        50965: (10, 9, fm),
+        50730: (10, 1, (-5, 10)),  # BaselineExposure −0.5 EV
+        51009: (7, len(opcodes), opcodes),
+    }
+    data = np.random.default_rng(0).integers(200, 4000, size=(64, 96)).astype(np.uint16)
+    src = bare_cfa_dng(
+        tmp_path / "src.dng",
+        data,
+        (50714, "H", 1, 128, True),
+        (50728, "2I", 3, (1, 2, 1, 1, 2, 3), True),
+        *((code, dtype, count, value, True) for code, (dtype, count, value) in copied.items()),
+    )
+    raw = read_raw(src)
+    out = write_denoised_dng(tmp_path / "out.dng", raw, raw.cfa)
+    with tifffile.TiffFile(out) as tif:
+        tags = tif.pages[0].tags
+        for code, (_, count, value) in copied.items():
+            assert code in tags and tags[code].count == count, code
+            got = tags[code].value
+            assert (got == value) if isinstance(value, bytes | int) else tuple(got) == value, (code, got)
+        assert tags[50935].value == (1, 1)  # NoiseReductionApplied 1
+    with rawpy.imread(str(src)) as a, rawpy.imread(str(out)) as b:
+        ra = a.postprocess(no_auto_bright=True, output_bps=16, gamma=(1, 1), use_camera_wb=True)
+        rb = b.postprocess(no_auto_bright=True, output_bps=16, gamma=(1, 1), use_camera_wb=True)
+    assert np.abs(ra.astype(float) - rb.astype(float)).max() <= 2  # the same render (requantisation only)

@@ -124,7 +124,8 @@ def requantize_cfa(
 def write_denoised_dng(path: str | os.PathLike, raw, cfa: np.ndarray, overwrite: bool = False) -> Path:
     """Write a denoised CFA as a DNG carrying the source :class:`~rawrcl.io.raw.RawImage`'s pattern, size,
     black/white levels and metadata (white balance, colour matrix, ISO, noise profile, make/model,
-    orientation, a DNG's DefaultCrop).
+    orientation; from a DNG source also its DefaultCrop and rendering tags — colour calibration, baseline
+    exposure, opcode lists), with NoiseReductionApplied 1.
 
     ``cfa``: (H, W) float [0, 1] on the source's grid; re-quantised with :func:`requantize_cfa`.
     """
@@ -153,8 +154,27 @@ def write_denoised_dng(path: str | os.PathLike, raw, cfa: np.ndarray, overwrite:
         model=raw.model or "rawrcl",
         orientation=orientation_of(raw),
         default_crop=_default_crop(raw, dn.shape),
+        copied_tags=_rendering_tags(raw),
+        noise_reduction_applied=1.0,
         overwrite=True,
     )
+
+
+def _rendering_tags(raw) -> list[tuple[int, int, int, object]]:
+    """A DNG source's rendering tags for its denoised copy (:func:`rawrcl.io.tags.read_rendering_tags`): the
+    opcode lists only when the output grid starts at the source's ActiveArea origin (their coordinates)."""
+    from rawrcl.io.tags import read_rendering_tags
+
+    extra = getattr(raw, "extra", None) or {}
+    tags = extra.get("dng")
+    if not tags or not getattr(raw, "path", None):
+        return []
+    aa = tags.get("active_area") or [0, 0]
+    try:
+        same_origin = tuple(int(v) for v in extra.get("margins") or (0, 0)) == (int(aa[0]), int(aa[1]))
+    except (TypeError, ValueError, IndexError):
+        same_origin = False
+    return read_rendering_tags(raw.path, opcodes=same_origin)
 
 
 def _default_crop(raw, shape: tuple[int, int]) -> tuple[list[float], list[float]] | None:

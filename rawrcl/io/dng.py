@@ -36,6 +36,9 @@ CFA_PATTERN = 33422
 EXPOSURE_TIME = 33434
 ISO_SPEED_RATINGS = 34855
 SENSITIVITY_TYPE = 34864
+NOISE_REDUCTION_APPLIED = 50935
+#: the tags of a colour calibration that belong with its ColorMatrix1 (CameraCalibration, illuminants, …)
+_COLOUR_CALIBRATION = frozenset({50722, 50723, 50724, 50778, 50779, 50931, 50932, 50936, 50964, 50965})
 ISO_SPEED = 34867
 DNG_VERSION = 50706
 DNG_BACKWARD_VERSION = 50707
@@ -89,6 +92,8 @@ def write_dng(
     unique_camera_model: str | None = None,
     orientation: int | None = None,
     default_crop: tuple[Sequence[float], Sequence[float]] | None = None,
+    copied_tags: Sequence[tuple[int, int, int, object]] = (),
+    noise_reduction_applied: float | None = None,
     overwrite: bool = False,
 ) -> Path:
     """Write a Bayer mosaic as an uncompressed DNG, atomically.
@@ -111,6 +116,12 @@ def write_dng(
     orientation : TIFF Orientation (1–8: how to turn the stored image for display; 1 or None: as stored).
     default_crop : ((x, y), (width, height)) of the DNG DefaultCrop (the part a raw developer shows, px of the
         mosaic); None: none (the whole mosaic).
+    copied_tags : a source DNG's rendering tags as ``(code, TIFF type, count, value)``
+        (:func:`rawrcl.io.tags.read_rendering_tags`; codes of :data:`~rawrcl.io.tags.RENDERING_TAGS` and
+        :data:`~rawrcl.io.tags.OPCODE_TAGS` only), written unchanged; a copied ColorMatrix1 replaces
+        ``color_matrix`` (the source's whole colour calibration is kept together).
+    noise_reduction_applied : the DNG NoiseReductionApplied tag, 0–1 (1: "the ideal amount" — a raw
+        developer should add none of its own); None: not written.
     overwrite : replace an existing file; otherwise raise :class:`RawrclError`.
 
     Returns
@@ -159,6 +170,23 @@ def write_dng(
         tags.append((BLACK_LEVEL, "I", 4, tuple(int(b) for b in blacks), True))
     else:
         tags.append((BLACK_LEVEL, "2I", 4, tuple(_rational(blacks, signed=False)), True))
+    from rawrcl.io.tags import OPCODE_TAGS, RENDERING_TAGS
+
+    copied = list(copied_tags)
+    bad = [c[0] for c in copied if c[0] not in RENDERING_TAGS and c[0] not in OPCODE_TAGS]
+    if bad:
+        raise RawrclError(f"{path}: copied_tags may hold DNG rendering tags only, got codes {bad}")
+    if any(c[0] == COLOR_MATRIX_1 for c in copied):
+        color_matrix = None  # the source's colour calibration, as a whole
+    else:  # no calibration to go with: its illuminants, forward matrices, … would describe ours wrongly
+        copied = [c for c in copied if c[0] not in _COLOUR_CALIBRATION]
+    tags += [(code, dtype, count, value, True) for code, dtype, count, value in copied]
+    if noise_reduction_applied is not None:
+        nr = float(noise_reduction_applied)
+        if not 0 <= nr <= 1:
+            raise RawrclError(f"{path}: noise_reduction_applied must be in [0, 1], got {nr}")
+        nra = _rational([nr], signed=False)
+        tags.append((NOISE_REDUCTION_APPLIED, "2I", 1, tuple(nra), True))
     if color_matrix is not None:
         m = np.asarray(color_matrix, dtype=np.float64)
         if m.shape != (3, 3) or not np.all(np.isfinite(m)):

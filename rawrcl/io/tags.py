@@ -98,6 +98,58 @@ def _quiet_tifffile() -> Iterator[None]:
         logger.setLevel(old)
 
 
+#: IFD0 tags that tell a raw developer how to render the data (colour calibration, exposure, profile): copied
+#: unchanged from a source DNG into a rawrcl output DNG of the same pixels (:func:`read_rendering_tags`)
+RENDERING_TAGS = {
+    50721: "ColorMatrix1",
+    50722: "ColorMatrix2",
+    50723: "CameraCalibration1",
+    50724: "CameraCalibration2",
+    50727: "AnalogBalance",
+    50729: "AsShotWhiteXY",
+    50730: "BaselineExposure",
+    50731: "BaselineNoise",
+    50732: "BaselineSharpness",
+    50734: "LinearResponseLimit",
+    50778: "CalibrationIlluminant1",
+    50779: "CalibrationIlluminant2",
+    50931: "CameraCalibrationSignature",
+    50932: "ProfileCalibrationSignature",
+    50936: "ProfileName",
+    50964: "ForwardMatrix1",
+    50965: "ForwardMatrix2",
+}
+#: raw-IFD opcode lists (DNG 1.3+: bad-pixel fixes, lens-shading GainMaps, lens warps), placed on the raw grid
+OPCODE_TAGS = {51008: "OpcodeList1", 51009: "OpcodeList2", 51022: "OpcodeList3"}
+
+
+def read_rendering_tags(path: str | os.PathLike, opcodes: bool = True) -> list[tuple[int, int, int, object]]:
+    """The source DNG's :data:`RENDERING_TAGS` (IFD0) and, with ``opcodes``, :data:`OPCODE_TAGS` (raw IFD) as
+    ``(code, TIFF type, count, value)`` — tifffile's ``extratags`` form, for
+    :func:`rawrcl.io.dng.write_dng` (``copied_tags``). Empty for a file that is not a DNG or cannot be read.
+    ``opcodes``: only when the output's pixel grid starts where the source's raw grid does (the opcodes'
+    coordinates refer to it)."""
+    import tifffile
+
+    out: list[tuple[int, int, int, object]] = []
+    try:
+        with _quiet_tifffile(), tifffile.TiffFile(path) as tif:
+            ifd0 = tif.pages[0]
+            if 50706 not in ifd0.tags:  # DNGVersion
+                return []
+            raw_page = ifd0
+            if int(ifd0.subfiletype) != 0:
+                raw_page = next((p for p in (ifd0.pages or []) if int(p.subfiletype) == 0), ifd0)
+            for page, codes in ((ifd0, RENDERING_TAGS), (raw_page, OPCODE_TAGS if opcodes else {})):
+                for code in codes:
+                    tag = page.tags.get(code)
+                    if tag is not None:
+                        out.append((code, int(tag.dtype), int(tag.count), tag.value))
+    except Exception:  # best effort: an unreadable tag is not copied
+        return []
+    return out
+
+
 def read_dng_tags(path: str | os.PathLike) -> dict:
     """Read the DNG/TIFF tags rawrcl uses, from IFD0 and the raw (NewSubfileType 0) SubIFD.
 
