@@ -103,3 +103,32 @@ def test_cfa_layout_other_than_rectangular_is_named(tmp_path):
     path = bare_cfa_dng(tmp_path / "l.dng", np.full((64, 80), 1000, np.uint16), (50711, "H", 1, 2, True))
     with pytest.raises(RawrclError, match="CFALayout 2"):
         read_raw(path)
+
+
+@pytest.mark.parametrize("planes", [(3, 4, 5), (2, 1, 0)])
+def test_cfa_plane_colours_other_than_rgb_in_order_are_refused(tmp_path, planes):
+    """CMY planes were read as RGGB; a permuted RGB order puts AsShotNeutral and the ColorMatrix rows in that
+    order too, which LibRaw does not follow (its white balance came out swapped)."""
+    from rawrcl.errors import RawrclError
+
+    data = np.full((64, 64), 1000, np.uint16)
+    path = bare_cfa_dng(tmp_path / "p.dng", data)
+    raw = path.read_bytes()
+    at = raw.find(bytes((0, 1, 2)), raw.find((50710).to_bytes(2, "little")))  # the 3 bytes sit in the entry
+    path.write_bytes(raw[:at] + bytes(planes) + raw[at + 3 :])
+    with pytest.raises(RawrclError, match=rf"CFAPlaneColor \[{', '.join(map(str, planes))}\]"):
+        read_raw(path)
+
+
+def test_white_balance_from_as_shot_white_xy(tmp_path):
+    """A DNG giving the as-shot white as a chromaticity (no AsShotNeutral) had no white balance at all:
+    the camera neutral is ColorMatrix · XYZ(x, y)."""
+    cm = np.array([[0.8, -0.2, -0.05], [-0.35, 1.15, 0.25], [-0.08, 0.2, 0.7]])
+    xy = (0.3457, 0.3585)  # D50
+    flat = [int(round(v * 10000)) for v in cm.ravel()]
+    cm_tag = (50721, "2i", 9, tuple(v for n in flat for v in (n, 10000)), True)
+    xy_tag = (50729, "2I", 2, tuple(v for c in xy for v in (int(round(c * 10000)), 10000)), True)
+    data = np.full((64, 64), 1000, np.uint16)
+    img = read_raw(bare_cfa_dng(tmp_path / "xy.dng", data, cm_tag, (50778, "H", 1, 21, True), xy_tag))
+    neutral = cm @ np.array([xy[0] / xy[1], 1.0, (1 - xy[0] - xy[1]) / xy[1]])
+    assert img.wb == pytest.approx((neutral[1] / neutral[0], 1.0, neutral[1] / neutral[2]), rel=1e-3)

@@ -80,6 +80,16 @@ def _check_dng_is_bayer(path: Path, tags: dict) -> None:
     if photometric != PHOTOMETRIC_CFA:
         kind = "monochrome " if spp == 1 else ""
         raise _refuse(path, f"{kind}DNG without a CFA image (PhotometricInterpretation {photometric})")
+    planes = tags.get("cfa_plane_color")
+    planes = list(planes) if isinstance(planes, (bytes, list, tuple)) else None
+    if planes is not None and planes != [0, 1, 2]:  # 0 red, 1 green, 2 blue; 3–6 cyan, magenta, yellow, white
+        # another order puts AsShotNeutral and the ColorMatrix rows in that order too (which LibRaw ignores)
+        kind = (
+            "red, green, blue in another order"
+            if sorted(planes) == [0, 1, 2]
+            else "not red/green/blue, e.g. CMY"
+        )
+        raise _refuse(path, f"CFAPlaneColor {planes} ({kind}): only planes red, green, blue in that order")
     layout = tags.get("cfa_layout")
     layout = layout[0] if isinstance(layout, (list, tuple)) and layout else layout
     if layout not in (None, 1):
@@ -280,6 +290,22 @@ def _choose_color_matrix(tags: dict) -> np.ndarray | None:
     return min(cands, key=lambda c: (c[0], c[1]))[2]
 
 
+def _wb_from_white_xy(xy, xyz_to_cam: np.ndarray) -> tuple[float, float, float] | None:
+    """White balance (R, G, B), G = 1, of a DNG that gives the as-shot white as a chromaticity (AsShotWhiteXY)
+    instead of AsShotNeutral: the camera's neutral is ColorMatrix · XYZ(x, y, Y = 1) (DNG 1.6, "Mapping Camera
+    Color Space to CIE XYZ Space"; the matrix rawrcl chose, not one interpolated for that white)."""
+    try:
+        x, y = (float(v) for v in list(xy)[:2])
+    except (TypeError, ValueError):
+        return None
+    if not (0 < x < 1 and 0 < y < 1 and x + y < 1):
+        return None
+    neutral = np.asarray(xyz_to_cam, dtype=np.float64) @ np.array([x / y, 1.0, (1 - x - y) / y])
+    if not (np.all(np.isfinite(neutral)) and np.all(neutral > 0)):
+        return None
+    return (float(neutral[1] / neutral[0]), 1.0, float(neutral[1] / neutral[2]))
+
+
 def dng_black_grid(tags: dict, top: int, left: int) -> np.ndarray | None:
     """The DNG black level as a 2×2 tile (per position, row-major) on the grid LibRaw returns, whose origin is
     (``top``, ``left``) in raw coordinates: BlackLevel's repeat pattern has its origin at the ActiveArea's
@@ -431,6 +457,8 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
     xyz_to_cam = _finite_or_none(_choose_color_matrix(tags))
     if xyz_to_cam is None and np.any(libraw_xyz != 0):
         xyz_to_cam = _finite_or_none(libraw_xyz)
+    if wb is None and xyz_to_cam is not None:
+        wb = _wb_from_white_xy(tags.get("as_shot_white_xy"), xyz_to_cam)
     ccm = None
     if xyz_to_cam is not None:
         try:

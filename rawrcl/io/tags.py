@@ -45,6 +45,8 @@ _TAG_NAMES = {
     50721: "color_matrix_1",
     50722: "color_matrix_2",
     50728: "as_shot_neutral",
+    50729: "as_shot_white_xy",
+    50710: "cfa_plane_color",
     50730: "baseline_exposure",
     50778: "calibration_illuminant_1",
     50779: "calibration_illuminant_2",
@@ -63,7 +65,7 @@ def _tag_value(tag) -> object:
         return [n / d if d else math.nan for n, d in pairs]
     if isinstance(value, str):
         return value.strip("\x00 ").strip()
-    if isinstance(value, bytes) and tag.code in (33422, 50706):
+    if isinstance(value, bytes) and tag.code in (33422, 50706, 50710):
         return list(value)
     if isinstance(value, (tuple, list)):
         return list(value)
