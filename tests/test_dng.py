@@ -181,3 +181,26 @@ def test_denoised_dng_keeps_the_source_rendering_tags(tmp_path):
         ra = a.postprocess(no_auto_bright=True, output_bps=16, gamma=(1, 1), use_camera_wb=True)
         rb = b.postprocess(no_auto_bright=True, output_bps=16, gamma=(1, 1), use_camera_wb=True)
     assert np.abs(ra.astype(float) - rb.astype(float)).max() <= 2  # the same render (requantisation only)
+
+
+@pytest.mark.parametrize("top,left,kept", [(0, 0, {51008, 51009}), (2, 4, {51009}), (3, 4, set())])
+def test_opcode_lists_are_copied_only_onto_their_own_grid(tmp_path, top, left, kept):
+    """OpcodeList1 is positioned on the whole stored image, OpcodeList2 on the ActiveArea: the output (the
+    active area as LibRaw reads it, an odd offset rounded up) keeps only the lists whose coordinates fit."""
+    from rawrcl.infer.writers import write_denoised_dng
+    from rawrcl.io.raw import read_raw
+    from tests._fakes import bare_cfa_dng
+
+    empty = (0).to_bytes(4, "big")
+    data = np.random.default_rng(0).integers(200, 4000, size=(64 + top, 96 + left)).astype(np.uint16)
+    src = bare_cfa_dng(
+        tmp_path / "src.dng",
+        data,
+        (50829, "I", 4, (top, left, top + 64, left + 96), True),
+        (51008, 7, 4, empty, True),
+        (51009, 7, 4, empty, True),
+    )
+    raw = read_raw(src)
+    out = write_denoised_dng(tmp_path / "out.dng", raw, raw.cfa)
+    with tifffile.TiffFile(out) as tif:
+        assert {c for c in (51008, 51009) if c in tif.pages[0].tags} == kept

@@ -161,20 +161,22 @@ def write_denoised_dng(path: str | os.PathLike, raw, cfa: np.ndarray, overwrite:
 
 
 def _rendering_tags(raw) -> list[tuple[int, int, int, object]]:
-    """A DNG source's rendering tags for its denoised copy (:func:`rawrcl.io.tags.read_rendering_tags`): the
-    opcode lists only when the output grid starts at the source's ActiveArea origin (their coordinates)."""
+    """A DNG source's rendering tags for its denoised copy (:func:`rawrcl.io.tags.read_rendering_tags`), the
+    opcode lists whose coordinates still fit: OpcodeList2/3 (on the ActiveArea) when the output grid starts at
+    its origin, OpcodeList1 (on the whole stored image) only when that origin is the image's (0, 0) too."""
     from rawrcl.io.tags import read_rendering_tags
 
     extra = getattr(raw, "extra", None) or {}
     tags = extra.get("dng")
     if not tags or not getattr(raw, "path", None):
         return []
-    aa = tags.get("active_area") or [0, 0]
     try:
-        same_origin = tuple(int(v) for v in extra.get("margins") or (0, 0)) == (int(aa[0]), int(aa[1]))
-    except (TypeError, ValueError, IndexError):
-        same_origin = False
-    return read_rendering_tags(raw.path, opcodes=same_origin)
+        aa = tuple(int(v) for v in (tags.get("active_area") or [0, 0])[:2])
+        grid = tuple(int(v) for v in extra.get("margins") or (0, 0))
+    except (TypeError, ValueError):
+        return read_rendering_tags(raw.path, opcodes=())
+    opcodes = (51009, 51022) if grid == aa else ()
+    return read_rendering_tags(raw.path, opcodes=(51008, *opcodes) if grid == aa == (0, 0) else opcodes)
 
 
 def _default_crop(raw, shape: tuple[int, int]) -> tuple[list[float], list[float]] | None:

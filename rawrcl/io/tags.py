@@ -8,7 +8,7 @@ import contextlib
 import logging
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -125,12 +125,14 @@ RENDERING_TAGS = {
 OPCODE_TAGS = {51008: "OpcodeList1", 51009: "OpcodeList2", 51022: "OpcodeList3"}
 
 
-def read_rendering_tags(path: str | os.PathLike, opcodes: bool = True) -> list[tuple[int, int, int, object]]:
-    """The source DNG's :data:`RENDERING_TAGS` (IFD0) and, with ``opcodes``, :data:`OPCODE_TAGS` (raw IFD) as
-    ``(code, TIFF type, count, value)`` — tifffile's ``extratags`` form, for
+def read_rendering_tags(
+    path: str | os.PathLike, opcodes: Collection[int] = tuple(OPCODE_TAGS)
+) -> list[tuple[int, int, int, object]]:
+    """The source DNG's :data:`RENDERING_TAGS` (IFD0) and those of its raw IFD's :data:`OPCODE_TAGS` whose
+    codes are in ``opcodes``, as ``(code, TIFF type, count, value)`` — tifffile's ``extratags`` form, for
     :func:`rawrcl.io.dng.write_dng` (``copied_tags``). Empty for a file that is not a DNG or cannot be read.
-    ``opcodes``: only when the output's pixel grid starts where the source's raw grid does (the opcodes'
-    coordinates refer to it)."""
+    An opcode list's coordinates refer to its stage's grid (OpcodeList1: the whole stored image, masked
+    areas included; 2 and 3: the ActiveArea): pass only those that match the output's grid."""
     import tifffile
 
     out: list[tuple[int, int, int, object]] = []
@@ -142,7 +144,7 @@ def read_rendering_tags(path: str | os.PathLike, opcodes: bool = True) -> list[t
             raw_page = ifd0
             if int(ifd0.subfiletype) != 0:
                 raw_page = next((p for p in (ifd0.pages or []) if int(p.subfiletype) == 0), ifd0)
-            for page, codes in ((ifd0, RENDERING_TAGS), (raw_page, OPCODE_TAGS if opcodes else {})):
+            for page, codes in ((ifd0, RENDERING_TAGS), (raw_page, [c for c in OPCODE_TAGS if c in opcodes])):
                 for code in codes:
                     tag = page.tags.get(code)
                     if tag is not None:
