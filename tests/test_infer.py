@@ -501,3 +501,39 @@ def test_banded_rendering_and_quantisation_match_the_whole_image_formulas():
         got = to_uint(whole, bits)
         assert got.dtype == ref.dtype and got.shape == (2 * BAND_ROWS + 5, 9, 3)
         assert np.array_equal(got, ref)
+
+
+def test_keep_saturated_puts_clipped_samples_back():
+    from rawrcl.infer import keep_saturated
+
+    rng = np.random.default_rng(0)
+    cfa = rng.uniform(0.1, 0.8, size=(64, 64)).astype(np.float32)
+    cfa[:8, 0::2] = 1.0  # blown at the white level
+    cfa[:8, 1::2] = 0.9  # the odd columns' positions clip below white (a pile-up at their maximum)
+    out = keep_saturated(cfa * 0.95, cfa)
+    assert np.all(out[:8, 0::2] == 1.0) and np.all(out[:8, 1::2] == np.float32(0.9))
+    assert np.allclose(out[8:], cfa[8:] * 0.95)
+    single = cfa.copy()
+    single[40, 40] = 0.85  # a lone maximum (no pile-up) below white is a bright sample, not a clip
+    single[:16] = 0.5
+    assert np.allclose(keep_saturated(single * 0.95, single), single * 0.95)
+
+
+def test_denoise_keeps_blown_highlights_clipped(workdir: Path, tmp_path: Path, monkeypatch):
+    """A network's estimate pulled clipped samples a few % below white, so raw developers no longer saw the
+    highlights as clipped (coloured fringes): `denoise` puts the input's saturated samples back."""
+    import rawrcl.infer.files as files
+    from rawrcl.io.dng import write_dng
+    from rawrcl.io.raw import read_raw
+
+    cfa = np.full((48, 64), 1500, np.uint16)
+    cfa[:16] = 4095  # blown
+    write_dng(tmp_path / "sun.dng", cfa, "RGGB", 64, 4095)
+    darker = files.denoise_cfa
+    monkeypatch.setattr(files, "denoise_cfa", lambda *a, **k: darker(*a, **k) * 0.97)
+    res = _cli(
+        ["denoise", tmp_path / "sun.dng", "-o", tmp_path / "o.dng", "--model", workdir / "identity_raw.pt"]
+    )
+    assert res.exit_code == 0, res.output
+    out = read_raw(tmp_path / "o.dng").cfa
+    assert np.all(out[:16] == 1.0) and np.all(out[16:] < 0.4)

@@ -8,7 +8,7 @@ from rawrcl.device import PRECISIONS, cpu_has_fast_bf16, resolve_device, resolve
 from rawrcl.infer.batch import BatchResult, expand_inputs, output_is_file, plan_outputs, run_batch
 from rawrcl.infer.files import denoise_file, is_rgb_file, jdd_file, run_denoise, run_jdd
 from rawrcl.infer.noise import NoiseOptions, bind_noise
-from rawrcl.infer.pipeline import TileOptions, denoise_cfa, denoise_rgb, jdd_cfa, task_model
+from rawrcl.infer.pipeline import TileOptions, denoise_cfa, denoise_rgb, jdd_cfa, keep_saturated, task_model
 from rawrcl.infer.tiling import (
     count_tiles,
     full_precision_head,
@@ -39,6 +39,7 @@ __all__ = [
     "is_rgb_file",
     "jdd_cfa",
     "jdd_file",
+    "keep_saturated",
     "NoiseOptions",
     "output_is_file",
     "plan_outputs",

@@ -37,7 +37,7 @@ from rawrcl.infer.noise import (
     resolve_noise,
     rgb_model_for,
 )
-from rawrcl.infer.pipeline import TileOptions, denoise_cfa, denoise_rgb, jdd_cfa, task_model
+from rawrcl.infer.pipeline import TileOptions, denoise_cfa, denoise_rgb, jdd_cfa, keep_saturated, task_model
 from rawrcl.infer.writers import BAND_ROWS, write_cfa_tiff, write_denoised_dng, write_image
 from rawrcl.io import PHOTO_EXTENSIONS, RAW_EXTENSIONS, read_photo_depth
 
@@ -158,6 +158,7 @@ def denoise_file(
     _log_shrink(net, src, log)
     if fuse > 0:
         cfa = fuse_bm3d(cfa, raw.cfa, raw.pattern, fn.model, fuse, log, src.name)
+    cfa = keep_saturated(cfa, raw.cfa)
     suffix = dst.suffix.lower()
     if suffix == ".dng":
         return write_denoised_dng(dst, raw, cfa, overwrite)
