@@ -139,8 +139,11 @@ def _not_raw_content(path: Path) -> str | None:
     """Why a file's first bytes show it is no RAW file at all (empty; text — every RAW format starts with
     a binary header), or None. A cheap check before LibRaw, whose own answer ("Input/output error") reads
     like a damaged RAW file."""
-    with open(path, "rb") as fh:
-        head = fh.read(512)
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(512)
+    except OSError:  # unreadable: the tag reader and LibRaw report it
+        return None
     if not head:
         return "empty file (0 bytes), not a RAW file"
     text = None
