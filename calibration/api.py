@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rawrcl.errors import RawrclError
 
-from .metadata import file_black_of, metadata_from_tags
+from .metadata import metadata_of_raw
 from .result import CalibrationResult
 from .single_image import estimate_packed, packed_mosaic
 
@@ -96,11 +96,4 @@ def _learned_check(res: CalibrationResult, packed) -> None:
 
 
 def _meta(tags: dict, raw, p: Path) -> CalibrationResult:
-    return metadata_from_tags(
-        tags,
-        pattern=raw.pattern if raw is not None else "RGGB",
-        black_level=None if raw is None else raw.black_level,
-        white_level=None if raw is None else raw.white_level,
-        path=str(p),
-        file_black_level=file_black_of(raw),
-    )
+    return metadata_of_raw(tags, raw, str(p))

@@ -112,9 +112,8 @@ def metadata_from_tags(
     ``black_level`` (4 values, per 2×2 position, DN) and ``white_level`` are the levels rawrcl
     normalised the mosaic with (``RawImage``); when they differ from the tags' BlackLevel/WhiteLevel,
     the profile is converted. ``file_black_level``: the tags' black level already placed on that grid (4
-    values; :func:`file_black_of`) — the BlackLevel pattern's origin is the ActiveArea's, not the grid's.
-    Status ``no-metadata`` (and empty ``per_plane``) when there is no
-    NoiseProfile.
+    values; :func:`metadata_of_raw` passes it) — the BlackLevel pattern's origin is the ActiveArea's, not
+    the grid's. Status ``no-metadata`` (and empty ``per_plane``) when there is no NoiseProfile.
     """
     res = CalibrationResult(path=path, method="metadata")
     res.iso = _float_or_none(tags.get("iso"))
@@ -162,9 +161,21 @@ def metadata_from_tags(
     return res
 
 
-def file_black_of(raw) -> list[float] | None:
-    """A :class:`~rawrcl.io.raw.RawImage`'s DNG BlackLevel (+ mean deltas) on its own grid, or None."""
-    return ((getattr(raw, "extra", None) or {}).get("dng") or {}).get("black_level_grid")
+def metadata_of_raw(tags: dict, raw, path: str | None = None) -> CalibrationResult:
+    """:func:`metadata_from_tags` in the units rawrcl normalised ``raw`` (a :class:`~rawrcl.io.raw.RawImage`)
+    with — its pattern and levels, the tags' black placed on its grid (``extra["dng"]["black_level_grid"]``) —
+    or, with ``raw`` None (pixels unreadable), in the file's own."""
+    if raw is None:
+        return metadata_from_tags(tags, path=path)
+    file_black = ((getattr(raw, "extra", None) or {}).get("dng") or {}).get("black_level_grid")
+    return metadata_from_tags(
+        tags,
+        pattern=raw.pattern,
+        black_level=raw.black_level,
+        white_level=raw.white_level,
+        path=path,
+        file_black_level=file_black,
+    )
 
 
 def _float_or_none(v) -> float | None:
@@ -200,15 +211,7 @@ def calibrate_metadata(path: str | Path, raw=None) -> CalibrationResult:
             raw = read_raw(path)
         except RawrclError:
             raw = None  # linear DNG or stripped pixels: use the file's own normalisation
-    pattern = raw.pattern if raw is not None else "RGGB"
-    res = metadata_from_tags(
-        tags,
-        pattern=pattern,
-        black_level=None if raw is None else raw.black_level,
-        white_level=None if raw is None else raw.white_level,
-        path=str(path),
-        file_black_level=file_black_of(raw),
-    )
+    res = metadata_of_raw(tags, raw, str(path))
     if raw is not None:
         res.iso = res.iso if res.iso is not None else raw.iso
         res.make = res.make or raw.make

@@ -27,7 +27,7 @@ from rawrcl.noise.spec import PER_FILE, NoiseSpec, parse_noise
 
 from .learned import NOTE as LEARNED_NOTE
 from .learned import cap_ratio, lowered
-from .metadata import file_black_of, metadata_from_tags
+from .metadata import metadata_of_raw
 from .single_image import estimate_packed, packed_mosaic
 
 #: The preset (:data:`rawrcl.noise.samplers.PRESETS`) inference falls back to under ``auto`` when no
@@ -222,12 +222,5 @@ def _metadata(raw, path: str | Path | None) -> dict[str, tuple[float, float]] | 
     tags = read_dng_tags(Path(path))
     if not tags.get("noise_profile"):
         return None
-    res = metadata_from_tags(
-        tags,
-        pattern=raw.pattern,
-        black_level=raw.black_level,
-        white_level=raw.white_level,
-        path=str(path),
-        file_black_level=file_black_of(raw),
-    )
+    res = metadata_of_raw(tags, raw, str(path))
     return res.per_plane or None

@@ -147,29 +147,25 @@ def denoise_cfa(
     return mosaic[dy : dy + h, dx : dx + w].numpy()
 
 
-#: a 2×2 position's largest value is its saturation level when at least this share of its samples sit on it
-SATURATION_SHARE = 1e-3
-
-
 def keep_saturated(out: np.ndarray, cfa: np.ndarray) -> np.ndarray:
     """``out`` with the input ``cfa``'s saturated samples put back: (H, W) [0, 1] units, same grid. Saturated:
-    at or above 1 (the white level), or at a 2×2 position's largest value when at least
-    :data:`SATURATION_SHARE` of its samples pile up there (sensors that clip below the file's white level).
+    at or above 1 (the white level), or at a 2×2 position's clip level where its samples pile up
+    (:func:`rawrcl.models.shrink.clip_levels`: sensors that clip below the file's white level).
 
     A clipped sample says only "at least this bright": the network's estimate there pulls blown highlights a
     few % below the clip (measured: 15 % of them below 0.99 on an over-exposed photo), so raw developers no
     longer see them as clipped — coloured fringes instead of their highlight handling — and the error against
     the (clipped) truth grows (MSE there 1.0e-4 → 5.7e-5 kept)."""
+    from rawrcl.models.shrink import clip_levels
+
     out = np.array(out, dtype=np.float32, copy=True)
     for i in (0, 1):
         for j in (0, 1):
-            y = cfa[i::2, j::2]
-            if y.size == 0:
-                continue
-            top = float(y.max())
-            level = top if np.mean(y >= top - 1e-6) >= SATURATION_SHARE else 1.0
-            sat = y >= min(level, 1.0) - 1e-6
-            out[i::2, j::2][sat] = y[sat]
+            y = np.ascontiguousarray(cfa[i::2, j::2])
+            if y.size:
+                _, hi = clip_levels(torch.from_numpy(y)[None, None])
+                sat = y >= min(float(hi[0]), 1.0) - 1e-6
+                out[i::2, j::2][sat] = y[sat]
     return out
 
 

@@ -210,15 +210,9 @@ def _profile_in_output_units(raw) -> list[tuple[float, float]] | None:
     tags = (getattr(raw, "extra", None) or {}).get("dng") or {}
     if not pairs or not tags:
         return pairs
-    from rawrcl.calibration.metadata import file_black_of, metadata_from_tags
+    from rawrcl.calibration.metadata import metadata_of_raw
 
-    res = metadata_from_tags(
-        {**tags, "noise_profile": raw.noise_profile},
-        pattern=raw.pattern,
-        black_level=raw.black_level,
-        white_level=raw.white_level,
-        file_black_level=file_black_of(raw),
-    )
+    res = metadata_of_raw({**tags, "noise_profile": raw.noise_profile}, raw)
     if "converted" not in res.extra or not res.per_plane:
         return pairs
     pl = res.per_plane

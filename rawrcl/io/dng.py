@@ -37,8 +37,6 @@ EXPOSURE_TIME = 33434
 ISO_SPEED_RATINGS = 34855
 SENSITIVITY_TYPE = 34864
 NOISE_REDUCTION_APPLIED = 50935
-#: the tags of a colour calibration that belong with its ColorMatrix1 (CameraCalibration, illuminants, …)
-_COLOUR_CALIBRATION = frozenset({50722, 50723, 50724, 50778, 50779, 50931, 50932, 50936, 50964, 50965})
 ISO_SPEED = 34867
 DNG_VERSION = 50706
 DNG_BACKWARD_VERSION = 50707
@@ -170,7 +168,7 @@ def write_dng(
         tags.append((BLACK_LEVEL, "I", 4, tuple(int(b) for b in blacks), True))
     else:
         tags.append((BLACK_LEVEL, "2I", 4, tuple(_rational(blacks, signed=False)), True))
-    from rawrcl.io.tags import OPCODE_TAGS, RENDERING_TAGS
+    from rawrcl.io.tags import COLOUR_CALIBRATION, OPCODE_TAGS, RENDERING_TAGS
 
     copied = list(copied_tags)
     bad = [c[0] for c in copied if c[0] not in RENDERING_TAGS and c[0] not in OPCODE_TAGS]
@@ -179,7 +177,7 @@ def write_dng(
     if any(c[0] == COLOR_MATRIX_1 for c in copied):
         color_matrix = None  # the source's colour calibration, as a whole
     else:  # no calibration to go with: its illuminants, forward matrices, … would describe ours wrongly
-        copied = [c for c in copied if c[0] not in _COLOUR_CALIBRATION]
+        copied = [c for c in copied if c[0] not in COLOUR_CALIBRATION]
     tags += [(code, dtype, count, value, True) for code, dtype, count, value in copied]
     if noise_reduction_applied is not None:
         nr = float(noise_reduction_applied)

@@ -121,8 +121,20 @@ RENDERING_TAGS = {
     50964: "ForwardMatrix1",
     50965: "ForwardMatrix2",
 }
+#: the rendering tags of a colour calibration: they go with its ColorMatrix1 (copied with it or not at all)
+COLOUR_CALIBRATION = frozenset({50722, 50723, 50724, 50778, 50779, 50931, 50932, 50936, 50964, 50965})
 #: raw-IFD opcode lists (DNG 1.3+: bad-pixel fixes, lens-shading GainMaps, lens warps), placed on the raw grid
 OPCODE_TAGS = {51008: "OpcodeList1", 51009: "OpcodeList2", 51022: "OpcodeList3"}
+
+
+def _raw_page(ifd0) -> tuple[object, str]:
+    """(page, name) of a TIFF's raw image: IFD0 if it is the main image, else its first SubIFD with
+    NewSubfileType 0 (``"SubIFD<n>"``), else IFD0."""
+    if int(ifd0.subfiletype) != 0:
+        for i, sub in enumerate(getattr(ifd0, "pages", None) or []):
+            if int(sub.subfiletype) == 0:
+                return sub, f"SubIFD{i}"
+    return ifd0, "IFD0"
 
 
 def read_rendering_tags(
@@ -141,9 +153,7 @@ def read_rendering_tags(
             ifd0 = tif.pages[0]
             if 50706 not in ifd0.tags:  # DNGVersion
                 return []
-            raw_page = ifd0
-            if int(ifd0.subfiletype) != 0:
-                raw_page = next((p for p in (ifd0.pages or []) if int(p.subfiletype) == 0), ifd0)
+            raw_page, _ = _raw_page(ifd0)
             for page, codes in ((ifd0, RENDERING_TAGS), (raw_page, [c for c in OPCODE_TAGS if c in opcodes])):
                 for code in codes:
                     tag = page.tags.get(code)
@@ -214,12 +224,7 @@ def _read_tags(p: Path, tifffile) -> dict:
             if isinstance(out.get("exposure_time"), list):
                 out["exposure_time"] = out["exposure_time"][0]
             # the raw image: IFD0 if it is the main image, else the first SubIFD with NewSubfileType 0
-            raw_page, raw_name = ifd0, "IFD0"
-            if int(ifd0.subfiletype) != 0:
-                for i, sub in enumerate(getattr(ifd0, "pages", None) or []):
-                    if int(sub.subfiletype) == 0:
-                        raw_page, raw_name = sub, f"SubIFD{i}"
-                        break
+            raw_page, raw_name = _raw_page(ifd0)
             if raw_page is not ifd0:
                 out.update(_page_tags(raw_page))
             out["raw_ifd"] = raw_name
