@@ -6,7 +6,8 @@ tiled inference. Any crash or hang is a bug; refusals (rawrcl's one-line ``Rawrc
     python benchmarks/fuzz.py --save crashes/          # keep every crashing/hanging mutant
 
 Seeds: DNGs made with :func:`rawrcl.io.dng.write_dng` (RGGB 64×96 with full metadata; GRBG 45×67 with
-per-position black levels and a 3-plane noise profile), a tiled BGGR DNG (tifffile), the Kodak DC50 KDC
+per-position black levels and a 3-plane noise profile), a tiled BGGR DNG (tifffile) and the same in lossless
+JPEG tiles (as DNG converters write camera files; when imagecodecs has the encoder), the Kodak DC50 KDC
 when ``../shared/data/raw/kodak_dc50.kdc`` (or ``--kdc``) exists, and photos: 8- and 16-bit PNG, 16-bit
 and float32 TIFF.
 
@@ -165,6 +166,16 @@ def make_seeds(folder: Path, kdc: Path | None) -> list[Seed]:
         extratags=tags, metadata=None,
     )  # fmt: skip
     add_tiff("dng-tiled", "raw", p)
+    p = folder / "ljpeg.dng"  # tiles in lossless JPEG (Compression 7), as DNG converters write camera files
+    try:
+        tifffile.imwrite(
+            p, rng.integers(0, 4096, (96, 96)).astype(np.uint16), photometric=32803, tile=(32, 32),
+            extratags=tags, metadata=None, compression="jpeg",
+            compressionargs={"lossless": True, "bitspersample": 16},
+        )  # fmt: skip
+        add_tiff("dng-ljpeg", "raw", p)
+    except Exception:  # an imagecodecs without a lossless JPEG encoder: the seed is left out
+        p.unlink(missing_ok=True)
     if kdc is not None and kdc.is_file():
         p = folder / "dc50.kdc"
         p.write_bytes(kdc.read_bytes())

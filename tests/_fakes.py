@@ -9,9 +9,10 @@ import torch
 import torch.nn as nn
 
 
-def bare_cfa_dng(path: Path, data: np.ndarray, *extra: tuple) -> Path:
+def bare_cfa_dng(path: Path, data: np.ndarray, *extra: tuple, **write: object) -> Path:
     """A minimal RGGB CFA DNG written by tifffile with only the tags LibRaw needs (white level 4095) and
-    ``extra`` tifffile tag tuples: files ``rawrcl.io.dng.write_dng`` won't make (tiny, float, ActiveArea)."""
+    ``extra`` tifffile tag tuples: files ``rawrcl.io.dng.write_dng`` won't make (tiny, float, ActiveArea).
+    ``write``: more ``tifffile.imwrite`` options (tiles, compression)."""
     import tifffile
 
     tags = [
@@ -23,7 +24,7 @@ def bare_cfa_dng(path: Path, data: np.ndarray, *extra: tuple) -> Path:
     ]
     if not any(t[0] == 50717 for t in extra):
         tags.append((50717, "I", 1, 4095, True))
-    tifffile.imwrite(path, data, photometric=32803, metadata=None, extratags=tags)
+    tifffile.imwrite(path, data, photometric=32803, metadata=None, extratags=tags, **write)
     return Path(path)
 
 

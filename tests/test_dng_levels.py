@@ -132,3 +132,62 @@ def test_white_balance_from_as_shot_white_xy(tmp_path):
     img = read_raw(bare_cfa_dng(tmp_path / "xy.dng", data, cm_tag, (50778, "H", 1, 21, True), xy_tag))
     neutral = cm @ np.array([xy[0] / xy[1], 1.0, (1 - xy[0] - xy[1]) / xy[1]])
     assert img.wb == pytest.approx((neutral[1] / neutral[0], 1.0, neutral[1] / neutral[2]), rel=1e-3)
+
+
+def _lossless_jpeg_dng(path, data, *extra):
+    """A tiled DNG whose tiles are lossless JPEG (Compression 7), as DNG converters write camera files."""
+    pytest.importorskip("imagecodecs")
+    lossless = {"lossless": True, "bitspersample": 16}
+    kw = {"tile": (128, 128), "compression": "jpeg", "compressionargs": lossless}
+    try:
+        return bare_cfa_dng(path, data, *extra, **kw)
+    except Exception as exc:  # an imagecodecs built without lossless JPEG
+        pytest.skip(f"no lossless JPEG encoder: {exc}")
+
+
+def test_lossless_jpeg_tiled_dng_reads_exactly(tmp_path):
+    rng = np.random.default_rng(3)
+    data = rng.integers(256, WHITE + 1, (256, 384)).astype(np.uint16)
+    path = _lossless_jpeg_dng(tmp_path / "lj.dng", data, (50714, "H", 1, 256, True))
+    import tifffile
+
+    assert tifffile.TiffFile(path).pages[0].compression == 7
+    img = read_raw(path)
+    assert img.cfa.shape == data.shape and img.pattern == "RGGB"
+    np.testing.assert_allclose(img.cfa, (data - 256.0) / (WHITE - 256), atol=1e-6)
+
+
+def test_lossless_jpeg_dng_cut_inside_a_tile_is_refused(tmp_path):
+    from rawrcl.errors import RawrclError
+
+    data = np.random.default_rng(4).integers(0, WHITE + 1, (256, 256)).astype(np.uint16)
+    path = _lossless_jpeg_dng(tmp_path / "lj.dng", data)
+    path.write_bytes(path.read_bytes()[:-100])  # the last tile loses its end
+    with pytest.raises(RawrclError, match="truncated"):
+        read_raw(path)
+
+
+@pytest.mark.parametrize(
+    "names,expected",
+    [
+        (  # profiles are matched on UniqueCameraModel, which need not be "Make Model"
+            [
+                (271, "s", 0, "Google", True),
+                (272, "s", 0, "Pixel 3", True),
+                (50708, "s", 0, "Pixel-3 xl", True),
+            ],
+            ("Google", "Pixel-3 xl"),
+        ),
+        ([], ("unknown", "unknown")),  # a camera the source does not name is not called "rawrcl"
+    ],
+)
+def test_denoised_dng_keeps_the_source_camera_names(tmp_path, names, expected):
+    import tifffile
+
+    from rawrcl.infer.writers import write_denoised_dng
+
+    data = np.full((64, 64), 1000, np.uint16)
+    img = read_raw(bare_cfa_dng(tmp_path / "a.dng", data, *names))
+    out = write_denoised_dng(tmp_path / "o.dng", img, img.cfa)
+    tags = tifffile.TiffFile(out).pages[0].tags
+    assert (tags["Make"].value, tags["UniqueCameraModel"].value) == expected

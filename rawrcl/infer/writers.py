@@ -150,14 +150,23 @@ def write_denoised_dng(path: str | os.PathLike, raw, cfa: np.ndarray, overwrite:
         iso=raw.iso,
         exposure_time=getattr(raw, "exposure_time", None),
         noise_profile=_profile_in_output_units(raw),
-        make=raw.make or "rawrcl",
-        model=raw.model or "rawrcl",
+        make=raw.make,  # "" → write_dng's "unknown": the camera is not rawrcl's to name
+        model=raw.model,
+        unique_camera_model=_unique_camera_model(raw),
         orientation=orientation_of(raw),
         default_crop=_default_crop(raw, dn.shape),
         copied_tags=_rendering_tags(raw),
         noise_reduction_applied=1.0,
         overwrite=True,
     )
+
+
+def _unique_camera_model(raw) -> str | None:
+    """A DNG source's UniqueCameraModel (raw developers match camera profiles and presets on it), else None
+    ("make model")."""
+    tags = (getattr(raw, "extra", None) or {}).get("dng") or {}
+    name = str(tags.get("unique_camera_model") or "").strip()
+    return name or None
 
 
 def _rendering_tags(raw) -> list[tuple[int, int, int, object]]:

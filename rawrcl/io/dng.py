@@ -158,7 +158,7 @@ def write_dng(
         (CFA_LAYOUT, "H", 1, 1, True),
         (DNG_VERSION, "B", 4, (1, 4, 0, 0), True),
         (DNG_BACKWARD_VERSION, "B", 4, (1, 1, 0, 0), True),
-        (UNIQUE_CAMERA_MODEL, "s", 0, unique_camera_model or f"{make} {model}".strip(), True),
+        (UNIQUE_CAMERA_MODEL, "s", 0, unique_camera_model or f"{make} {model}".strip() or "unknown", True),
         (MAKE, "s", 0, make or "unknown", True),
         (MODEL, "s", 0, model or "unknown", True),
         (BLACK_LEVEL_REPEAT_DIM, "H", 2, (2, 2), True),
