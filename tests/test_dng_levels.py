@@ -191,3 +191,83 @@ def test_denoised_dng_keeps_the_source_camera_names(tmp_path, names, expected):
     out = write_denoised_dng(tmp_path / "o.dng", img, img.cfa)
     tags = tifffile.TiffFile(out).pages[0].tags
     assert (tags["Make"].value, tags["UniqueCameraModel"].value) == expected
+
+
+def _exif_dng(path, iso_short: int, iso_speed: int | None = None):
+    """A DNG whose ISO and exposure time sit in an EXIF IFD (tag 34665), as cameras and phones write them.
+    tifffile will not write tag 34665: a placeholder entry (34666, the same sort position) is renamed."""
+    import struct
+
+    bare_cfa_dng(path, np.full((64, 64), 1000, np.uint16), (34666, "I", 1, 0, True))
+    b = bytearray(path.read_bytes())
+    at = b.find(struct.pack("<HHI", 34666, 4, 1))
+    assert at >= 0
+    b += bytes(-len(b) % 4)
+    ifd_at = len(b)
+    entries = [struct.pack("<HHIHH", 34855, 3, 1, iso_short, 0)]  # ISOSpeedRatings (SHORT)
+    if iso_speed is not None:  # SensitivityType 3 (ISO speed) and ISOSpeed (LONG)
+        entries += [struct.pack("<HHIHH", 34864, 3, 1, 3, 0), struct.pack("<HHII", 34867, 4, 1, iso_speed)]
+    rational_at = ifd_at + 2 + 12 * (len(entries) + 1) + 4
+    entries.insert(0, struct.pack("<HHII", 33434, 5, 1, rational_at))  # ExposureTime (RATIONAL)
+    b += (
+        struct.pack("<H", len(entries)) + b"".join(entries) + struct.pack("<I", 0) + struct.pack("<II", 1, 50)
+    )
+    b[at : at + 2], b[at + 8 : at + 12] = struct.pack("<H", 34665), struct.pack("<I", ifd_at)
+    path.write_bytes(bytes(b))
+    return path
+
+
+@pytest.mark.parametrize("iso_short,iso_speed,expected", [(3200, None, 3200), (65535, 102400, 102400)])
+def test_iso_and_exposure_from_the_exif_ifd(tmp_path, iso_short, iso_speed, expected):
+    from rawrcl.io.tags import read_dng_tags
+
+    path = _exif_dng(tmp_path / "e.dng", iso_short, iso_speed)
+    tags = read_dng_tags(path)
+    assert tags["iso"] == expected and tags["exposure_time"] == pytest.approx(0.02)
+    img = read_raw(path)
+    assert img.iso == expected and img.exposure_time == pytest.approx(0.02)
+
+
+def _black_map_file(path, top, left, black, *tags, h=64, w=80):
+    """A flat grey (0.3 of the range above black) whose black level ``black`` (h, w) is given per pixel of
+    the active area starting at (top, left); masked pixels before it."""
+    data = np.full((h + top, w + left), int(black.min()), np.uint16)
+    data[top:, left:] = np.round(black + 0.3 * (WHITE - black)).astype(np.uint16)
+    return bare_cfa_dng(path, data, (50829, "I", 4, (top, left, top + h, left + w), True), *tags)
+
+
+@pytest.mark.parametrize("top,left", [(0, 0), (3, 5)])
+@pytest.mark.parametrize("kind", ["4x4", "4x4 of a 2x2", "2x4"])
+def test_black_pattern_larger_than_2x2(tmp_path, kind, top, left):
+    """LibRaw reports only the common part of a BlackLevel pattern larger than 2×2 (the rest was left in the
+    data: +0.05 on a flat grey for a 2×2 pattern written as 4×4)."""
+    pattern = {
+        "4x4": np.arange(16).reshape(4, 4) * 20 + 100,
+        "4x4 of a 2x2": np.tile([[100, 200], [300, 400]], (2, 2)),
+        "2x4": np.array([[100, 160, 220, 280], [130, 190, 250, 310]]),
+    }[kind]
+    rd, cd = pattern.shape
+    black = np.tile(pattern, (64 // rd, 80 // cd)).astype(float)
+    dims = (50713, "H", 2, (rd, cd), True)
+    levels = (50714, "I", rd * cd, tuple(int(v) for v in pattern.ravel()), True)
+    img = read_raw(_black_map_file(tmp_path / "p.dng", top, left, black, dims, levels))
+    assert np.abs(img.cfa - 0.3).max() < 1e-3, kind
+    # RawImage.black_level: the per-position mean over whole patterns, on the visible grid's phase
+    grid = black[img.extra["margins"][0] - top :, img.extra["margins"][1] - left :][:60, :76]
+    expected = [grid[i::2, j::2].mean() for i in (0, 1) for j in (0, 1)]
+    np.testing.assert_allclose(img.black_level, expected, atol=0.5)
+
+
+def test_black_level_deltas_per_column_and_row(tmp_path):
+    """BlackLevelDeltaH/V vary per column/row (column/row offsets): subtracted per pixel, not their mean."""
+    h, w = 64, 80
+    dh, dv = 3.0 * np.arange(w), 2.0 * np.arange(h)
+    black = 200 + dh[None, :] + dv[:, None]
+    tags = [
+        (50714, "I", 1, 200, True),
+        (50715, "2i", w, tuple(v for c in dh for v in (int(c), 1)), True),
+        (50716, "2i", h, tuple(v for r in dv for v in (int(r), 1)), True),
+    ]
+    img = read_raw(_black_map_file(tmp_path / "d.dng", 0, 0, black, *tags))
+    assert np.abs(img.cfa - 0.3).max() < 1e-3  # the mean alone leaves ±0.06 across the frame
+    np.testing.assert_allclose(img.black_level, [200 + dh.mean() + dv.mean()] * 4)

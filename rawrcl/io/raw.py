@@ -309,11 +309,11 @@ def _wb_from_white_xy(xy, xyz_to_cam: np.ndarray) -> tuple[float, float, float] 
     return (float(neutral[1] / neutral[0]), 1.0, float(neutral[1] / neutral[2]))
 
 
-def dng_black_grid(tags: dict, top: int, left: int) -> np.ndarray | None:
-    """The DNG black level as a 2×2 tile (per position, row-major) on the grid LibRaw returns, whose origin is
-    (``top``, ``left``) in raw coordinates: BlackLevel's repeat pattern has its origin at the ActiveArea's
-    top-left (DNG 1.6, BlackLevel), so an odd offset between the two changes which value is at which position;
-    plus the mean BlackLevelDeltaH/V (what LibRaw adds). None when the file has no usable BlackLevel tag."""
+def _black_pattern(tags: dict, top: int, left: int) -> np.ndarray | None:
+    """The DNG BlackLevel repeat pattern on the grid whose origin is (``top``, ``left``) in raw coordinates:
+    (R, C) raw DN, R and C the repeat dimensions rounded up to even (element [i, j] is the black of grid
+    pixels (i + R·m, j + C·n)). BlackLevel's pattern has its origin at the ActiveArea's top-left (DNG 1.6),
+    so an odd offset between the two changes which value is where. None without a usable BlackLevel tag."""
     bl = tags.get("black_level")
     if bl is None:
         return None
@@ -325,18 +325,63 @@ def dng_black_grid(tags: dict, top: int, left: int) -> np.ndarray | None:
         aa_top, aa_left = int(aa[0]), int(aa[1])
     except (TypeError, ValueError, IndexError):
         return None
-    if rd not in (1, 2) or cd not in (1, 2) or len(vals) < rd * cd or not all(map(math.isfinite, vals)):
+    if not (1 <= rd <= 64 and 1 <= cd <= 64) or len(vals) < rd * cd or not all(map(math.isfinite, vals)):
         return None
+    rows, cols = math.lcm(rd, 2), math.lcm(cd, 2)
     dy, dx = top - aa_top, left - aa_left
-    tile = np.array([[vals[((i + dy) % rd) * cd + (j + dx) % cd] for j in (0, 1)] for i in (0, 1)])
+    return np.array([[vals[((i + dy) % rd) * cd + (j + dx) % cd] for j in range(cols)] for i in range(rows)])
+
+
+def _black_deltas(tags: dict) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """BlackLevelDeltaH (one value per ActiveArea column) and BlackLevelDeltaV (per row), raw DN, or None."""
+    out = []
     for key in ("black_level_delta_h", "black_level_delta_v"):
         try:
-            d = np.asarray(tags.get(key) or [0.0], dtype=np.float64)
+            d = np.asarray(tags.get(key) or [], dtype=np.float64).ravel()
         except (TypeError, ValueError):
-            continue
-        if d.size and np.all(np.isfinite(d)):
+            d = np.zeros(0)
+        out.append(d if d.size and np.all(np.isfinite(d)) else None)
+    return out[0], out[1]
+
+
+def dng_black_grid(tags: dict, top: int, left: int) -> np.ndarray | None:
+    """The DNG black level as a 2×2 tile (per position, row-major, raw DN) on the grid LibRaw returns, whose
+    origin is (``top``, ``left``) in raw coordinates: BlackLevel's repeat pattern placed from the ActiveArea's
+    origin (:func:`_black_pattern`; a larger pattern averaged per position), plus the mean BlackLevelDeltaH/V
+    (what LibRaw adds). None when the file has no usable BlackLevel tag."""
+    pattern = _black_pattern(tags, top, left)
+    if pattern is None:
+        return None
+    tile = np.array([[pattern[i::2, j::2].mean() for j in (0, 1)] for i in (0, 1)])
+    for d in _black_deltas(tags):
+        if d is not None:
             tile = tile + float(d.mean())
     return tile
+
+
+def dng_black_map(tags: dict, top: int, left: int, shape: tuple[int, int]) -> np.ndarray | None:
+    """The DNG black level per pixel, (H, W) = ``shape`` float32 raw DN on LibRaw's grid (origin (``top``,
+    ``left``)), when LibRaw's 2×2 levels do not hold it: a BlackLevel repeat pattern larger than 2×2 (LibRaw
+    reports only its common part), or BlackLevelDeltaH/V that vary across columns/rows (sensors with column or
+    row offsets: LibRaw subtracts their mean only). None otherwise, or without a usable BlackLevel tag."""
+    pattern = _black_pattern(tags, top, left)
+    if pattern is None:
+        return None
+    h, w = shape
+    aa = tags.get("active_area") or [0, 0, 0, 0]
+    dy, dx = top - int(aa[0]), left - int(aa[1])
+    dh, dv = _black_deltas(tags)
+    cols = dh[dx : dx + w] if dh is not None and 0 <= dx and dh.size >= dx + w else None
+    rows = dv[dy : dy + h] if dv is not None and 0 <= dy and dv.size >= dy + h else None
+    flat = (cols is None or np.ptp(cols) == 0) and (rows is None or np.ptp(rows) == 0)
+    if pattern.shape == (2, 2) and flat:
+        return None  # LibRaw's 2×2 levels hold it (read_raw corrects their phase)
+    ry, rx = pattern.shape
+    out = np.tile(pattern, (-(-h // ry), -(-w // rx)))[:h, :w]
+    # deltas of a length that does not fit the grid: their mean, as in dng_black_grid
+    out = out + (cols[None, :] if cols is not None else (dh.mean() if dh is not None else 0.0))
+    out = out + (rows[:, None] if rows is not None else (dv.mean() if dv is not None else 0.0))
+    return out.astype(np.float32)
 
 
 def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
@@ -439,11 +484,19 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
             and not np.allclose(black_tile, file_black + np.mean(diff))
         ):
             black_tile = file_black + float(np.mean(diff))  # diff: LibRaw's common part
+    h, w = data.shape
+    black_map = dng_black_map(tags, *margins, (h, w)) if file_black is not None else None
+    if black_map is not None:  # the file's own per-pixel black; RawImage.black_level its per-position mean
+        black_tile = file_black
+        if not np.all(black_map < white):
+            raise _refuse(p, f"black level up to {float(black_map.max())} is not below white level {white}")
     if not np.all(black_tile < white):
         raise _refuse(p, f"black level {black_tile.ravel().tolist()} is not below white level {white}")
 
-    h, w = data.shape
-    black_full = np.tile(black_tile.astype(np.float32), ((h + 1) // 2, (w + 1) // 2))[:h, :w]
+    if black_map is not None:
+        black_full = black_map
+    else:
+        black_full = np.tile(black_tile.astype(np.float32), ((h + 1) // 2, (w + 1) // 2))[:h, :w]
     cfa = (data - black_full) / (np.float32(white) - black_full)
     if clip:
         np.clip(cfa, 0.0, 1.0, out=cfa)
