@@ -377,11 +377,12 @@ def dng_black_map(tags: dict, top: int, left: int, shape: tuple[int, int]) -> np
     if pattern.shape == (2, 2) and flat:
         return None  # LibRaw's 2×2 levels hold it (read_raw corrects their phase)
     ry, rx = pattern.shape
-    out = np.tile(pattern, (-(-h // ry), -(-w // rx)))[:h, :w]
+    out = np.tile(pattern.astype(np.float32), (-(-h // ry), -(-w // rx)))[:h, :w]
     # deltas of a length that does not fit the grid: their mean, as in dng_black_grid
-    out = out + (cols[None, :] if cols is not None else (dh.mean() if dh is not None else 0.0))
-    out = out + (rows[:, None] if rows is not None else (dv.mean() if dv is not None else 0.0))
-    return out.astype(np.float32)
+    mean_h, mean_v = (float(d.mean()) if d is not None else 0.0 for d in (dh, dv))
+    out += np.asarray(cols[None, :] if cols is not None else mean_h, np.float32)
+    out += np.asarray(rows[:, None] if rows is not None else mean_v, np.float32)
+    return out
 
 
 def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
