@@ -1,11 +1,13 @@
 """Real-camera DNG level tags: a 2×2 BlackLevel pattern whose origin is the ActiveArea's (odd offsets),
 BlackLevelDeltaH/V, the NoiseProfile's normalisation, DefaultCrop after LibRaw's margin rounding, and the
-choice between two ColorMatrix tags."""
+choice between two ColorMatrix tags; BlackLevel patterns larger than 2×2 and per-column/row deltas (per
+pixel); lossless-JPEG tiles; ISO from the EXIF IFD; the camera names of denoise's DNG."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import tifffile
 
 from rawrcl.io.raw import read_raw
 from tests._fakes import bare_cfa_dng
@@ -258,9 +260,12 @@ def test_black_pattern_larger_than_2x2(tmp_path, kind, top, left):
     np.testing.assert_allclose(img.black_level, expected, atol=0.5)
 
 
-def test_black_level_deltas_per_column_and_row(tmp_path):
-    """BlackLevelDeltaH/V vary per column/row (column/row offsets): subtracted per pixel, not their mean."""
-    h, w = 64, 80
+@pytest.mark.parametrize("masked", [None, 200, 260])
+def test_black_level_deltas_per_column_and_row(tmp_path, masked):
+    """BlackLevelDeltaH/V vary per column/row (column/row offsets): subtracted per pixel, not their mean.
+    With MaskedAreas LibRaw measures the base black there (260: the masked pixels read 60 DN above
+    BlackLevel): that offset is kept, as for files without deltas."""
+    h, w, left = 64, 80, 4
     dh, dv = 3.0 * np.arange(w), 2.0 * np.arange(h)
     black = 200 + dh[None, :] + dv[:, None]
     tags = [
@@ -268,6 +273,15 @@ def test_black_level_deltas_per_column_and_row(tmp_path):
         (50715, "2i", w, tuple(v for c in dh for v in (int(c), 1)), True),
         (50716, "2i", h, tuple(v for r in dv for v in (int(r), 1)), True),
     ]
-    img = read_raw(_black_map_file(tmp_path / "d.dng", 0, 0, black, *tags))
-    assert np.abs(img.cfa - 0.3).max() < 1e-3  # the mean alone leaves ±0.06 across the frame
-    np.testing.assert_allclose(img.black_level, [200 + dh.mean() + dv.mean()] * 4)
+    if masked is not None:
+        tags.append((50830, "I", 4, (0, 0, h, left), True))
+    path = _black_map_file(tmp_path / "d.dng", 0, left, black, *tags)
+    if masked is not None:
+        data = tifffile.imread(path)
+        data[:, :left] = masked
+        bare_cfa_dng(path, data, (50829, "I", 4, (0, left, h, left + w), True), *tags)
+    img = read_raw(path)
+    offset = 0.0 if masked is None else masked - 200.0
+    expected = (0.3 * (WHITE - black) - offset) / (WHITE - black - offset)
+    assert np.abs(img.cfa - expected).max() < 1e-3  # the mean alone leaves ±0.06 across the frame
+    np.testing.assert_allclose(img.black_level, [200 + dh.mean() + dv.mean() + offset] * 4)

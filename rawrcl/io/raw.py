@@ -488,7 +488,15 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
     h, w = data.shape
     black_map = dng_black_map(tags, *margins, (h, w)) if file_black is not None else None
     if black_map is not None:  # the file's own per-pixel black; RawImage.black_level its per-position mean
-        black_tile = file_black
+        # LibRaw measures the black from MaskedAreas when the file has them (its value replaces BlackLevel and
+        # the deltas' mean): its offset from the tags' BlackLevel is kept, as on the 2×2 path
+        base = dng_black_grid({**tags, "black_level_delta_h": None, "black_level_delta_v": None}, *margins)
+        offset = black_tile - base if tags.get("masked_areas") is not None and base is not None else None
+        if offset is not None and np.ptp(offset) < 1e-6:
+            black_map = black_map + np.float32(offset.mean())
+            black_tile = file_black + float(offset.mean())
+        else:
+            black_tile = file_black
         if not np.all(black_map < white):
             raise _refuse(p, f"black level up to {float(black_map.max())} is not below white level {white}")
     if not np.all(black_tile < white):

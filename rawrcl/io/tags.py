@@ -51,6 +51,7 @@ _TAG_NAMES = {
     50778: "calibration_illuminant_1",
     50779: "calibration_illuminant_2",
     50829: "active_area",
+    50830: "masked_areas",
     51041: "noise_profile",
 }
 
