@@ -191,7 +191,7 @@ def run_demo(
         rgb = jdd_cfa(m_jdd, raw.cfa, raw.pattern, opts)
         results["jdd"][f"rawrcl jdd ({label})"] = psnr01(rgb, clean_rgb)
         tag = "" if label == "default" else "_pretrained"
-        srgb = render_srgb(np.clip(rgb, 0, 1), raw.wb, raw.ccm)
+        srgb = render_srgb(np.clip(rgb, 0, 1), raw.wb, raw.ccm, clip_highlights=True)
         outputs.append(str(write_image(res_dir / f"{stem}_jdd{tag}.png", srgb, bits=8, overwrite=True)))
         outputs.append(
             str(write_image(res_dir / f"{stem}_jdd{tag}_linear.tiff", np.clip(rgb, 0, 1), overwrite=True))

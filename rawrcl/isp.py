@@ -96,6 +96,7 @@ def render_srgb(
     ccm: np.ndarray | None = None,
     *,
     gain: float = 1.0,
+    clip_highlights: bool = False,
 ) -> Array:
     """Render linear camera RGB to display sRGB: ×gain, ×wb, ccm, clip, sRGB gamma.
 
@@ -105,6 +106,10 @@ def render_srgb(
     wb : (R, G, B) camera white-balance multipliers, or None (no white balance).
     ccm : (3, 3) camera → linear sRGB matrix (:func:`ccm_from_xyz_to_cam`), or None (identity).
     gain : global exposure gain applied first (1 = none).
+    clip_highlights : after the white balance, clip every channel at the level a sample saturated in all
+        three reaches in the least-amplified one (gain × the smallest multiplier), so that blown highlights
+        render white instead of magenta — LibRaw's and dcraw's default highlight mode ("clip"). For files;
+        off for the metrics, whose targets are rendered without it.
 
     Returns
     -------
@@ -114,6 +119,9 @@ def render_srgb(
     x = rgb_linear * gain if gain != 1.0 else rgb_linear
     if wb is not None:
         x = x * _channel_scale(wb, x)
+        if clip_highlights:
+            top = float(gain) * float(np.min(np.asarray(wb, dtype=np.float64)))
+            x = x.clamp(max=top) if _is_torch(x) else np.minimum(x, np.asarray(top, dtype=x.dtype))
     if ccm is not None:
         x = _apply_matrix(np.asarray(ccm, dtype=np.float64), x)
     return linear_to_srgb(x)

@@ -491,7 +491,7 @@ def test_banded_rendering_and_quantisation_match_the_whole_image_formulas():
     rgb = rng.uniform(-0.1, 1.2, (3, 2 * BAND_ROWS + 5, 9)).astype(np.float32)  # rows not a band multiple
     ccm = np.array([[1.6, -0.4, -0.2], [-0.2, 1.5, -0.3], [0.0, -0.5, 1.5]])
     raw = SimpleNamespace(wb=(2.0, 1.0, 1.5), ccm=ccm)
-    whole = render_srgb(np.clip(rgb, 0, 1), raw.wb, ccm)
+    whole = render_srgb(np.clip(rgb, 0, 1), raw.wb, ccm, clip_highlights=True)
     assert np.array_equal(_render(raw, rgb, "srgb"), whole)
     for bits in (8, 16):
         top = (1 << bits) - 1

@@ -94,6 +94,24 @@ def test_render_defaults_and_shape_check():
         render_srgb(np.zeros((4, 2, 2)))
 
 
+@pytest.mark.parametrize("torch_input", [False, True])
+def test_clip_highlights_renders_blown_samples_white(torch_input):
+    """A sample saturated in all three channels is (1, 1, 1) in camera RGB; the white balance lifts R and B
+    above G, and without the clip the colour matrix turns that into magenta (G ≈ 0.90 here)."""
+    cam = np.array([[0.65, -0.05, -0.08], [-0.8, 1.55, 0.25], [-0.15, 0.2, 0.7]])
+    ccm, wb = ccm_from_xyz_to_cam(cam), (2.0, 1.0, 1.6)
+    px = np.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.7], [0.3, 0.2, 0.25]], dtype=np.float32).T[:, :, None]
+    lin = torch.from_numpy(px) if torch_input else px
+    plain = np.asarray(render_srgb(lin, wb, ccm))
+    clipped = np.asarray(render_srgb(lin, wb, ccm, clip_highlights=True))
+    assert plain[1, 0, 0] < 0.95  # magenta without the clip
+    np.testing.assert_allclose(clipped[:, 0, 0], 1.0, atol=1e-6)  # blown: white
+    assert np.ptp(clipped[:, 1, 0]) < np.ptp(plain[:, 1, 0])  # two channels blown: nearer white
+    np.testing.assert_allclose(clipped[:, 2, 0], plain[:, 2, 0])  # below the clip: unchanged
+    half = np.asarray(render_srgb(lin, wb, ccm, gain=0.5, clip_highlights=True))
+    assert np.ptp(half[:, 0, 0]) < 1e-6  # the clip follows the gain: blown stays neutral
+
+
 def test_gray_world_wb_neutralises_a_cast_and_detects_missing_wb():
     from rawrcl.isp import gray_world_wb, has_white_balance
 

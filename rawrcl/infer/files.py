@@ -59,7 +59,7 @@ def _render(raw, rgb_linear: np.ndarray, render: str) -> np.ndarray:
     out = np.empty(rgb.shape, dtype=np.float32)
     for r0 in range(0, rgb.shape[1], BAND_ROWS):  # in bands of rows: no full-size temporaries
         band = np.clip(rgb[:, r0 : r0 + BAND_ROWS], 0, 1)
-        out[:, r0 : r0 + BAND_ROWS] = render_srgb(band, wb, raw.ccm)
+        out[:, r0 : r0 + BAND_ROWS] = render_srgb(band, wb, raw.ccm, clip_highlights=True)
     return out
 
 
@@ -78,10 +78,11 @@ def jdd_file(
 
     ``render="linear"``: linear camera RGB in the RAW's [0, 1] scale ×65535; ``"srgb"``: white balance,
     colour matrix and sRGB gamma (:func:`rawrcl.isp.render_srgb`; gray-world white balance when the file
-    carries none). The CFA's pixel grid, turned for display as the file's orientation says (LibRaw's
-    flip, as its own rendering does). A noise-aware ``model`` is told the file's noise as
-    ``noise`` says (:func:`rawrcl.infer.noise.raw_model_for`; one ``log`` line per file). ``fuse`` > 0:
-    a two-stage ``model`` with GAT+BM3D fused in between its stages (:func:`rawrcl.infer.fusion.jdd_fused`).
+    carries none; blown highlights clipped white, as LibRaw's default). The CFA's pixel grid, turned for
+    display as the file's orientation says (LibRaw's flip, as its own rendering does). A noise-aware
+    ``model`` is told the file's noise as ``noise`` says (:func:`rawrcl.infer.noise.raw_model_for`; one
+    ``log`` line per file). ``fuse`` > 0: a two-stage ``model`` with GAT+BM3D fused in between its stages
+    (:func:`rawrcl.infer.fusion.jdd_fused`).
     """
     from rawrcl.io.raw import read_raw, to_display
 
