@@ -14,6 +14,7 @@ Images are (3, H, W) (or (..., 3, H, W)) float arrays/tensors in [0, 1]; numpy a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -96,7 +97,7 @@ def render_srgb(
     ccm: np.ndarray | None = None,
     *,
     gain: float = 1.0,
-    clip_highlights: bool = False,
+    clip_highlights: bool | Sequence[float] = False,
 ) -> Array:
     """Render linear camera RGB to display sRGB: ×gain, ×wb, ccm, clip, sRGB gamma.
 
@@ -106,10 +107,12 @@ def render_srgb(
     wb : (R, G, B) camera white-balance multipliers, or None (no white balance).
     ccm : (3, 3) camera → linear sRGB matrix (:func:`ccm_from_xyz_to_cam`), or None (identity).
     gain : global exposure gain applied first (1 = none).
-    clip_highlights : after the white balance, clip every channel at the level a sample saturated in all
-        three reaches in the least-amplified one (gain × the smallest multiplier), so that blown highlights
-        render white instead of magenta — LibRaw's and dcraw's default highlight mode ("clip"). For files;
-        off for the metrics, whose targets are rendered without it.
+    clip_highlights : after the white balance, clip every channel at the level a blown sample reaches in
+        the channel that gets there first — gain × min over channels of (multiplier × saturation level) — so
+        that blown highlights render white instead of magenta: LibRaw's and dcraw's default highlight mode
+        ("clip"). True: every channel saturates at 1; or the (R, G, B) levels, RAW units, where the sensor
+        clips below the white level (:func:`rawrcl.infer.pipeline.channel_clip_levels`). For files; off for
+        the metrics, whose targets are rendered without it.
 
     Returns
     -------
@@ -119,8 +122,9 @@ def render_srgb(
     x = rgb_linear * gain if gain != 1.0 else rgb_linear
     if wb is not None:
         x = x * _channel_scale(wb, x)
-        if clip_highlights:
-            top = float(gain) * float(np.min(np.asarray(wb, dtype=np.float64)))
+        if clip_highlights is not False:
+            sat = np.ones(3) if clip_highlights is True else np.asarray(clip_highlights, dtype=np.float64)
+            top = float(gain) * float(np.min(np.asarray(wb, dtype=np.float64) * sat))
             x = x.clamp(max=top) if _is_torch(x) else np.minimum(x, np.asarray(top, dtype=x.dtype))
     if ccm is not None:
         x = _apply_matrix(np.asarray(ccm, dtype=np.float64), x)

@@ -484,14 +484,17 @@ def test_banded_rendering_and_quantisation_match_the_whole_image_formulas():
     from types import SimpleNamespace
 
     from rawrcl.infer.files import _render
+    from rawrcl.infer.pipeline import channel_clip_levels
     from rawrcl.infer.writers import BAND_ROWS, to_uint
     from rawrcl.isp import render_srgb
 
     rng = np.random.default_rng(0)
     rgb = rng.uniform(-0.1, 1.2, (3, 2 * BAND_ROWS + 5, 9)).astype(np.float32)  # rows not a band multiple
     ccm = np.array([[1.6, -0.4, -0.2], [-0.2, 1.5, -0.3], [0.0, -0.5, 1.5]])
-    raw = SimpleNamespace(wb=(2.0, 1.0, 1.5), ccm=ccm)
-    whole = render_srgb(np.clip(rgb, 0, 1), raw.wb, ccm, clip_highlights=True)
+    cfa = rng.uniform(0, 1, (2 * BAND_ROWS + 5, 9)).astype(np.float32)
+    raw = SimpleNamespace(wb=(2.0, 1.0, 1.5), ccm=ccm, cfa=cfa, pattern="GRBG")
+    sat = channel_clip_levels(cfa, "GRBG")  # on this small random mosaic: each position's maximum
+    whole = render_srgb(np.clip(rgb, 0, 1), raw.wb, ccm, clip_highlights=sat)
     assert np.array_equal(_render(raw, rgb, "srgb"), whole)
     for bits in (8, 16):
         top = (1 << bits) - 1
@@ -501,6 +504,28 @@ def test_banded_rendering_and_quantisation_match_the_whole_image_formulas():
         got = to_uint(whole, bits)
         assert got.dtype == ref.dtype and got.shape == (2 * BAND_ROWS + 5, 9, 3)
         assert np.array_equal(got, ref)
+
+
+def test_blown_highlights_render_white_where_the_sensor_clips_below_white():
+    """The greens of this mosaic clip at 0.9 (a pile-up below the white level): a blown area (R, B at 1, G at
+    0.9 in camera RGB) renders white, as LibRaw's default (it rendered magenta)."""
+    from types import SimpleNamespace
+
+    from rawrcl.infer.files import _render
+    from rawrcl.infer.pipeline import channel_clip_levels
+
+    rng = np.random.default_rng(1)
+    cfa = rng.uniform(0.05, 0.6, (128, 128)).astype(np.float32)  # a lone maximum is < 0.1 % of a position
+    cfa[:16, :16] = 1.0
+    cfa[:16:2, 1:16:2] = cfa[1:16:2, :16:2] = 0.9  # RGGB greens
+    assert channel_clip_levels(cfa, "RGGB") == (1.0, pytest.approx(0.9), 1.0)
+    ccm = np.array([[1.6, -0.4, -0.2], [-0.2, 1.5, -0.3], [0.0, -0.5, 1.5]])
+    raw = SimpleNamespace(wb=(2.0, 1.0, 1.5), ccm=ccm, cfa=cfa, pattern="RGGB")
+    rgb = np.broadcast_to(np.array([1.0, 0.9, 1.0], np.float32)[:, None, None], (3, 4, 4)).copy()
+    out = _render(raw, rgb, "srgb")
+    assert np.ptp(out[:, 0, 0]) < 1e-5 and out[0, 0, 0] > 0.9  # white (the clip level: 0.9 after WB)
+    raw.cfa = cfa[16:, 16:]  # nothing blown: the same pixel keeps its colour
+    assert np.ptp(_render(raw, rgb, "srgb")[:, 0, 0]) > 0.05
 
 
 def test_keep_saturated_puts_clipped_samples_back():

@@ -37,7 +37,15 @@ from rawrcl.infer.noise import (
     resolve_noise,
     rgb_model_for,
 )
-from rawrcl.infer.pipeline import TileOptions, denoise_cfa, denoise_rgb, jdd_cfa, keep_saturated, task_model
+from rawrcl.infer.pipeline import (
+    TileOptions,
+    channel_clip_levels,
+    denoise_cfa,
+    denoise_rgb,
+    jdd_cfa,
+    keep_saturated,
+    task_model,
+)
 from rawrcl.infer.writers import BAND_ROWS, write_cfa_tiff, write_denoised_dng, write_image
 from rawrcl.io import PHOTO_EXTENSIONS, RAW_EXTENSIONS, read_photo_depth
 
@@ -56,10 +64,11 @@ def _render(raw, rgb_linear: np.ndarray, render: str) -> np.ndarray:
     rgb = np.asarray(rgb_linear)
     # no as-shot white balance in the file: gray world, as a raw developer's auto white balance would
     wb = raw.wb if has_white_balance(raw.wb) else gray_world_wb(rgb)
+    sat = channel_clip_levels(raw.cfa, raw.pattern)  # blown highlights render white, as in LibRaw
     out = np.empty(rgb.shape, dtype=np.float32)
     for r0 in range(0, rgb.shape[1], BAND_ROWS):  # in bands of rows: no full-size temporaries
         band = np.clip(rgb[:, r0 : r0 + BAND_ROWS], 0, 1)
-        out[:, r0 : r0 + BAND_ROWS] = render_srgb(band, wb, raw.ccm, clip_highlights=True)
+        out[:, r0 : r0 + BAND_ROWS] = render_srgb(band, wb, raw.ccm, clip_highlights=sat)
     return out
 
 

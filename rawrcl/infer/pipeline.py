@@ -147,26 +147,46 @@ def denoise_cfa(
     return mosaic[dy : dy + h, dx : dx + w].numpy()
 
 
+def position_clip_levels(cfa: np.ndarray) -> np.ndarray:
+    """(2, 2) levels, [0, 1] RAW units, at or above which the samples of each 2×2 position of the mosaic
+    ``cfa`` (H, W) are saturated: 1 (the white level), or lower where samples pile up at the position's
+    maximum (:func:`rawrcl.models.shrink.clip_levels`: sensors that clip below the file's white level)."""
+    from rawrcl.models.shrink import clip_levels
+
+    levels = np.ones((2, 2))
+    for i in (0, 1):
+        for j in (0, 1):
+            y = np.ascontiguousarray(cfa[i::2, j::2])
+            if y.size:
+                levels[i, j] = min(float(clip_levels(torch.from_numpy(y)[None, None])[1][0]), 1.0)
+    return levels
+
+
 def keep_saturated(out: np.ndarray, cfa: np.ndarray) -> np.ndarray:
-    """``out`` with the input ``cfa``'s saturated samples put back: (H, W) [0, 1] units, same grid. Saturated:
-    at or above 1 (the white level), or at a 2×2 position's clip level where its samples pile up
-    (:func:`rawrcl.models.shrink.clip_levels`: sensors that clip below the file's white level).
+    """``out`` with the input ``cfa``'s saturated samples (:func:`position_clip_levels`) put back: (H, W)
+    [0, 1] units, same grid.
 
     A clipped sample says only "at least this bright": the network's estimate there pulls blown highlights a
     few % below the clip (measured: 15 % of them below 0.99 on an over-exposed photo), so raw developers no
     longer see them as clipped — coloured fringes instead of their highlight handling — and the error against
     the (clipped) truth grows (MSE there 1.0e-4 → 5.7e-5 kept)."""
-    from rawrcl.models.shrink import clip_levels
-
+    levels = position_clip_levels(cfa)
     out = np.array(out, dtype=np.float32, copy=True)
     for i in (0, 1):
         for j in (0, 1):
-            y = np.ascontiguousarray(cfa[i::2, j::2])
-            if y.size:
-                _, hi = clip_levels(torch.from_numpy(y)[None, None])
-                sat = y >= min(float(hi[0]), 1.0) - 1e-6
-                out[i::2, j::2][sat] = y[sat]
+            y = cfa[i::2, j::2]
+            sat = y >= levels[i, j] - 1e-6
+            out[i::2, j::2][sat] = y[sat]
     return out
+
+
+def channel_clip_levels(cfa: np.ndarray, pattern: str) -> tuple[float, float, float]:
+    """(R, G, B) levels, [0, 1] RAW units, at which the mosaic ``cfa`` (H, W) with phase ``pattern``
+    saturates: per colour the lowest of its 2×2 positions' :func:`position_clip_levels`."""
+    levels = position_clip_levels(cfa)
+    return tuple(  # type: ignore[return-value]
+        min(float(levels[k // 2, k % 2]) for k in range(4) if pattern[k] == c) for c in "RGB"
+    )
 
 
 def denoise_rgb(model: nn.Module, rgb: np.ndarray, opts: TileOptions | None = None) -> np.ndarray:
