@@ -285,3 +285,17 @@ def test_black_level_deltas_per_column_and_row(tmp_path, masked):
     expected = (0.3 * (WHITE - black) - offset) / (WHITE - black - offset)
     assert np.abs(img.cfa - expected).max() < 1e-3  # the mean alone leaves ±0.06 across the frame
     np.testing.assert_allclose(img.black_level, [200 + dh.mean() + dv.mean() + offset] * 4)
+
+
+def test_per_pixel_black_below_zero_is_refused(tmp_path):
+    from rawrcl.errors import RawrclError
+
+    rows = tuple(v for r in range(64) for v in (-300 - r, 1))  # BlackLevelDeltaV pulling the black below 0
+    path = bare_cfa_dng(
+        tmp_path / "n.dng",
+        np.full((64, 64), 1000, np.uint16),
+        (50714, "I", 1, 200, True),
+        (50716, "2i", 64, rows, True),
+    )
+    with pytest.raises(RawrclError, match="below 0"):
+        read_raw(path)

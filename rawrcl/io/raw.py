@@ -499,6 +499,8 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
             black_tile = file_black
         if not np.all(black_map < white):
             raise _refuse(p, f"black level up to {float(black_map.max())} is not below white level {white}")
+        if float(black_map.min()) < 0:  # negative BlackLevelDeltaH/V beyond BlackLevel: a corrupt file
+            raise _refuse(p, f"black level down to {float(black_map.min())} is below 0")
     if not np.all(black_tile < white):
         raise _refuse(p, f"black level {black_tile.ravel().tolist()} is not below white level {white}")
 
