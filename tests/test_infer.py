@@ -542,6 +542,8 @@ def test_keep_saturated_puts_clipped_samples_back():
     single[40, 40] = 0.85  # a lone maximum (no pile-up) below white is a bright sample, not a clip
     single[:16] = 0.5
     assert np.allclose(keep_saturated(single * 0.95, single), single * 0.95)
+    small = single[32:56, 32:56]  # 144 samples per position: one is more than 0.1 % of them
+    assert np.allclose(keep_saturated(small * 0.95, small), small * 0.95)
 
 
 def test_denoise_keeps_blown_highlights_clipped(workdir: Path, tmp_path: Path, monkeypatch):

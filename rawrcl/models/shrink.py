@@ -178,12 +178,14 @@ def best_weights(gram: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
 
 def clip_levels(y: torch.Tensor, share: float = 1e-3) -> tuple[torch.Tensor, torch.Tensor]:
     """(B,) black and white clip levels of the samples ``y`` (B, C, h, w): the minimum (maximum) where at
-    least ``share`` of the samples pile up on it, else −inf (+inf) — an unclipped file keeps its noise
-    below black, so its minimum is a lone noisy sample."""
+    least ``share`` of the samples, and at least two, pile up on it, else −inf (+inf) — an unclipped file
+    keeps its noise below black, so its minimum is a lone noisy sample (and in fewer than 1/``share``
+    samples one sample is already that share)."""
     flat = y.flatten(1)
     lo, hi = flat.amin(1), flat.amax(1)
-    at_lo = (flat <= lo[:, None] + 1e-7).float().mean(1) >= share
-    at_hi = (flat >= hi[:, None] - 1e-7).float().mean(1) >= share
+    need = max(2.0, share * flat.shape[1])
+    at_lo = (flat <= lo[:, None] + 1e-7).sum(1) >= need
+    at_hi = (flat >= hi[:, None] - 1e-7).sum(1) >= need
     inf = torch.full_like(lo, float("inf"))
     return torch.where(at_lo, lo, -inf), torch.where(at_hi, hi, inf)
 
