@@ -151,8 +151,6 @@ def test_lossless_jpeg_tiled_dng_reads_exactly(tmp_path):
     rng = np.random.default_rng(3)
     data = rng.integers(256, WHITE + 1, (256, 384)).astype(np.uint16)
     path = _lossless_jpeg_dng(tmp_path / "lj.dng", data, (50714, "H", 1, 256, True))
-    import tifffile
-
     assert tifffile.TiffFile(path).pages[0].compression == 7
     img = read_raw(path)
     assert img.cfa.shape == data.shape and img.pattern == "RGGB"
@@ -184,8 +182,6 @@ def test_lossless_jpeg_dng_cut_inside_a_tile_is_refused(tmp_path):
     ],
 )
 def test_denoised_dng_keeps_the_source_camera_names(tmp_path, names, expected):
-    import tifffile
-
     from rawrcl.infer.writers import write_denoised_dng
 
     data = np.full((64, 64), 1000, np.uint16)
