@@ -70,10 +70,17 @@ TIFF_OPTIONS = {
 }
 
 
-def write_image(path: str | os.PathLike, rgb: np.ndarray, bits: int = 16, overwrite: bool = False) -> Path:
+def write_image(
+    path: str | os.PathLike,
+    rgb: np.ndarray,
+    bits: int = 16,
+    overwrite: bool = False,
+    icc: bytes | None = None,
+) -> Path:
     """Write a (3, H, W) float [0, 1] image as TIFF (``.tif``/``.tiff``, 16-bit) or PNG (8 or 16-bit).
 
-    Atomic; refuses to overwrite unless ``overwrite``. Returns the path.
+    ``icc``: an ICC profile embedded in a TIFF (:mod:`rawrcl.io.icc`; PNGs are written without one). Atomic;
+    refuses to overwrite unless ``overwrite``. Returns the path.
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -81,7 +88,7 @@ def write_image(path: str | os.PathLike, rgb: np.ndarray, bits: int = 16, overwr
         import tifffile
 
         with atomic_output(path, overwrite) as tmp:
-            tifffile.imwrite(tmp, to_uint(rgb, 16), photometric="rgb", **TIFF_OPTIONS)
+            tifffile.imwrite(tmp, to_uint(rgb, 16), photometric="rgb", iccprofile=icc, **TIFF_OPTIONS)
     elif suffix == ".png":
         import cv2
 
