@@ -1,5 +1,5 @@
 """The ICC profile of ``--render linear`` outputs (rawrcl.io.icc): read by littlecms, it maps the linear
-camera RGB to sRGB as rawrcl's own rendering does; embedded in the TIFF."""
+camera RGB to sRGB as rawrcl's own rendering does; embedded in the TIFF with the camera's Make and Model."""
 
 from __future__ import annotations
 
@@ -54,5 +54,7 @@ def test_linear_tiff_carries_the_profile_and_srgb_none(tmp_path):
     assert b"rawrcl linear RGB, Acme X1" in icc
     assert _linear_profile(raw, rgb, "srgb") is None
     assert _linear_profile(SimpleNamespace(ccm=None, wb=WB, make="", model=""), rgb, "linear") is None
-    out = write_image(tmp_path / "o.tiff", rgb, icc=icc)
-    assert bytes(tifffile.TiffFile(out).pages[0].tags["InterColorProfile"].value) == icc
+    out = write_image(tmp_path / "o.tiff", rgb, icc=icc, camera=("Acme", ""))
+    tags = tifffile.TiffFile(out).pages[0].tags
+    assert bytes(tags["InterColorProfile"].value) == icc
+    assert tags["Make"].value == "Acme" and "Model" not in tags and tags["Software"].value == "rawrcl"

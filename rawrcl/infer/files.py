@@ -114,7 +114,8 @@ def jdd_file(
     # turned for display as the camera was held
     img = to_display(_render(raw, rgb, render), int(raw.extra.get("flip", 0) or 0))
     bits = 8 if (dst.suffix.lower() == ".png" and render == "srgb") else 16
-    return write_image(dst, img, bits=bits, overwrite=overwrite, icc=_linear_profile(raw, rgb, render))
+    icc = _linear_profile(raw, rgb, render)
+    return write_image(dst, img, bits=bits, overwrite=overwrite, icc=icc, camera=(raw.make, raw.model))
 
 
 def _linear_profile(raw, rgb_linear: np.ndarray, render: str) -> bytes | None:

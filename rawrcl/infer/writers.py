@@ -76,11 +76,13 @@ def write_image(
     bits: int = 16,
     overwrite: bool = False,
     icc: bytes | None = None,
+    camera: tuple[str, str] | None = None,
 ) -> Path:
     """Write a (3, H, W) float [0, 1] image as TIFF (``.tif``/``.tiff``, 16-bit) or PNG (8 or 16-bit).
 
-    ``icc``: an ICC profile embedded in a TIFF (:mod:`rawrcl.io.icc`; PNGs are written without one). Atomic;
-    refuses to overwrite unless ``overwrite``. Returns the path.
+    TIFF only (PNGs are written without them): ``icc``, an ICC profile (:mod:`rawrcl.io.icc`); ``camera``,
+    the source's (make, model), written as the Make and Model tags (empty strings are left out); Software
+    "rawrcl". Atomic; refuses to overwrite unless ``overwrite``. Returns the path.
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -88,7 +90,18 @@ def write_image(
         import tifffile
 
         with atomic_output(path, overwrite) as tmp:
-            tifffile.imwrite(tmp, to_uint(rgb, 16), photometric="rgb", iccprofile=icc, **TIFF_OPTIONS)
+            names = [
+                (code, "s", 0, v, True) for code, v in zip((271, 272), camera or ("", ""), strict=True) if v
+            ]
+            tifffile.imwrite(
+                tmp,
+                to_uint(rgb, 16),
+                photometric="rgb",
+                iccprofile=icc,
+                software="rawrcl",
+                extratags=names,
+                **TIFF_OPTIONS,
+            )
     elif suffix == ".png":
         import cv2
 
