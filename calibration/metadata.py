@@ -167,7 +167,9 @@ def metadata_of_raw(tags: dict, raw, path: str | None = None) -> CalibrationResu
     or, with ``raw`` None (pixels unreadable), in the file's own."""
     if raw is None:
         return metadata_from_tags(tags, path=path)
-    file_black = ((getattr(raw, "extra", None) or {}).get("dng") or {}).get("black_level_grid")
+    from rawrcl.io.raw import dng_tags_of
+
+    file_black = dng_tags_of(raw).get("black_level_grid")
     return metadata_from_tags(
         tags,
         pattern=raw.pattern,

@@ -59,11 +59,10 @@ def _render(raw, rgb_linear: np.ndarray, render: str) -> np.ndarray:
         return rgb_linear
     if render != "srgb":
         raise RawrclError(f"--render {render!r}: expected srgb or linear")
-    from rawrcl.isp import gray_world_wb, has_white_balance, render_srgb
+    from rawrcl.isp import render_srgb
 
     rgb = np.asarray(rgb_linear)
-    # no as-shot white balance in the file: gray world, as a raw developer's auto white balance would
-    wb = raw.wb if has_white_balance(raw.wb) else gray_world_wb(rgb)
+    wb = _display_wb(raw, rgb)
     sat = channel_clip_levels(raw.cfa, raw.pattern)  # blown highlights render white, as in LibRaw
     out = np.empty(rgb.shape, dtype=np.float32)
     for r0 in range(0, rgb.shape[1], BAND_ROWS):  # in bands of rows: no full-size temporaries
@@ -118,6 +117,14 @@ def jdd_file(
     return write_image(dst, img, bits=bits, overwrite=overwrite, icc=icc, camera=(raw.make, raw.model))
 
 
+def _display_wb(raw, rgb_linear: np.ndarray) -> tuple[float, float, float]:
+    """The white balance an output is shown with: the file's as-shot one, or — when it carries none — gray
+    world over ``rgb_linear`` (3, H, W), as a raw developer's auto white balance would."""
+    from rawrcl.isp import gray_world_wb, has_white_balance
+
+    return raw.wb if has_white_balance(raw.wb) else gray_world_wb(np.asarray(rgb_linear))
+
+
 def _linear_profile(raw, rgb_linear: np.ndarray, render: str) -> bytes | None:
     """For ``--render linear``: the ICC profile of the file's linear camera RGB (white balance as ``_render``
     uses it, the file's colour matrix), so colour-managed editors show it white-balanced in its colours; None
@@ -125,9 +132,8 @@ def _linear_profile(raw, rgb_linear: np.ndarray, render: str) -> bytes | None:
     if render != "linear" or raw.ccm is None:
         return None
     from rawrcl.io.icc import camera_rgb_to_d50, linear_rgb_profile
-    from rawrcl.isp import gray_world_wb, has_white_balance
 
-    wb = raw.wb if has_white_balance(raw.wb) else gray_world_wb(np.asarray(rgb_linear))
+    wb = _display_wb(raw, rgb_linear)
     name = " ".join(v for v in (raw.make, raw.model) if v) or "camera"
     return linear_rgb_profile(camera_rgb_to_d50(raw.ccm, wb), f"rawrcl linear RGB, {name}")
 

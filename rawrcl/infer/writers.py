@@ -11,6 +11,7 @@ import numpy as np
 
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_path
+from rawrcl.io.raw import dng_tags_of
 
 
 @contextlib.contextmanager
@@ -90,9 +91,8 @@ def write_image(
         import tifffile
 
         with atomic_output(path, overwrite) as tmp:
-            names = [
-                (code, "s", 0, v, True) for code, v in zip((271, 272), camera or ("", ""), strict=True) if v
-            ]
+            make, model = camera or ("", "")
+            names = [(code, "s", 0, v, True) for code, v in ((271, make), (272, model)) if v]
             tifffile.imwrite(
                 tmp,
                 to_uint(rgb, 16),
@@ -184,8 +184,7 @@ def write_denoised_dng(path: str | os.PathLike, raw, cfa: np.ndarray, overwrite:
 def _unique_camera_model(raw) -> str | None:
     """A DNG source's UniqueCameraModel (raw developers match camera profiles and presets on it), else None
     ("make model")."""
-    tags = (getattr(raw, "extra", None) or {}).get("dng") or {}
-    name = str(tags.get("unique_camera_model") or "").strip()
+    name = str(dng_tags_of(raw).get("unique_camera_model") or "").strip()
     return name or None
 
 
@@ -195,13 +194,12 @@ def _rendering_tags(raw) -> list[tuple[int, int, int, object]]:
     its origin, OpcodeList1 (on the whole stored image) only when that origin is the image's (0, 0) too."""
     from rawrcl.io.tags import read_rendering_tags
 
-    extra = getattr(raw, "extra", None) or {}
-    tags = extra.get("dng")
+    tags = dng_tags_of(raw)
     if not tags or not getattr(raw, "path", None):
         return []
     try:
         aa = tuple(int(v) for v in (tags.get("active_area") or [0, 0])[:2])
-        grid = tuple(int(v) for v in extra.get("margins") or (0, 0))
+        grid = tuple(int(v) for v in raw.extra.get("margins") or (0, 0))
     except (TypeError, ValueError):
         return read_rendering_tags(raw.path, opcodes=())
     opcodes = (51009, 51022) if grid == aa else ()
@@ -211,7 +209,7 @@ def _rendering_tags(raw) -> list[tuple[int, int, int, object]]:
 def _default_crop(raw, shape: tuple[int, int]) -> tuple[list[float], list[float]] | None:
     """The source DNG's DefaultCrop ((x, y), (w, h); relative to its active area, which is the mosaic rawrcl
     reads) when it fits the written mosaic; None otherwise or for non-DNG sources."""
-    tags = (getattr(raw, "extra", None) or {}).get("dng") or {}
+    tags = dng_tags_of(raw)
     try:
         origin = [float(v) for v in tags["default_crop_origin"]][:2]
         size = [float(v) for v in tags["default_crop_size"]][:2]
@@ -236,7 +234,7 @@ def _profile_in_output_units(raw) -> list[tuple[float, float]] | None:
     (rawrcl's, which may differ from the source's BlackLevel tag: a black measured by LibRaw in MaskedAreas,
     BlackLevelDelta means)."""
     pairs = _profile_for_dng(raw.noise_profile, raw.pattern)
-    tags = (getattr(raw, "extra", None) or {}).get("dng") or {}
+    tags = dng_tags_of(raw)
     if not pairs or not tags:
         return pairs
     from rawrcl.calibration.metadata import metadata_of_raw

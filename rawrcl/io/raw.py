@@ -175,6 +175,12 @@ def _open_libraw(path: Path):
 ORIENTATION_OF_FLIP = {0: 1, 1: 2, 2: 4, 3: 3, 4: 5, 5: 8, 6: 6, 7: 7}
 
 
+def dng_tags_of(img) -> dict:
+    """The DNG tags a :class:`RawImage` was read with (``extra["dng"]``: :func:`rawrcl.io.tags.read_dng_tags`
+    plus ``black_level_grid``), or {} for a non-DNG source (or any object without them)."""
+    return (getattr(img, "extra", None) or {}).get("dng") or {}
+
+
 def orientation_of(img) -> int:
     """TIFF Orientation (1 = as stored … 8) of a :class:`RawImage`, from LibRaw's flip in ``extra``."""
     return ORIENTATION_OF_FLIP.get(int(getattr(img, "extra", {}).get("flip", 0) or 0), 1)
@@ -344,16 +350,16 @@ def _black_deltas(tags: dict) -> tuple[np.ndarray | None, np.ndarray | None]:
     return out[0], out[1]
 
 
-def dng_black_grid(tags: dict, top: int, left: int) -> np.ndarray | None:
+def dng_black_grid(tags: dict, top: int, left: int, *, deltas: bool = True) -> np.ndarray | None:
     """The DNG black level as a 2×2 tile (per position, row-major, raw DN) on the grid LibRaw returns, whose
     origin is (``top``, ``left``) in raw coordinates: BlackLevel's repeat pattern placed from the ActiveArea's
-    origin (:func:`_black_pattern`; a larger pattern averaged per position), plus the mean BlackLevelDeltaH/V
-    (what LibRaw adds). None when the file has no usable BlackLevel tag."""
+    origin (:func:`_black_pattern`; a larger pattern averaged per position), plus (``deltas``) the mean
+    BlackLevelDeltaH/V (what LibRaw adds). None when the file has no usable BlackLevel tag."""
     pattern = _black_pattern(tags, top, left)
     if pattern is None:
         return None
     tile = np.array([[pattern[i::2, j::2].mean() for j in (0, 1)] for i in (0, 1)])
-    for d in _black_deltas(tags):
+    for d in _black_deltas(tags) if deltas else ():
         if d is not None:
             tile = tile + float(d.mean())
     return tile
@@ -490,10 +496,10 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
     if black_map is not None:  # the file's own per-pixel black; RawImage.black_level its per-position mean
         # LibRaw measures the black from MaskedAreas when the file has them (its value replaces BlackLevel and
         # the deltas' mean): its offset from the tags' BlackLevel is kept, as on the 2×2 path
-        base = dng_black_grid({**tags, "black_level_delta_h": None, "black_level_delta_v": None}, *margins)
+        base = dng_black_grid(tags, *margins, deltas=False)
         offset = black_tile - base if tags.get("masked_areas") is not None and base is not None else None
         if offset is not None and np.ptp(offset) < 1e-6:
-            black_map = black_map + np.float32(offset.mean())
+            black_map += np.float32(offset.mean())
             black_tile = file_black + float(offset.mean())
         else:
             black_tile = file_black
