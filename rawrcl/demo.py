@@ -126,6 +126,7 @@ def run_demo(
     """
     from rawrcl.infer import TileOptions, denoise_cfa, jdd_cfa, write_denoised_dng, write_image
     from rawrcl.infer.noise import raw_model_for, resolve_noise
+    from rawrcl.io.icc import srgb_profile
     from rawrcl.io.raw import read_raw
     from rawrcl.isp import render_srgb
     from rawrcl.models.loading import load_for_task
@@ -192,7 +193,8 @@ def run_demo(
         results["jdd"][f"rawrcl jdd ({label})"] = psnr01(rgb, clean_rgb)
         tag = "" if label == "default" else "_pretrained"
         srgb = render_srgb(np.clip(rgb, 0, 1), raw.wb, raw.ccm, clip_highlights=True)
-        outputs.append(str(write_image(res_dir / f"{stem}_jdd{tag}.png", srgb, bits=8, overwrite=True)))
+        png = res_dir / f"{stem}_jdd{tag}.png"
+        outputs.append(str(write_image(png, srgb, bits=8, overwrite=True, icc=srgb_profile())))
         outputs.append(
             str(write_image(res_dir / f"{stem}_jdd{tag}_linear.tiff", np.clip(rgb, 0, 1), overwrite=True))
         )

@@ -84,8 +84,8 @@ def jdd_file(
 ) -> Path:
     """RAW file → demosaiced, denoised image file (``.tiff`` 16-bit or ``.png``: 8-bit sRGB, 16-bit linear).
 
-    ``render="linear"``: linear camera RGB in the RAW's [0, 1] scale ×65535 (a TIFF carries an ICC profile of
-    it: :mod:`rawrcl.io.icc`); ``"srgb"``: white balance,
+    ``render="linear"``: linear camera RGB in the RAW's [0, 1] scale ×65535 (with an ICC profile of it when
+    the file has a colour matrix: :mod:`rawrcl.io.icc`); ``"srgb"`` (tagged sRGB): white balance,
     colour matrix and sRGB gamma (:func:`rawrcl.isp.render_srgb`; gray-world white balance when the file
     carries none; blown highlights clipped white, as LibRaw's default). The CFA's pixel grid, turned for
     display as the file's orientation says (LibRaw's flip, as its own rendering does). A noise-aware
@@ -113,7 +113,7 @@ def jdd_file(
     # turned for display as the camera was held
     img = to_display(_render(raw, rgb, render), int(raw.extra.get("flip", 0) or 0))
     bits = 8 if (dst.suffix.lower() == ".png" and render == "srgb") else 16
-    icc = _linear_profile(raw, rgb, render)
+    icc = _output_profile(raw, rgb, render)
     return write_image(dst, img, bits=bits, overwrite=overwrite, icc=icc, camera=(raw.make, raw.model))
 
 
@@ -125,14 +125,16 @@ def _display_wb(raw, rgb_linear: np.ndarray) -> tuple[float, float, float]:
     return raw.wb if has_white_balance(raw.wb) else gray_world_wb(np.asarray(rgb_linear))
 
 
-def _linear_profile(raw, rgb_linear: np.ndarray, render: str) -> bytes | None:
-    """For ``--render linear``: the ICC profile of the file's linear camera RGB (white balance as ``_render``
-    uses it, the file's colour matrix), so colour-managed editors show it white-balanced in its colours; None
-    for sRGB output or a file without a colour matrix."""
-    if render != "linear" or raw.ccm is None:
-        return None
-    from rawrcl.io.icc import camera_rgb_to_d50, linear_rgb_profile
+def _output_profile(raw, rgb_linear: np.ndarray, render: str) -> bytes | None:
+    """The ICC profile an output carries. ``"srgb"``: sRGB. ``"linear"``: the profile of the file's linear
+    camera RGB (white balance as ``_render`` uses it, the file's colour matrix), so colour-managed editors
+    show it white-balanced in its colours; None for a file without a colour matrix."""
+    from rawrcl.io.icc import camera_rgb_to_d50, linear_rgb_profile, srgb_profile
 
+    if render == "srgb":
+        return srgb_profile()
+    if raw.ccm is None:
+        return None
     wb = _display_wb(raw, rgb_linear)
     name = " ".join(v for v in (raw.make, raw.model) if v) or "camera"
     return linear_rgb_profile(camera_rgb_to_d50(raw.ccm, wb), f"rawrcl linear RGB, {name}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -81,9 +82,9 @@ def write_image(
 ) -> Path:
     """Write a (3, H, W) float [0, 1] image as TIFF (``.tif``/``.tiff``, 16-bit) or PNG (8 or 16-bit).
 
-    TIFF only (PNGs are written without them): ``icc``, an ICC profile (:mod:`rawrcl.io.icc`); ``camera``,
-    the source's (make, model), written as the Make and Model tags (empty strings are left out); Software
-    "rawrcl". Atomic; refuses to overwrite unless ``overwrite``. Returns the path.
+    ``icc``, an ICC profile (:mod:`rawrcl.io.icc`): the TIFF's ICCProfile tag or the PNG's iCCP chunk. TIFF
+    only: ``camera``, the source's (make, model), written as the Make and Model tags (empty strings are left
+    out); Software "rawrcl". Atomic; refuses to overwrite unless ``overwrite``. Returns the path.
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -110,10 +111,23 @@ def write_image(
         if not ok:
             raise RawrclError(f"{path}: PNG encoding failed")
         with atomic_output(path, overwrite) as tmp:
-            tmp.write_bytes(buf.tobytes())
+            tmp.write_bytes(_with_icc_chunk(buf.tobytes(), icc) if icc else buf.tobytes())
     else:
         raise RawrclError(f"{path}: unsupported output format {suffix!r} (use .tiff or .png)")
     return path
+
+
+def _with_icc_chunk(png: bytes, icc: bytes, name: bytes = b"ICC profile") -> bytes:
+    """``png`` with an iCCP chunk (the profile, zlib-compressed) right after its IHDR chunk, where the PNG
+    specification wants it (before PLTE and IDAT)."""
+    import zlib
+
+    ihdr_end = 8 + 4 + 4 + 13 + 4  # signature, then IHDR: length, type, 13 data bytes, CRC
+    if png[12:16] != b"IHDR":
+        raise RawrclError("PNG encoding: no IHDR chunk where expected")
+    body = b"iCCP" + name + b"\0\0" + zlib.compress(icc, 9)  # name, terminator, compression method 0
+    chunk = struct.pack(">I", len(body) - 4) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
+    return png[:ihdr_end] + chunk + png[ihdr_end:]
 
 
 def requantize_cfa(

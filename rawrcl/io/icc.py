@@ -1,10 +1,12 @@
-"""ICC profiles for rawrcl's image outputs (no pixels): a linear matrix/TRC RGB profile (ICC v2), so that a
-``--render linear`` TIFF — linear camera RGB, not white-balanced — opens in colour-managed editors with its
-white balance and colours, as the sRGB rendering shows them.
+"""ICC profiles for rawrcl's image outputs (no pixels): matrix/TRC RGB profiles (ICC v2).
 
-The profile maps the file's RGB to the ICC connection space (XYZ, D50) with one 3×3 matrix and identity tone
-curves: RGB → ×wb → ccm (white-balanced camera RGB → linear sRGB, :mod:`rawrcl.colour`) → XYZ (D65) →
-Bradford D65 → D50.
+- :func:`linear_rgb_profile`: a ``--render linear`` output — linear camera RGB, not white-balanced — opens in
+  colour-managed editors with its white balance and colours, as the sRGB rendering shows them. The profile
+  maps the file's RGB to the ICC connection space (XYZ, D50) with one 3×3 matrix and identity tone curves:
+  RGB → ×wb → ccm (white-balanced camera RGB → linear sRGB, :mod:`rawrcl.colour`) → XYZ (D65) → Bradford
+  D65 → D50.
+- :func:`srgb_profile`: the ``--render srgb`` outputs say what they are (sRGB primaries, D65 white adapted
+  to D50 by Bradford, the sRGB tone curve as a 1024-entry table), so no viewer has to guess.
 """
 
 from __future__ import annotations
@@ -62,11 +64,30 @@ def _desc_tag(text: str) -> bytes:
 
 def linear_rgb_profile(to_d50: np.ndarray, description: str) -> bytes:
     """An ICC v2 input-class RGB profile with colorants the columns of ``to_d50`` (3, 3; RGB → XYZ D50) and
-    identity tone curves (linear data). Returns the profile's bytes (embed as the TIFF ICCProfile tag)."""
+    identity tone curves (linear data). Returns the profile's bytes (embed as the TIFF ICCProfile tag or a
+    PNG iCCP chunk)."""
+    return _rgb_profile(to_d50, description, b"curv" + bytes(4) + struct.pack(">I", 0), b"scnr")
+
+
+#: entries of the sRGB profile's tone-curve table (code value → linear, 16-bit)
+SRGB_CURVE_SIZE = 1024
+
+
+def srgb_profile() -> bytes:
+    """An ICC v2 display-class sRGB profile (IEC 61966-2-1 primaries and tone curve; D65 white adapted to the
+    D50 connection space by Bradford). Returns the profile's bytes."""
+    v = np.linspace(0.0, 1.0, SRGB_CURVE_SIZE)  # code value → linear (IEC 61966-2-1; rawrcl.isp encodes)
+    linear = np.where(v > 0.04045, ((v + 0.055) / 1.055) ** 2.4, v / 12.92)
+    table = np.round(linear * 65535).astype(">u2").tobytes()
+    curve = b"curv" + bytes(4) + struct.pack(">I", SRGB_CURVE_SIZE) + table
+    return _rgb_profile(BRADFORD_D65_TO_D50 @ SRGB_TO_XYZ, "sRGB (rawrcl)", curve, b"mntr")
+
+
+def _rgb_profile(to_d50: np.ndarray, description: str, curve: bytes, device_class: bytes) -> bytes:
+    """An ICC v2 matrix/TRC RGB profile: colorants the columns of ``to_d50``, one tone curve for R, G, B."""
     m = np.asarray(to_d50, dtype=np.float64)
     if m.shape != (3, 3) or not np.all(np.isfinite(m)) or np.any(np.abs(m) >= 32767):
         raise RawrclError("ICC profile: the RGB → XYZ matrix must be a finite 3×3 matrix")
-    curve = b"curv" + bytes(4) + struct.pack(">I", 0)  # no entries: identity
     blobs = {
         b"desc": _desc_tag(description),
         b"cprt": b"text" + bytes(4) + b"No copyright, use freely\0",
@@ -92,7 +113,7 @@ def linear_rgb_profile(to_d50: np.ndarray, description: str) -> bytes:
         struct.pack(">I", size)
         + bytes(4)  # preferred CMM
         + struct.pack(">I", 0x02100000)  # version 2.1
-        + b"scnr"  # input device class
+        + device_class  # "scnr" input / "mntr" display
         + b"RGB "
         + b"XYZ "
         + bytes(12)  # date and time (not set)
