@@ -83,7 +83,7 @@ def _learned_check(res: CalibrationResult, packed) -> None:
 
     if not res.per_plane or res.pooled is None:
         return
-    ratio = cap_ratio(packed, *res.pooled)
+    ratio = cap_ratio(packed, *res.pooled, misfit=res.extra.get("nlf_misfit", 0.0))
     res.extra["learned_check"] = ratio
     if ratio < 1.0:
         res.extra["tile_estimate"] = {"per_plane": dict(res.per_plane), "pooled": list(res.pooled)}

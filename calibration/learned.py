@@ -6,6 +6,10 @@ Why: at base ISO on sharp content the tile estimator (:mod:`.single_image`) read
 (−5 dB at the held-out 1× L1 rows). A network trained with the true noise of synthetic mosaics learns what
 noise looks like beside texture; it has its own biases (it reads up to ≈ 1.8× on smooth bright content), so it
 only *lowers* the estimate where it reads much less: ``told = estimate × min(1, CAP·σ_net / σ_est)`` (std).
+Where the tile fit itself shows texture (its bins ``MISFIT_TEXTURED`` or more off the line, the tile
+estimator's ``nlf_misfit``: 1.1–1.9× over-reads at mid noise on sharp content, where the network reads
+0.94–1.21×) the network is trusted closer, ``CAP_TEXTURED``, as far as lowering the estimate by
+``TEXTURED_MAX_LOWER`` at most (at base ISO, where both readings are far apart, the network can under-read).
 
 Network (:class:`NoiseLevelNet`): input the 3×3 high-pass of each packed plane divided by its median absolute
 value s₀, and the 3×3 local mean divided by the crop's mean signal x̄; five 3×3 convolutions (two of stride 2),
@@ -30,6 +34,11 @@ import torch.nn.functional as F
 WEIGHTS = "noise_estimator.pt"
 #: the estimate is lowered only where the network reads a std below estimate / CAP
 CAP = 1.5
+#: from this ``nlf_misfit`` of the tile estimate on, its bins show texture: CAP_TEXTURED applies, down to a
+#: factor 1 / TEXTURED_MAX_LOWER on the std (chosen on validation photos, docs/calibration.md)
+MISFIT_TEXTURED = 0.06
+CAP_TEXTURED = 1.1
+TEXTURED_MAX_LOWER = 2.0
 #: crop side in packed pixels, and at most this many crops (spread over the image) per mosaic
 CROP = 128
 MAX_CROPS = 24
@@ -133,12 +142,17 @@ def lowered(pairs: dict, ratio: float) -> dict:
 NOTE = "lowered ×{:.2f} (std) by the learned check: fine texture read as noise"
 
 
-def cap_ratio(packed: np.ndarray, shot: float, read: float) -> float:
+def cap_ratio(packed: np.ndarray, shot: float, read: float, misfit: float = 0.0) -> float:
     """The factor (≤ 1, on the std) the estimate (λshot, λread) is lowered by: min(1, CAP·σ_net/σ_est) at the
-    mosaic's median signal (clipped to [0.02, 0.5]); 1 when the network is not available."""
+    mosaic's median signal (clipped to [0.02, 0.5]); with the estimate's ``misfit`` (its ``nlf_misfit``) ≥
+    MISFIT_TEXTURED also at most max(CAP_TEXTURED·σ_net/σ_est, 1/TEXTURED_MAX_LOWER); 1 when the network is
+    not available."""
     x = float(np.clip(np.median(packed), 0.02, 0.5))
     est = float(np.sqrt(max(shot * x + read, 0.0)))
     net = learned_std(packed, x)
     if net is None or est <= 0:
         return 1.0
-    return float(min(1.0, CAP * net / est))
+    ratio = CAP * net / est
+    if misfit >= MISFIT_TEXTURED:
+        ratio = min(ratio, max(CAP_TEXTURED * net / est, 1.0 / TEXTURED_MAX_LOWER))
+    return float(min(1.0, ratio))

@@ -197,11 +197,11 @@ def image_estimate(cfa, pattern: str, name: str = "image") -> tuple[dict[str, tu
         if res.per_plane:
             notes = [] if i == 0 else ["relaxed estimate (few usable regions: small or mostly clipped image)"]
             per_plane = res.per_plane
-            ratio = cap_ratio(packed, *res.pooled)
+            misfit = res.extra.get("nlf_misfit", 0.0)
+            ratio = cap_ratio(packed, *res.pooled, misfit=misfit)
             if ratio < 1.0:  # the learned check reads much less noise: texture taken for noise
                 per_plane = lowered(per_plane, ratio)
                 notes.append(LEARNED_NOTE.format(ratio))
-            misfit = res.extra.get("nlf_misfit", 0.0)
             if misfit > MISFIT_NOTE:
                 notes.append(
                     f"uncertain estimate: its bins lie a median {100 * misfit:.0f} % off λshot·x + λread "

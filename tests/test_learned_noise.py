@@ -102,3 +102,24 @@ def test_calibrate_image_reports_the_check_and_saves_what_denoise_tells(tmp_path
         np.testing.assert_allclose(res.per_plane[c], told[c], rtol=0.05, atol=1e-9)
     out = CliRunner().invoke(main, ["calibrate", str(src), "--method", "image"])
     assert out.exit_code == 0 and "by the learned check" in out.output and "tile estimate" in out.output
+
+
+@pytest.mark.parametrize(
+    ("misfit", "est_over_net", "expected"),
+    [
+        (0.0, 1.4, 1.0),  # smooth fit: only a far lower reading counts (CAP 1.5)
+        (0.0, 3.0, 0.5),
+        (0.1, 1.4, 1.1 / 1.4),  # texture in the fit: the network trusted to CAP_TEXTURED
+        (0.1, 1.05, 1.0),  # never raised
+        (0.1, 2.5, 0.5),  # but lowered at most ×1/2 beyond CAP 1.5's
+        (0.1, 4.0, 1.5 / 4.0),  # where CAP 1.5 lowers more, it does
+    ],
+)
+def test_cap_trusts_the_network_closer_where_the_fit_shows_texture(
+    monkeypatch, misfit, est_over_net, expected
+):
+    packed = np.full((4, 32, 32), 0.25, np.float32)  # median 0.25
+    shot, read = 1e-3, 0.0
+    est = np.sqrt(shot * 0.25)
+    monkeypatch.setattr(learned, "learned_std", lambda p, x, net=None: est / est_over_net)
+    assert learned.cap_ratio(packed, shot, read, misfit=misfit) == pytest.approx(expected)
