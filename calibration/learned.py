@@ -35,9 +35,9 @@ WEIGHTS = "noise_estimator.pt"
 #: the estimate is lowered only where the network reads a std below estimate / CAP
 CAP = 1.5
 #: from this ``nlf_misfit`` of the tile estimate on, its bins show texture: CAP_TEXTURED applies, down to a
-#: factor 1 / TEXTURED_MAX_LOWER on the std (chosen on validation photos, docs/calibration.md)
+#: factor 1 / TEXTURED_MAX_LOWER on the std (chosen on validation photos in two rounds, docs/calibration.md)
 MISFIT_TEXTURED = 0.06
-CAP_TEXTURED = 1.1
+CAP_TEXTURED = 1.0
 TEXTURED_MAX_LOWER = 2.0
 #: crop side in packed pixels, and at most this many crops (spread over the image) per mosaic
 CROP = 128

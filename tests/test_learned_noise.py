@@ -109,8 +109,8 @@ def test_calibrate_image_reports_the_check_and_saves_what_denoise_tells(tmp_path
     [
         (0.0, 1.4, 1.0),  # smooth fit: only a far lower reading counts (CAP 1.5)
         (0.0, 3.0, 0.5),
-        (0.1, 1.4, 1.1 / 1.4),  # texture in the fit: the network trusted to CAP_TEXTURED
-        (0.1, 1.05, 1.0),  # never raised
+        (0.1, 1.4, 1.0 / 1.4),  # texture in the fit: the network trusted (CAP_TEXTURED 1.0)
+        (0.1, 0.9, 1.0),  # never raised
         (0.1, 2.5, 0.5),  # but lowered at most ×1/2 beyond CAP 1.5's
         (0.1, 4.0, 1.5 / 4.0),  # where CAP 1.5 lowers more, it does
     ],
