@@ -102,6 +102,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--cast-max", type=float, default=4.0, help="red and blue × a factor log-uniform in [1/max, max]"
     )
     ap.add_argument(
+        "--unprocess-mix",
+        type=float,
+        default=0.5,
+        help="share of crops unprocessed to camera RGB (the others keep photo values as linear RGB)",
+    )
+    ap.add_argument(
+        "--exposure-mix",
+        type=float,
+        default=0.6,
+        help="share of crops darkened by a gain log-uniform in [0.02, 1] (low-light captures)",
+    )
+    ap.add_argument(
         "--loss",
         choices=("l1", "log-mse", "rmse"),
         default="l1",
@@ -189,7 +201,14 @@ def train_task(args) -> Path:
     from rawrcl.train import Trainer
     from rawrcl.train.finetuning import LabelledCrops, prepare_model
 
-    task_options = {"unprocess_mix": 0.5, "exposure": (0.02, 1.0), "exposure_mix": 0.6}
+    for name in ("unprocess_mix", "exposure_mix"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            raise SystemExit(f"--{name.replace('_', '-')} is a share: give a value in [0, 1]")
+    task_options = {
+        "unprocess_mix": args.unprocess_mix,
+        "exposure": (0.02, 1.0),
+        "exposure_mix": args.exposure_mix,
+    }
     if args.cast_p > 0:
         task_options.update(cast=args.cast_max, cast_mix=args.cast_p)
     task = replace(get_task(args.task, unprocess=True), **task_options)
