@@ -77,13 +77,14 @@ def calibrate_file(path: str | Path, method: str = "auto", **image_kwargs) -> Ca
 
 def _learned_check(res: CalibrationResult, packed) -> None:
     """Lower an image estimate as the commands do where the learned check reads far less noise
-    (:func:`rawrcl.calibration.learned.cap_ratio`), so a profile saved from it tells models what ``--noise
-    image`` would; ``extra["learned_check"]`` the factor, ``extra["tile_estimate"]`` the values before."""
-    from .learned import NOTE, cap_ratio, lowered
+    (:func:`rawrcl.calibration.learned.estimate_ratio`), so a profile saved from it tells models what
+    ``--noise image`` would; ``extra["learned_check"]`` the factor, ``extra["tile_estimate"]`` the values
+    before."""
+    from .learned import NOTE, estimate_ratio, lowered
 
     if not res.per_plane or res.pooled is None:
         return
-    ratio = cap_ratio(packed, *res.pooled, misfit=res.extra.get("nlf_misfit", 0.0))
+    ratio = estimate_ratio(packed, res)
     res.extra["learned_check"] = ratio
     if ratio < 1.0:
         res.extra["tile_estimate"] = {"per_plane": dict(res.per_plane), "pooled": list(res.pooled)}

@@ -156,3 +156,10 @@ def cap_ratio(packed: np.ndarray, shot: float, read: float, misfit: float = 0.0)
     if misfit >= MISFIT_TEXTURED:
         ratio = min(ratio, max(CAP_TEXTURED * net / est, 1.0 / TEXTURED_MAX_LOWER))
     return float(min(1.0, ratio))
+
+
+def estimate_ratio(packed: np.ndarray, res) -> float:
+    """:func:`cap_ratio` for a tile estimate ``res`` (a :class:`~rawrcl.calibration.result.CalibrationResult`
+    of :func:`~rawrcl.calibration.single_image.estimate_packed` on ``packed``): its pooled λ and its
+    ``nlf_misfit``."""
+    return cap_ratio(packed, *res.pooled, misfit=res.extra.get("nlf_misfit", 0.0))

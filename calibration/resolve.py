@@ -26,7 +26,7 @@ from rawrcl.noise.samplers import PRESETS
 from rawrcl.noise.spec import PER_FILE, NoiseSpec, parse_noise
 
 from .learned import NOTE as LEARNED_NOTE
-from .learned import cap_ratio, lowered
+from .learned import estimate_ratio, lowered
 from .metadata import metadata_of_raw
 from .single_image import estimate_packed, packed_mosaic
 
@@ -184,7 +184,7 @@ MISFIT_NOTE = 0.10
 def image_estimate(cfa, pattern: str, name: str = "image") -> tuple[dict[str, tuple[float, float]], str]:
     """Per-plane (λshot, λread) of a mosaic (H, W) [0, 1] from the single-image estimate, retried with
     :data:`RELAXED` settings where the default refuses, lowered where the learned check reads far less noise
-    (:func:`rawrcl.calibration.learned.cap_ratio`); and a note ("" or why it is less reliable).
+    (:func:`rawrcl.calibration.learned.estimate_ratio`); and a note ("" or why it is less reliable).
     Raises :class:`RawrclError` (the default's reason) when every attempt fails."""
     first: RawrclError | None = None
     packed = packed_mosaic(cfa, pattern, name)  # once, for every attempt and the learned check
@@ -197,11 +197,11 @@ def image_estimate(cfa, pattern: str, name: str = "image") -> tuple[dict[str, tu
         if res.per_plane:
             notes = [] if i == 0 else ["relaxed estimate (few usable regions: small or mostly clipped image)"]
             per_plane = res.per_plane
-            misfit = res.extra.get("nlf_misfit", 0.0)
-            ratio = cap_ratio(packed, *res.pooled, misfit=misfit)
+            ratio = estimate_ratio(packed, res)
             if ratio < 1.0:  # the learned check reads much less noise: texture taken for noise
                 per_plane = lowered(per_plane, ratio)
                 notes.append(LEARNED_NOTE.format(ratio))
+            misfit = res.extra.get("nlf_misfit", 0.0)
             if misfit > MISFIT_NOTE:
                 notes.append(
                     f"uncertain estimate: its bins lie a median {100 * misfit:.0f} % off λshot·x + λread "

@@ -126,9 +126,8 @@ def run_demo(
     """
     from rawrcl.infer import TileOptions, denoise_cfa, jdd_cfa, write_denoised_dng, write_image
     from rawrcl.infer.noise import raw_model_for, resolve_noise
-    from rawrcl.io.icc import srgb_profile
     from rawrcl.io.raw import read_raw
-    from rawrcl.isp import render_srgb
+    from rawrcl.isp import render_srgb, srgb_profile
     from rawrcl.models.loading import load_for_task
     from rawrcl.simulate import simulate_folder
 

@@ -15,12 +15,13 @@ Images are (3, H, W) (or (..., 3, H, W)) float arrays/tensors in [0, 1]; numpy a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from typing import TypeVar
 
 import numpy as np
 import torch
 
-from rawrcl.colour import ccm_from_xyz_to_cam
+from rawrcl.colour import SRGB_TO_XYZ, ccm_from_xyz_to_cam
 from rawrcl.errors import RawrclError
 
 Array = TypeVar("Array", np.ndarray, torch.Tensor)
@@ -57,6 +58,21 @@ def srgb_to_linear(x: Array) -> Array:
         return torch.where(x <= 0.04045, x / 12.92, ((x + 0.055) / 1.055) ** 2.4)
     x = np.clip(x, 0, 1)
     return np.where(x <= 0.04045, x / 12.92, ((x + 0.055) / 1.055) ** 2.4)
+
+
+#: entries of the sRGB profile's tone-curve table (code value → linear)
+SRGB_CURVE_SIZE = 1024
+
+
+@cache
+def srgb_profile() -> bytes:
+    """An ICC v2 display-class sRGB profile (:func:`rawrcl.io.icc.display_rgb_profile`: IEC 61966-2-1
+    primaries, D65 white adapted to the D50 connection space by Bradford, :func:`srgb_to_linear` as a
+    1024-entry table) for the sRGB outputs. Returns the profile's bytes."""
+    from rawrcl.io.icc import BRADFORD_D65_TO_D50, display_rgb_profile
+
+    decode = srgb_to_linear(np.linspace(0.0, 1.0, SRGB_CURVE_SIZE))
+    return display_rgb_profile(BRADFORD_D65_TO_D50 @ SRGB_TO_XYZ, "sRGB (rawrcl)", decode)
 
 
 def linear_to_srgb(x: Array) -> Array:

@@ -13,8 +13,8 @@ import tifffile
 
 from rawrcl.colour import ccm_from_xyz_to_cam
 from rawrcl.errors import RawrclError
-from rawrcl.io.icc import camera_rgb_to_d50, linear_rgb_profile, srgb_profile
-from rawrcl.isp import render_srgb
+from rawrcl.io.icc import camera_rgb_to_d50, linear_rgb_profile
+from rawrcl.isp import render_srgb, srgb_profile
 
 CAM = np.array([[0.65, -0.05, -0.08], [-0.8, 1.55, 0.25], [-0.15, 0.2, 0.7]])  # XYZ → camera (a DNG matrix)
 WB = (2.0, 1.0, 1.6)

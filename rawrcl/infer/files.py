@@ -129,7 +129,8 @@ def _output_profile(raw, rgb_linear: np.ndarray, render: str) -> bytes | None:
     """The ICC profile an output carries. ``"srgb"``: sRGB. ``"linear"``: the profile of the file's linear
     camera RGB (white balance as ``_render`` uses it, the file's colour matrix), so colour-managed editors
     show it white-balanced in its colours; None for a file without a colour matrix."""
-    from rawrcl.io.icc import camera_rgb_to_d50, linear_rgb_profile, srgb_profile
+    from rawrcl.io.icc import camera_rgb_to_d50, linear_rgb_profile
+    from rawrcl.isp import srgb_profile
 
     if render == "srgb":
         return srgb_profile()

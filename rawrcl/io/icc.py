@@ -5,8 +5,8 @@
   maps the file's RGB to the ICC connection space (XYZ, D50) with one 3×3 matrix and identity tone curves:
   RGB → ×wb → ccm (white-balanced camera RGB → linear sRGB, :mod:`rawrcl.colour`) → XYZ (D65) → Bradford
   D65 → D50.
-- :func:`srgb_profile`: the ``--render srgb`` outputs say what they are (sRGB primaries, D65 white adapted
-  to D50 by Bradford, the sRGB tone curve as a 1024-entry table), so no viewer has to guess.
+- :func:`display_rgb_profile`: a display profile with a tone curve, which :func:`rawrcl.isp.srgb_profile`
+  makes sRGB for the ``--render srgb`` outputs, so no viewer has to guess what they are.
 """
 
 from __future__ import annotations
@@ -69,18 +69,15 @@ def linear_rgb_profile(to_d50: np.ndarray, description: str) -> bytes:
     return _rgb_profile(to_d50, description, b"curv" + bytes(4) + struct.pack(">I", 0), b"scnr")
 
 
-#: entries of the sRGB profile's tone-curve table (code value → linear, 16-bit)
-SRGB_CURVE_SIZE = 1024
-
-
-def srgb_profile() -> bytes:
-    """An ICC v2 display-class sRGB profile (IEC 61966-2-1 primaries and tone curve; D65 white adapted to the
-    D50 connection space by Bradford). Returns the profile's bytes."""
-    v = np.linspace(0.0, 1.0, SRGB_CURVE_SIZE)  # code value → linear (IEC 61966-2-1; rawrcl.isp encodes)
-    linear = np.where(v > 0.04045, ((v + 0.055) / 1.055) ** 2.4, v / 12.92)
-    table = np.round(linear * 65535).astype(">u2").tobytes()
-    curve = b"curv" + bytes(4) + struct.pack(">I", SRGB_CURVE_SIZE) + table
-    return _rgb_profile(BRADFORD_D65_TO_D50 @ SRGB_TO_XYZ, "sRGB (rawrcl)", curve, b"mntr")
+def display_rgb_profile(to_d50: np.ndarray, description: str, decode: np.ndarray) -> bytes:
+    """An ICC v2 display-class RGB profile: colorants the columns of ``to_d50`` (3, 3; linear RGB → XYZ D50),
+    the tone curve ``decode`` (N,): the linear value, in [0, 1], of N equally spaced code values from 0 to 1
+    (e.g. the sRGB decoding, :func:`rawrcl.isp.srgb_profile`). Returns the profile's bytes."""
+    table = np.round(np.clip(np.asarray(decode, dtype=np.float64), 0.0, 1.0) * 65535).astype(">u2")
+    if table.ndim != 1 or len(table) < 2:
+        raise RawrclError("ICC profile: the tone curve needs at least two entries")
+    curve = b"curv" + bytes(4) + struct.pack(">I", len(table)) + table.tobytes()
+    return _rgb_profile(to_d50, description, curve, b"mntr")
 
 
 def _rgb_profile(to_d50: np.ndarray, description: str, curve: bytes, device_class: bytes) -> bytes:
