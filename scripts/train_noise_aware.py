@@ -72,6 +72,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         metavar="W",
         help="widen the --init U-Net to width W first, computing the same function (rawrcl.models.widen)",
     )
+    ap.add_argument(
+        "--deepen",
+        type=int,
+        default=None,
+        metavar="N",
+        help="add N identity-initialised top-level residual blocks to the --init U-Net (same function)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--plane-p", type=float, default=0.0, help="share of crops with per-plane (white-balanced) noise"
@@ -215,8 +222,8 @@ def train_task(args) -> Path:
     run_dir = Path(args.work) / args.task
     resume = (run_dir / "checkpoints" / "last.pt").exists()
     source = args.init or "scratch"
-    if args.widen and not args.init:
-        raise SystemExit("--widen widens the --init checkpoint: give --init")
+    if (args.widen or args.deepen) and not args.init:
+        raise SystemExit("--widen and --deepen grow the --init checkpoint: give --init")
     model, info = prepare_model(
         source, task, "full", width=args.width, depth=args.depth, seed=args.seed, noise_aware=True
     )
@@ -228,6 +235,14 @@ def train_task(args) -> Path:
             model = widen(model, args.widen)
         except RawrclError as exc:
             raise SystemExit(f"--widen {args.widen}: {exc}") from None
+    if args.deepen:
+        from rawrcl.errors import RawrclError
+        from rawrcl.models.widen import deepen
+
+        try:
+            model = deepen(model, args.deepen)
+        except RawrclError as exc:
+            raise SystemExit(f"--deepen {args.deepen}: {exc}") from None
     if args.behind:  # cascade: the JDD network trains behind a frozen RAW denoiser, as the two-stage runs
         from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
 
@@ -274,6 +289,7 @@ def train_task(args) -> Path:
         "told": list(told) if told else None,
         "behind": args.behind,
         "widen": args.widen,
+        "deepen": args.deepen,
         "model": dict(model.config),
         "save_every": args.save_every,
         "keep_every": 0,
@@ -313,6 +329,9 @@ def _stage(run_dir: Path) -> dict:
     stage["init"] = "scratch" if cfg.get("source") == "scratch" else "the previous stage's EMA weights"
     if cfg.get("widen"):
         stage["init"] += f", widened to width {cfg['widen']} (rawrcl.models.widen, same function)"
+    if cfg.get("deepen"):
+        blocks = cfg["deepen"]
+        stage["init"] += f", {blocks} top-level residual blocks added (models.widen.deepen, same function)"
     metrics = run_dir / "metrics.jsonl"
     lines = metrics.read_text().splitlines() if metrics.exists() else []
     if lines:  # a stage may be stopped early (SIGTERM saves last.pt): record where it ended

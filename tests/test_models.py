@@ -321,6 +321,10 @@ def test_two_stage_with_a_row_aware_denoiser():
             8,
         ),
         ({"in_channels": 3, "head": "rgb", "width": 3, "depth": 4}, 4),  # the 8×width cap on the bottom level
+        (  # trained (non-identity) top-level residual blocks are widened too
+            {"in_channels": 4, "head": "jdd", "width": 5, "depth": 2, "noise_aware": True, "refine": 2},
+            7,
+        ),
     ],
 )
 def test_widen_keeps_the_function_and_breaks_the_symmetry(config, new_width):
@@ -346,6 +350,37 @@ def test_widen_keeps_the_function_and_breaks_the_symmetry(config, new_width):
     for j in range(old_w, new_width):
         src = next(k for k in range(old_w) if torch.equal(first.weight[j], first.weight[k]))
         assert not torch.allclose(grads[j], grads[src])
+
+
+def test_deepen_keeps_the_function_and_learns(tmp_path):
+    from rawrcl.models.widen import deepen
+
+    torch.manual_seed(0)
+    cfg = {"arch": "unet", "in_channels": 4, "head": "jdd", "width": 6, "depth": 2, "skip": True}
+    model = build_model({**cfg, "noise_aware": True}).eval()
+    assert "refine" not in model.config  # configs without the blocks are stored as before
+    deep = deepen(model, 2)
+    assert deep.config["refine"] == 2 and len(deep.body.refine) == 2 and not deep.training
+    x, noise = torch.rand(2, 4, 18, 22), torch.tensor([[2e-3] * 4, [1e-5] * 4])[None].repeat(2, 1, 1)
+    with torch.no_grad():
+        assert torch.equal(deep(x, noise), model(x, noise))
+    deeper = deepen(deep, 1)  # blocks add up; the trained ones are kept
+    assert deeper.config["refine"] == 3
+    assert torch.equal(deeper.body.refine[0][0].weight, deep.body.refine[0][0].weight)
+    # the zero-initialised convolutions get gradients, so the blocks can learn
+    deep.train()
+    deep(x, noise).square().mean().backward()
+    assert all(blk[2].weight.grad.abs().sum() > 0 for blk in deep.body.refine)
+    save_checkpoint(tmp_path / "deep.pt", deep)
+    back = load_checkpoint(tmp_path / "deep.pt")[0].eval()
+    with torch.no_grad():
+        assert torch.equal(back(x, noise), deep.eval()(x, noise))
+    with pytest.raises(RawrclError, match="≥ 1"):
+        deepen(model, 0)
+    with pytest.raises(RawrclError, match="U-Net"):
+        deepen(build_model({"arch": "dncnn", "in_channels": 4, "head": "raw", "width": 4, "depth": 3}), 1)
+    with pytest.raises(RawrclError, match="refine"):
+        build_model({**cfg, "refine": -1})
 
 
 def test_widen_refuses_what_it_cannot_widen():

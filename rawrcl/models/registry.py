@@ -26,6 +26,9 @@ Config keys (JSON-able dict; missing keys get defaults, see :func:`model_config`
   (:func:`rawrcl.models.conditioning.add_row_input` with ``switch=True``; ``rawrcl adapt`` sets ``row_min``
   to half the smallest σ_row of its banded files, so a file read as faintly banded, e.g. a scene's
   horizontal edges at base ISO, stays with the start).
+- ``refine`` (U-Net only; default 0, stored only when > 0): residual blocks at the input resolution after
+  the decoder (:class:`rawrcl.models.unet.UNetBody`), added to a trained model by
+  :func:`rawrcl.models.widen.deepen`.
 - ``demosaic``: the demosaic inside that skip for packed RAW → RGB heads, ``"bilinear"`` (default, so
   older checkpoints load unchanged) or ``"malvar"`` (Malvar–He–Cutler, sharper;
   :data:`rawrcl.models.heads.DEMOSAICS`).
@@ -84,7 +87,7 @@ class RestorationModel(nn.Module):
         self.row_aware = cfg["row_aware"]
         body_in = cfg["in_channels"] * (1 + self.noise_aware + self.row_aware)
         if cfg["arch"] == "unet":
-            self.body = UNetBody(body_in, cfg["width"], cfg["depth"])
+            self.body = UNetBody(body_in, cfg["width"], cfg["depth"], cfg.get("refine", 0))
         else:
             self.body = DnCNNBody(body_in, cfg["width"], cfg["depth"])
         self.residual = cfg["arch"] == "dncnn"
@@ -284,8 +287,14 @@ def model_config(config: dict) -> dict:
             cfg.pop("row_min", None)
         if arch == "unet":
             cfg["skip"] = bool(cfg.get("skip", False))
+            refine = int(cfg.pop("refine", 0) or 0)
+            if refine < 0:
+                raise RawrclError(f"refine must be ≥ 0 residual blocks, got {refine}")
+            if refine:  # stored only when used, so other configs stay as they were
+                cfg["refine"] = refine
         else:
             cfg.pop("skip", None)  # DnCNN always has its own skip; the option is U-Net only
+            cfg.pop("refine", None)
     elif arch == "two_stage":
         cfg = _two_stage_config(cfg)
     return cfg

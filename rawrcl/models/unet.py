@@ -28,6 +28,21 @@ def _block(cin: int, cout: int) -> nn.Sequential:
     )
 
 
+def residual_block(width: int, identity: bool = False) -> nn.Sequential:
+    """conv–LeakyReLU–conv at ``width`` channels, added to its input by :class:`UNetBody`; with ``identity``
+    the second convolution starts at zero, so the block adds nothing until trained (how
+    :func:`rawrcl.models.widen.deepen` grows a trained model without changing its function)."""
+    blk = nn.Sequential(
+        nn.Conv2d(width, width, 3, padding=1),
+        nn.LeakyReLU(0.2, inplace=True),
+        nn.Conv2d(width, width, 3, padding=1),
+    )
+    if identity:
+        nn.init.zeros_(blk[2].weight)
+        nn.init.zeros_(blk[2].bias)
+    return blk
+
+
 class UNetBody(nn.Module):
     """Encoder–decoder with skip connections.
 
@@ -36,14 +51,16 @@ class UNetBody(nn.Module):
     in_channels : 3 (RGB) or 4 (packed RAW [R, G1, G2, B], RGGB geometry).
     width : channels of the first level (doubled at each level down, capped at 8×width).
     depth : number of 2× down-samplings (the input is padded to a multiple of 2**depth).
+    refine : residual blocks (conv–LeakyReLU–conv, ``x + block(x)``) after the last decoder block, at the
+        input resolution: depth where the fine detail is, at width² cost per pixel each (0: the plain U-Net).
 
     Shapes: (B, in_channels, H, W) → (B, width, H, W), same dtype.
     """
 
-    def __init__(self, in_channels: int = 4, width: int = 32, depth: int = 3) -> None:
+    def __init__(self, in_channels: int = 4, width: int = 32, depth: int = 3, refine: int = 0) -> None:
         super().__init__()
-        if depth < 1 or width < 1:
-            raise ValueError("U-Net needs depth ≥ 1 and width ≥ 1")
+        if depth < 1 or width < 1 or refine < 0:
+            raise ValueError("U-Net needs depth ≥ 1, width ≥ 1 and refine ≥ 0")
         self.in_channels, self.width, self.depth = in_channels, width, depth
         chans = level_channels(width, depth)
         self.down = nn.ModuleList()
@@ -57,6 +74,7 @@ class UNetBody(nn.Module):
         for i in range(depth - 1, -1, -1):
             self.up.append(nn.ConvTranspose2d(chans[i + 1], chans[i], 2, stride=2))
             self.dec.append(_block(2 * chans[i], chans[i]))
+        self.refine = nn.ModuleList(residual_block(width) for _ in range(refine))
         self.out_channels = width
         self.size_multiple = 2**depth
 
@@ -72,4 +90,6 @@ class UNetBody(nn.Module):
         for up, dec in zip(self.up, self.dec, strict=True):
             x = up(x)
             x = dec(torch.cat([x, skips.pop()], dim=1))
+        for blk in self.refine:
+            x = x + blk(x)
         return x[..., :h, :w]

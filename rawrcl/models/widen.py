@@ -1,4 +1,4 @@
-"""Function-preserving widening of a U-Net model (Net2WiderNet, Chen, Goodfellow & Shlens 2016).
+"""Function-preserving growth of a U-Net: wider (Net2WiderNet, Chen, Goodfellow & Shlens 2016) or deeper.
 
 A trained U-Net of width w becomes one of width W > w that computes the same function, so that a longer
 training can use the extra capacity without starting again (how the width-32 JDD stage was made from the
@@ -7,6 +7,8 @@ new channel → old channel: the identity for the first w channels (per level: w
 after. A layer reads replicas of one old channel with weights split in random proportions that sum to 1,
 so the sum it computes is unchanged while the replicas receive different gradients (symmetry broken).
 LeakyReLU, max-pooling and the concatenated skips act channel by channel, so they commute with the map.
+Deeper (:func:`deepen`): residual blocks at the top level whose last convolution starts at zero
+(Net2DeeperNet's identity, in residual form), so the model is unchanged until trained.
 """
 
 from __future__ import annotations
@@ -77,6 +79,10 @@ def widen_state(state: dict, config: dict, width: int, seed: int = 0) -> dict:
         x = block(
             f"body.dec.{j}", (torch.cat([up[0], skip[0] + old[level]]), torch.cat([up[1], skip[1]])), level
         )
+    for k in range(int(config.get("refine", 0))):  # x + block(x): the block's output lives in x's space
+        a = space(0)
+        layer(f"body.refine.{k}.0", x, a[0])
+        layer(f"body.refine.{k}.2", a, x[0])
     layer("head.conv", x, torch.arange(state["head.conv.weight"].shape[0]))
     if set(out) != set(state):
         raise RawrclError(f"unexpected U-Net layers: {sorted(set(state) ^ set(out))[:3]}")
@@ -95,3 +101,27 @@ def widen(model: nn.Module, width: int, seed: int = 0) -> nn.Module:
     wide = build_model({**config, "width": width}).to(device=p.device, dtype=p.dtype)
     wide.load_state_dict(state)
     return wide.train(base.training)
+
+
+def deepen(model: nn.Module, blocks: int) -> nn.Module:
+    """A copy of the U-Net ``model`` (:class:`RestorationModel`) with ``blocks`` more residual blocks at the
+    top level (config ``refine``), each starting as the identity, so it computes the same function; on the
+    model's device and dtype. The new blocks' first convolutions keep PyTorch's random initialisation."""
+    from rawrcl.models.registry import build_model, unwrap
+    from rawrcl.models.unet import residual_block
+
+    base = unwrap(model)
+    config = dict(getattr(base, "config", {}))
+    if config.get("arch", "unet") != "unet" or config.get("row_switch"):
+        raise RawrclError("only a plain U-Net model can be deepened")
+    if blocks < 1:
+        raise RawrclError(f"deepen adds ≥ 1 block, got {blocks}")
+    have = int(config.get("refine", 0))
+    p = next(base.parameters())
+    deep = build_model({**config, "refine": have + blocks})
+    for k in range(have, have + blocks):
+        deep.body.refine[k] = residual_block(deep.body.width, identity=True)
+    state = deep.state_dict()
+    state.update(base.state_dict())
+    deep.load_state_dict(state)
+    return deep.to(device=p.device, dtype=p.dtype).train(base.training)
