@@ -170,6 +170,13 @@ def test_denoised_dng_keeps_the_source_rendering_tags(tmp_path):
     )
     raw = read_raw(src)
     out = write_denoised_dng(tmp_path / "out.dng", raw, raw.cfa)
+    moved = src.rename(tmp_path / "moved.dng")  # gone by the time of writing: the tags were read with it
+    again = write_denoised_dng(tmp_path / "again.dng", raw, raw.cfa)
+    src = moved
+    for written in (out, again):
+        with tifffile.TiffFile(written) as tif:
+            tags = tif.pages[0].tags
+            assert set(copied) <= set(tags.keys()), written
     with tifffile.TiffFile(out) as tif:
         tags = tif.pages[0].tags
         for code, (_, count, value) in copied.items():

@@ -203,21 +203,28 @@ def _unique_camera_model(raw) -> str | None:
 
 
 def _rendering_tags(raw) -> list[tuple[int, int, int, object]]:
-    """A DNG source's rendering tags for its denoised copy (:func:`rawrcl.io.tags.read_rendering_tags`), the
-    opcode lists whose coordinates still fit: OpcodeList2/3 (on the ActiveArea) when the output grid starts at
-    its origin, OpcodeList1 (on the whole stored image) only when that origin is the image's (0, 0) too."""
-    from rawrcl.io.tags import read_rendering_tags
+    """A DNG source's rendering tags for its denoised copy (as :func:`rawrcl.io.raw.read_raw` read them, in
+    ``extra["rendering_tags"]``; from the source file for a RawImage made without them), the opcode lists
+    whose coordinates still fit: OpcodeList2/3 (on the ActiveArea) when the output grid starts at its origin,
+    OpcodeList1 (on the whole stored image) only when that origin is the image's (0, 0) too."""
+    from rawrcl.io.tags import OPCODE_TAGS, read_rendering_tags
 
     tags = dng_tags_of(raw)
-    if not tags or not getattr(raw, "path", None):
+    extra = getattr(raw, "extra", None) or {}
+    read = extra.get("rendering_tags")
+    if not tags or (read is None and not getattr(raw, "path", None)):
         return []
+    if read is None:
+        read = read_rendering_tags(raw.path)
     try:
         aa = tuple(int(v) for v in (tags.get("active_area") or [0, 0])[:2])
-        grid = tuple(int(v) for v in raw.extra.get("margins") or (0, 0))
+        grid = tuple(int(v) for v in extra.get("margins") or (0, 0))
+        opcodes = {51009, 51022} if grid == aa else set()
+        if grid == aa == (0, 0):
+            opcodes.add(51008)
     except (TypeError, ValueError):
-        return read_rendering_tags(raw.path, opcodes=())
-    opcodes = (51009, 51022) if grid == aa else ()
-    return read_rendering_tags(raw.path, opcodes=(51008, *opcodes) if grid == aa == (0, 0) else opcodes)
+        opcodes = set()
+    return [t for t in read if t[0] not in OPCODE_TAGS or t[0] in opcodes]
 
 
 def _default_crop(raw, shape: tuple[int, int]) -> tuple[list[float], list[float]] | None:
