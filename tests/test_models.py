@@ -379,8 +379,9 @@ def test_deepen_keeps_the_function_and_learns(tmp_path):
         deepen(model, 0)
     with pytest.raises(RawrclError, match="U-Net"):
         deepen(build_model({"arch": "dncnn", "in_channels": 4, "head": "raw", "width": 4, "depth": 3}), 1)
-    with pytest.raises(RawrclError, match="refine"):
-        build_model({**cfg, "refine": -1})
+    for bad in (-1, 1.5, "2", True):
+        with pytest.raises(RawrclError, match="refine"):
+            build_model({**cfg, "refine": bad})
 
 
 def test_widen_refuses_what_it_cannot_widen():

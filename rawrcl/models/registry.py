@@ -287,9 +287,9 @@ def model_config(config: dict) -> dict:
             cfg.pop("row_min", None)
         if arch == "unet":
             cfg["skip"] = bool(cfg.get("skip", False))
-            refine = int(cfg.pop("refine", 0) or 0)
-            if refine < 0:
-                raise RawrclError(f"refine must be ≥ 0 residual blocks, got {refine}")
+            refine = cfg.pop("refine", 0) or 0
+            if isinstance(refine, bool) or not isinstance(refine, int) or refine < 0:
+                raise RawrclError(f"refine must be a whole number ≥ 0 of residual blocks, got {refine!r}")
             if refine:  # stored only when used, so other configs stay as they were
                 cfg["refine"] = refine
         else:
