@@ -227,22 +227,15 @@ def train_task(args) -> Path:
     model, info = prepare_model(
         source, task, "full", width=args.width, depth=args.depth, seed=args.seed, noise_aware=True
     )
-    if args.widen:  # more capacity from a trained start: the same function, then training uses it
-        from rawrcl.errors import RawrclError
-        from rawrcl.models.widen import widen
+    from rawrcl.errors import RawrclError
+    from rawrcl.models.widen import deepen, widen
 
-        try:
-            model = widen(model, args.widen)
-        except RawrclError as exc:
-            raise SystemExit(f"--widen {args.widen}: {exc}") from None
-    if args.deepen:
-        from rawrcl.errors import RawrclError
-        from rawrcl.models.widen import deepen
-
-        try:
-            model = deepen(model, args.deepen)
-        except RawrclError as exc:
-            raise SystemExit(f"--deepen {args.deepen}: {exc}") from None
+    for flag, grow in (("widen", widen), ("deepen", deepen)):  # more capacity, the same function at first
+        if getattr(args, flag):
+            try:
+                model = grow(model, getattr(args, flag))
+            except RawrclError as exc:
+                raise SystemExit(f"--{flag} {getattr(args, flag)}: {exc}") from None
     if args.behind:  # cascade: the JDD network trains behind a frozen RAW denoiser, as the two-stage runs
         from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
 

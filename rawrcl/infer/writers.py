@@ -203,15 +203,15 @@ def _unique_camera_model(raw) -> str | None:
 
 
 def _rendering_tags(raw) -> list[tuple[int, int, int, object]]:
-    """A DNG source's rendering tags for its denoised copy (as :func:`rawrcl.io.raw.read_raw` read them, in
-    ``extra["rendering_tags"]``; from the source file for a RawImage made without them), the opcode lists
+    """A DNG source's rendering tags for its denoised copy (read with the file's other tags, so a source gone
+    by writing time loses nothing; from the source file for a RawImage made without them), the opcode lists
     whose coordinates still fit: OpcodeList2/3 (on the ActiveArea) when the output grid starts at its origin,
     OpcodeList1 (on the whole stored image) only when that origin is the image's (0, 0) too."""
     from rawrcl.io.tags import OPCODE_TAGS, read_rendering_tags
 
     tags = dng_tags_of(raw)
     extra = getattr(raw, "extra", None) or {}
-    read = extra.get("rendering_tags")
+    read = tags.get("rendering_tags")
     if not tags or (read is None and not getattr(raw, "path", None)):
         return []
     if read is None:

@@ -27,7 +27,7 @@ from rawrcl.cfa import PATTERNS
 from rawrcl.errors import RawrclError
 from rawrcl.io.dng import MIN_SIZE
 from rawrcl.io.files import captured_stderr
-from rawrcl.io.tags import PHOTOMETRIC_CFA, PHOTOMETRIC_LINEAR_RAW, read_dng_tags, read_rendering_tags
+from rawrcl.io.tags import PHOTOMETRIC_CFA, PHOTOMETRIC_LINEAR_RAW, read_dng_tags
 from rawrcl.io.tiffcheck import MAX_PIXELS, MAX_SAMPLES_PER_BYTE
 
 
@@ -562,8 +562,6 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
         extra["dng"] = {k: v for k, v in tags.items() if k not in ("is_tiff", "is_dng")}
         if file_black is not None:  # the tags' black level on this grid (what the NoiseProfile refers to)
             extra["dng"]["black_level_grid"] = [float(b) for b in file_black.ravel()]
-        # read now, so a denoised copy written later keeps them even if the source has gone by then
-        extra["rendering_tags"] = read_rendering_tags(p)
 
     return RawImage(
         path=str(p),

@@ -148,20 +148,24 @@ def read_rendering_tags(
     areas included; 2 and 3: the ActiveArea): pass only those that match the output's grid."""
     import tifffile
 
-    out: list[tuple[int, int, int, object]] = []
     try:
         with _quiet_tifffile(), tifffile.TiffFile(path) as tif:
             ifd0 = tif.pages[0]
             if 50706 not in ifd0.tags:  # DNGVersion
                 return []
-            raw_page, _ = _raw_page(ifd0)
-            for page, codes in ((ifd0, RENDERING_TAGS), (raw_page, [c for c in OPCODE_TAGS if c in opcodes])):
-                for code in codes:
-                    tag = page.tags.get(code)
-                    if tag is not None:
-                        out.append((code, int(tag.dtype), int(tag.count), tag.value))
+            return _rendering_values(ifd0, _raw_page(ifd0)[0], opcodes)
     except Exception:  # best effort: an unreadable tag is not copied
         return []
+
+
+def _rendering_values(ifd0, raw_page, opcodes: Collection[int]) -> list[tuple[int, int, int, object]]:
+    """:func:`read_rendering_tags` of an open DNG's IFD0 and raw page."""
+    out: list[tuple[int, int, int, object]] = []
+    for page, codes in ((ifd0, RENDERING_TAGS), (raw_page, [c for c in OPCODE_TAGS if c in opcodes])):
+        for code in codes:
+            tag = page.tags.get(code)
+            if tag is not None:
+                out.append((code, int(tag.dtype), int(tag.count), tag.value))
     return out
 
 
@@ -180,7 +184,8 @@ def read_dng_tags(path: str | os.PathLike) -> dict:
     data is truncated, missing or of an absurd size; :func:`read_raw` refuses such files), and whichever
     of make, model, unique_camera_model, dng_version, iso, exposure_time, black_level, white_level,
     cfa_pattern, cfa_repeat_pattern_dim, color_matrix_1/2, baseline_exposure, calibration_illuminant_1/2,
-    as_shot_neutral, noise_profile are present (raw IFD values take precedence over IFD0 ones).
+    as_shot_neutral, noise_profile are present (raw IFD values take precedence over IFD0 ones); for a DNG
+    also ``rendering_tags``: :func:`read_rendering_tags` with every opcode list, read in the same pass.
 
     Raises
     ------
@@ -232,6 +237,11 @@ def _read_tags(p: Path, tifffile) -> dict:
             out["photometric"] = int(raw_page.photometric)
             out["samples_per_pixel"] = int(raw_page.samplesperpixel)
             out["shape"] = [int(s) for s in raw_page.shape]
+            if 50706 in ifd0.tags:  # a DNG: what a denoised copy carries over, read with the rest
+                try:
+                    out["rendering_tags"] = _rendering_values(ifd0, raw_page, OPCODE_TAGS)
+                except Exception:  # best effort: an unreadable tag is not copied
+                    out["rendering_tags"] = []
             if problem is not None:
                 out["data_problem"] = problem
     except RawrclError:
