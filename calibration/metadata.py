@@ -203,9 +203,10 @@ def calibrate_metadata(path: str | Path, raw=None) -> CalibrationResult:
     -------
     :class:`CalibrationResult` with method ``"metadata"``; status ``"no-metadata"`` when absent.
     """
+    from rawrcl.io.raw import dng_tags_of
     from rawrcl.io.tags import read_dng_tags
 
-    tags = read_dng_tags(path)
+    tags = dng_tags_of(raw) or read_dng_tags(path)  # a given RawImage carries its file's tags
     if raw is None and tags.get("noise_profile"):
         try:
             from rawrcl.io.raw import read_raw

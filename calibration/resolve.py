@@ -217,9 +217,11 @@ def _metadata(raw, path: str | Path | None) -> dict[str, tuple[float, float]] | 
     """Per-plane (λshot, λread) from the file's DNG NoiseProfile, in ``raw``'s normalisation; None if none."""
     if path is None:
         return None
+    from rawrcl.io.raw import dng_tags_of
     from rawrcl.io.tags import read_dng_tags
 
-    tags = read_dng_tags(Path(path))
+    # the tags read_raw already read with the file; opened again only for a RawImage made without them
+    tags = dng_tags_of(raw) or read_dng_tags(Path(path))
     if not tags.get("noise_profile"):
         return None
     res = metadata_of_raw(tags, raw, str(path))
