@@ -405,8 +405,6 @@ def install(
     ``"averaged": 0.5``. ``blend`` (raw-denoise): the last entry is a two-stage JDD checkpoint, installed
     with output ``"raw"`` (the CFA-site blend of weight ``blend``, gated by ``blend_sigma``) as the RAW
     default."""
-    import torch
-
     from rawrcl.models.compose import RESIDUAL, DenoiseThenDemosaic
     from rawrcl.models.registry import build_model
 
@@ -443,10 +441,14 @@ def install(
         if trained_behind:  # re-seat a cascade-trained JDD stage behind the denoiser shipped now
             trained = build_model(config)
             trained.load_state_dict(state)
+            frozen = trained.denoiser.state_dict()
             config, state = trained.demosaicker.config, trained.demosaicker.state_dict()
             if last_prov is not None:  # a shipped two-stage file: its JDD stage's history goes with it
-                earlier = last_prov.get("two_stage", {}).get("first_stage", {}).get("note")
-                first_stage["note"] = (earlier + "; " if earlier else "") + "re-seated again behind this one"
+                earlier = last_prov.get("two_stage", {}).get("first_stage", {}).get("note") or ""
+                notes = [n for n in earlier.split("; ") if n and n != RESEATED_UNDATED]
+                first_stage["note"] = "; ".join([*notes, f"re-seated behind this one on {dt.date.today()}"])
+            elif _same_weights(frozen, den):
+                first_stage["note"] = f"the JDD stage was trained behind this one (--behind {behind_name})"
             else:
                 first_stage["note"] = (
                     f"the JDD stage was trained behind the denoiser of --behind {behind_name} at its "
@@ -457,14 +459,7 @@ def install(
         config, state = model.config, model.state_dict()
     elif trained_behind:
         frozen = {k[len("denoiser.") :]: v for k, v in state.items() if k.startswith("denoiser.")}
-        same = (
-            den is not None
-            and frozen.keys() == den.state_dict().keys()
-            and all(
-                torch.allclose(frozen[k].float(), v.float(), atol=1e-3) for k, v in den.state_dict().items()
-            )
-        )
-        if same:
+        if _same_weights(frozen, den):
             was = first_stage["weights"]
             first_stage["weights"] = f"frozen during training (--behind {behind_name}: {was})"
         else:  # changed since the training: only its name is known here
@@ -491,6 +486,23 @@ def install(
     if first_stage is not None:
         prov = {"two_stage": {"residual": RESIDUAL, "first_stage": first_stage}, **prov}
     return _write_default(task, config, state, prov)
+
+
+#: the undated note earlier installs appended at each re-seat of a shipped two-stage file (dropped next time)
+RESEATED_UNDATED = "re-seated again behind this one"
+
+
+def _same_weights(frozen: dict, den) -> bool:
+    """Whether the first stage a JDD stage was trained behind (``frozen``: its state dict) is ``den`` (up to
+    the float16 rounding of installed weights)."""
+    import torch
+
+    state = den.state_dict() if den is not None else {}
+    return (
+        bool(state)
+        and frozen.keys() == state.keys()
+        and all(torch.allclose(frozen[k].float(), v.float(), atol=1e-3) for k, v in state.items())
+    )
 
 
 def _commit() -> str:

@@ -3,6 +3,7 @@ from an installed checkpoint file (no run directories needed). Runs on tiny mode
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import json
 from pathlib import Path
@@ -91,7 +92,8 @@ def test_two_stage_file_is_reseated_behind_the_shipped_denoiser(recipe, tmp_path
     torch.manual_seed(4)
     jdd_cfg = {"arch": "unet", "in_channels": 4, "head": "jdd", "width": 8, "depth": 2, "noise_aware": True}
     old = DenoiseThenDemosaic(_denoiser(5), build_model(jdd_cfg), RESIDUAL)
-    prov = {"stages": [{"seed": 9}], "two_stage": {"first_stage": {"note": "trained behind X"}}}
+    note = "trained behind X; re-seated again behind this one"  # an undated note of an earlier install
+    prov = {"stages": [{"seed": 9}], "two_stage": {"first_stage": {"note": note}}}
     jdd_file = tmp_path / "jdd_copy.pt"
     torch.save(
         {"config": old.config, "state_dict": old.state_dict(), "extra": {"provenance": prov}}, jdd_file
@@ -104,7 +106,8 @@ def test_two_stage_file_is_reseated_behind_the_shipped_denoiser(recipe, tmp_path
         torch.testing.assert_close(out["state_dict"][f"demosaicker.{k}"].float(), v.half().float())
     p = out["extra"]["provenance"]
     assert [s["seed"] for s in p["stages"]] == [9]
-    assert p["two_stage"]["first_stage"]["note"] == "trained behind X; re-seated again behind this one"
+    today = datetime.date.today()
+    assert p["two_stage"]["first_stage"]["note"] == f"trained behind X; re-seated behind this one on {today}"
     assert [s["seed"] for s in p["two_stage"]["first_stage"]["stages"]] == [3]
     with pytest.raises(SystemExit, match="--two-stage"):
         recipe.install([jdd_file], "jdd")
@@ -182,6 +185,14 @@ def test_jdd_stage_trained_behind_a_denoiser_file_records_its_name_not_its_path(
     assert [s["seed"] for s in first["stages"]] == [7]
     assert p["stages"][-1]["behind"] == "den_told.pt"
     assert str(tmp_path) not in json.dumps(p)
+    # --two-stage: behind the very denoiser it was trained behind, the note says so; behind another, re-seated
+    out = torch.load(recipe.install([run], "jdd", two_stage=str(den_file)), weights_only=True)
+    note = out["extra"]["provenance"]["two_stage"]["first_stage"]["note"]
+    assert note == "the JDD stage was trained behind this one (--behind den_told.pt)"
+    other = tmp_path / "other.pt"
+    torch.save({**ckpt, "state_dict": _denoiser(12).state_dict()}, other)
+    out = torch.load(recipe.install([run], "jdd", two_stage=str(other)), weights_only=True)
+    assert "re-seated behind this one" in out["extra"]["provenance"]["two_stage"]["first_stage"]["note"]
 
 
 def test_install_blend_makes_the_raw_default_from_a_two_stage_file(recipe, tmp_path, monkeypatch):
