@@ -448,7 +448,10 @@ def install(
                 notes = [n for n in earlier.split("; ") if n and n != RESEATED_UNDATED]
                 first_stage["note"] = "; ".join([*notes, f"re-seated behind this one on {dt.date.today()}"])
             elif _same_weights(frozen, den):
-                first_stage["note"] = f"the JDD stage was trained behind this one (--behind {behind_name})"
+                first_stage["note"] = (
+                    f"the JDD stage was last trained behind this one (--behind {behind_name}; "
+                    "each stage records its own)"
+                )
             else:
                 first_stage["note"] = (
                     f"the JDD stage was trained behind the denoiser of --behind {behind_name} at its "

@@ -188,7 +188,10 @@ def test_jdd_stage_trained_behind_a_denoiser_file_records_its_name_not_its_path(
     # --two-stage: behind the very denoiser it was trained behind, the note says so; behind another, re-seated
     out = torch.load(recipe.install([run], "jdd", two_stage=str(den_file)), weights_only=True)
     note = out["extra"]["provenance"]["two_stage"]["first_stage"]["note"]
-    assert note == "the JDD stage was trained behind this one (--behind den_told.pt)"
+    assert (
+        note
+        == "the JDD stage was last trained behind this one (--behind den_told.pt; each stage records its own)"
+    )
     other = tmp_path / "other.pt"
     torch.save({**ckpt, "state_dict": _denoiser(12).state_dict()}, other)
     out = torch.load(recipe.install([run], "jdd", two_stage=str(other)), weights_only=True)
