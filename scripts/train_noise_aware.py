@@ -426,6 +426,8 @@ def install(
     if two_stage is True:
         two_stage = "default"
     first_stage = den = None
+    # the denoiser a cascade run trained behind (its frozen first stage), to compare with the one installed
+    frozen = {k[len("denoiser.") :]: v for k, v in state.items() if k.startswith("denoiser.")}
     if trained_behind or two_stage:
         from rawrcl.errors import RawrclError
 
@@ -441,7 +443,6 @@ def install(
         if trained_behind:  # re-seat a cascade-trained JDD stage behind the denoiser shipped now
             trained = build_model(config)
             trained.load_state_dict(state)
-            frozen = trained.denoiser.state_dict()
             config, state = trained.demosaicker.config, trained.demosaicker.state_dict()
             if last_prov is not None:  # a shipped two-stage file: its JDD stage's history goes with it
                 earlier = last_prov.get("two_stage", {}).get("first_stage", {}).get("note") or ""
@@ -461,7 +462,6 @@ def install(
         model.demosaicker.load_state_dict(state)
         config, state = model.config, model.state_dict()
     elif trained_behind:
-        frozen = {k[len("denoiser.") :]: v for k, v in state.items() if k.startswith("denoiser.")}
         if _same_weights(frozen, den):
             was = first_stage["weights"]
             first_stage["weights"] = f"frozen during training (--behind {behind_name}: {was})"
