@@ -41,7 +41,7 @@ def calibrate_file(path: str | Path, method: str = "auto", **image_kwargs) -> Ca
         raise RawrclError(f"{p}: no such file")
     if not p.is_file():
         raise RawrclError(f"{p}: not a file")
-    tags = read_dng_tags(p)
+    tags = read_dng_tags(p, rendering=False)  # levels and noise metadata only
     has_meta = bool(tags.get("noise_profile"))
     raw = None
     if method == "metadata" or (method == "auto" and has_meta):

@@ -206,7 +206,8 @@ def calibrate_metadata(path: str | Path, raw=None) -> CalibrationResult:
     from rawrcl.io.raw import dng_tags_of
     from rawrcl.io.tags import read_dng_tags
 
-    tags = dng_tags_of(raw) or read_dng_tags(path)  # a given RawImage carries its file's tags
+    # a given RawImage carries its file's tags
+    tags = dng_tags_of(raw) or read_dng_tags(path, rendering=False)
     if raw is None and tags.get("noise_profile"):
         try:
             from rawrcl.io.raw import read_raw

@@ -221,7 +221,7 @@ def _metadata(raw, path: str | Path | None) -> dict[str, tuple[float, float]] | 
     from rawrcl.io.tags import read_dng_tags
 
     # the tags read_raw already read with the file; opened again only for a RawImage made without them
-    tags = dng_tags_of(raw) or read_dng_tags(Path(path))
+    tags = dng_tags_of(raw) or read_dng_tags(Path(path), rendering=False)
     if not tags.get("noise_profile"):
         return None
     res = metadata_of_raw(tags, raw, str(path))

@@ -188,6 +188,12 @@ def test_denoised_dng_keeps_the_source_rendering_tags(tmp_path):
         ra = a.postprocess(no_auto_bright=True, output_bps=16, gamma=(1, 1), use_camera_wb=True)
         rb = b.postprocess(no_auto_bright=True, output_bps=16, gamma=(1, 1), use_camera_wb=True)
     assert np.abs(ra.astype(float) - rb.astype(float)).max() <= 2  # the same render (requantisation only)
+    # callers that need only levels and noise metadata (calibrate, the noise resolver) skip the opcode lists
+    from rawrcl.io.tags import read_dng_tags
+
+    assert {c for c, *_ in read_dng_tags(src)["rendering_tags"]} >= {51009, 50721}
+    lean = read_dng_tags(src, rendering=False)
+    assert "rendering_tags" not in lean and lean["black_level"] == read_dng_tags(src)["black_level"]
 
 
 @pytest.mark.parametrize("top,left,kept", [(0, 0, {51008, 51009}), (2, 4, {51009}), (3, 4, set())])

@@ -169,7 +169,7 @@ def _rendering_values(ifd0, raw_page, opcodes: Collection[int]) -> list[tuple[in
     return out
 
 
-def read_dng_tags(path: str | os.PathLike) -> dict:
+def read_dng_tags(path: str | os.PathLike, *, rendering: bool = True) -> dict:
     """Read the DNG/TIFF tags rawrcl uses, from IFD0 and the raw (NewSubfileType 0) SubIFD.
 
     Works on any TIFF-based file, including linear (non-CFA) DNGs and files whose pixel data is
@@ -185,7 +185,8 @@ def read_dng_tags(path: str | os.PathLike) -> dict:
     of make, model, unique_camera_model, dng_version, iso, exposure_time, black_level, white_level,
     cfa_pattern, cfa_repeat_pattern_dim, color_matrix_1/2, baseline_exposure, calibration_illuminant_1/2,
     as_shot_neutral, noise_profile are present (raw IFD values take precedence over IFD0 ones); for a DNG
-    also ``rendering_tags``: :func:`read_rendering_tags` with every opcode list, read in the same pass.
+    also ``rendering_tags``: :func:`read_rendering_tags` with every opcode list, read in the same pass
+    (``rendering=False``: not read — for callers that only need levels, pattern and noise metadata).
 
     Raises
     ------
@@ -197,10 +198,10 @@ def read_dng_tags(path: str | os.PathLike) -> dict:
     if not p.is_file():
         raise RawrclError(f"{p}: no such file")
     with _quiet_tifffile():
-        return _read_tags(p, tifffile)
+        return _read_tags(p, tifffile, rendering)
 
 
-def _read_tags(p: Path, tifffile) -> dict:
+def _read_tags(p: Path, tifffile, rendering: bool = True) -> dict:
     """:func:`read_dng_tags` after the existence check (``tifffile`` passed in, imported lazily)."""
     try:
         tif = tifffile.TiffFile(p)
@@ -237,7 +238,7 @@ def _read_tags(p: Path, tifffile) -> dict:
             out["photometric"] = int(raw_page.photometric)
             out["samples_per_pixel"] = int(raw_page.samplesperpixel)
             out["shape"] = [int(s) for s in raw_page.shape]
-            if 50706 in ifd0.tags:  # a DNG: what a denoised copy carries over, read with the rest
+            if rendering and 50706 in ifd0.tags:  # a DNG: what a denoised copy carries over
                 try:
                     out["rendering_tags"] = _rendering_values(ifd0, raw_page, OPCODE_TAGS)
                 except Exception:  # best effort: an unreadable tag is not copied
@@ -310,7 +311,7 @@ def read_noise_profile(path: str | os.PathLike) -> list[tuple[float, float]] | N
 
     Raises :class:`RawrclError` if the file does not exist or cannot be opened.
     """
-    return read_dng_tags(path).get("noise_profile")
+    return read_dng_tags(path, rendering=False).get("noise_profile")
 
 
 # --------------------------------------------------------------------------------------------------
