@@ -31,7 +31,7 @@ def calibrate_file(path: str | Path, method: str = "auto", **image_kwargs) -> Ca
     ------
     RawrclError for unreadable, non-Bayer (when pixels are needed), too small or saturated files.
     """
-    from rawrcl.io.raw import read_raw
+    from rawrcl.io.raw import dng_tags_of, read_raw
     from rawrcl.io.tags import read_dng_tags
 
     if method not in METHODS:
@@ -41,9 +41,10 @@ def calibrate_file(path: str | Path, method: str = "auto", **image_kwargs) -> Ca
         raise RawrclError(f"{p}: no such file")
     if not p.is_file():
         raise RawrclError(f"{p}: not a file")
-    tags = read_dng_tags(p, rendering=False)  # levels and noise metadata only
+    # the image method reads the pixels anyway, a DNG's tags with them; else levels and noise metadata only
+    raw = read_raw(p, clip=False) if method == "image" else None
+    tags = dng_tags_of(raw) or read_dng_tags(p, rendering=False)
     has_meta = bool(tags.get("noise_profile"))
-    raw = None
     if method == "metadata" or (method == "auto" and has_meta):
         pixels = ""
         if has_meta:
@@ -62,7 +63,8 @@ def calibrate_file(path: str | Path, method: str = "auto", **image_kwargs) -> Ca
         if meta.iso is None and raw is not None:
             meta.iso = raw.iso
         return meta
-    raw = read_raw(p, clip=False)  # keep the noise below black: clipped samples are detected anyway
+    if raw is None:  # keep the noise below black: clipped samples are detected anyway
+        raw = read_raw(p, clip=False)
     packed = packed_mosaic(raw.cfa, raw.pattern, str(p))
     res = estimate_packed(packed, name=str(p), **image_kwargs)
     _learned_check(res, packed)

@@ -201,7 +201,7 @@ def read_dng_tags(path: str | os.PathLike, *, rendering: bool = True) -> dict:
         return _read_tags(p, tifffile, rendering)
 
 
-def _read_tags(p: Path, tifffile, rendering: bool = True) -> dict:
+def _read_tags(p: Path, tifffile, rendering: bool) -> dict:
     """:func:`read_dng_tags` after the existence check (``tifffile`` passed in, imported lazily)."""
     try:
         tif = tifffile.TiffFile(p)
