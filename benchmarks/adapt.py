@@ -37,7 +37,7 @@ import torch
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
-#: name -> adapt() options (the objectives side by side; the default is "r2r")
+#: name -> adapt() options (the objectives side by side; the default is "sure" since stop 56, "r2r" before)
 RUNS: dict[str, dict] = {
     "r2r": {"method": "r2r"},
     "r2r-noanchor": {"method": "r2r", "anchor": 0.0},
@@ -60,6 +60,7 @@ RUNS: dict[str, dict] = {
     "r2r-mix1-own": {"method": "r2r", "mix": 1.0, "mix_own": 1.0},
     "r2r-mix1-own-lr1e-4": {"method": "r2r", "mix": 1.0, "mix_own": 1.0, "lr": 1e-4},
     "r2r-plain": {"method": "r2r-plain", "anchor": 0.0},
+    "sure": {"method": "sure"},
     "n2s": {"method": "n2s"},
     "rcl": {"method": "rcl"},
 }
@@ -222,9 +223,9 @@ def part_burst(args, doc: dict, path: Path, log) -> None:
             _save(path, doc)
     cases = [(n, files[1:], o) for n, o in RUNS.items() if n in args.runs]
     if "single" in args.runs:
-        cases.append(("r2r-frame01-only", files[1:2], {"method": "r2r"}))
+        cases.append(("frame01-only", files[1:2], {}))  # the default method
     if "transductive" in args.runs:
-        cases.append(("r2r-transductive", files, {"method": "r2r"}))
+        cases.append(("transductive", files, {}))
     for name, fl, opts in cases:
         if name in doc["burst"].get("runs", {}) and not args.redo:
             continue

@@ -31,8 +31,9 @@ from rawrcl.cli.common import LazyChoice, ema_option, user_errors
     "--method",
     default=None,
     type=LazyChoice("rawrcl.train.config:ADAPT_METHODS"),
-    help="r2r: clipping-aware Recorrupted-to-Recorrupted; r2r-plain: as published; n2s: Noise2Self; rcl: "
-    "the paper's residual contrastive loss (docs/adaptation.md compares them)  [default: r2r]",
+    help="r2r: clipping-aware Recorrupted-to-Recorrupted; r2r-plain: as published; sure: Stein's unbiased "
+    "risk estimate at the files' own noise; n2s: Noise2Self; rcl: the paper's residual contrastive loss "
+    "(docs/adaptation.md compares them)  [default: sure]",
 )
 @click.option("--steps", default=None, type=int, help="optimiser steps  [default: 400]")
 @click.option(

@@ -342,6 +342,22 @@ def test_train_only_changes_only_the_named_parameters(adapt_env, tmp_path):
         )
 
 
+def test_adapt_runs_the_sure_objective(adapt_env, tmp_path):
+    from rawrcl.models.registry import read_checkpoint
+    from rawrcl.train.adapt import adapt
+
+    res = adapt(
+        adapt_env["dngs"], tmp_path / "s", source=adapt_env["ckpt"], method="sure", steps=2, crop=32,
+        batch_size=2, evals=1, lr=1e-2, mix=0.0, progress=False,
+    )  # fmt: skip
+    assert res["method"] == "sure"
+    last = read_checkpoint(tmp_path / "s" / "checkpoints" / "last.pt")
+    assert last["extra"]["adapt"]["method"] == "sure"
+    start = read_checkpoint(adapt_env["ckpt"])["state_dict"]
+    trained = last["extra"].get("train_weights", last["state_dict"])
+    assert any(not torch.equal(start[k], trained[k]) for k in start)
+
+
 def test_adapt_config_validates_and_resume_keeps_it(adapt_env, tmp_path):
     from rawrcl.errors import RawrclError
     from rawrcl.train.adapt import adapt

@@ -29,6 +29,8 @@ def test_roundtrip_and_defaults():
         (lambda: PretrainConfig("d", "o", task="jdemsr"), "--task"),
         (lambda: PretrainConfig("d", "o", method="nope"), "--method"),
         (lambda: PretrainConfig("d", "o", task="denoise", method="m2m"), "m2m"),
+        (lambda: PretrainConfig("d", "o", method="r2r"), "rawrcl adapt"),  # needs per-file noise: adapt only
+        (lambda: PretrainConfig("d", "o", method="sure"), "rawrcl adapt"),
         (lambda: PretrainConfig("d", "o", resume=True, force=True), "exclude"),
         (lambda: ModelConfig(arch="resnet"), "--arch"),
         (lambda: DataConfig(noise="auto"), "noise"),

@@ -11,6 +11,7 @@
 | simclr     | encoder.py    | x_a, x_b (trains the perceptual encoder)        |
 | supervised | supervised.py | input, target (fine-tuning; tasks engineer)     |
 | r2r        | r2r.py        | x_a (+x_b), noise, floor (rawrcl adapt)         |
+| sure       | sure.py       | x_a (+x_b), noise, floor (rawrcl adapt)         |
 """
 
 from __future__ import annotations
@@ -29,11 +30,16 @@ _REGISTRY: dict[str, str] = {
     "simclr": "encoder:SimCLR",
     "supervised": "supervised:supervised",
     "r2r": "r2r:R2R",
+    "sure": "sure:SURE",
 }
 
 
-#: the self-supervised methods of ``rawrcl pretrain --method`` (all but the supervised L1 of finetune)
-PRETEXT_METHODS: tuple[str, ...] = tuple(n for n in _REGISTRY if n != "supervised")
+#: objectives that need each sample's per-plane noise model and clip floor: ``rawrcl adapt``'s data only
+ADAPT_ONLY: tuple[str, ...] = ("r2r", "sure")
+
+#: the self-supervised methods of ``rawrcl pretrain --method`` (all but the supervised L1 of finetune and
+#: the adapt-only objectives)
+PRETEXT_METHODS: tuple[str, ...] = tuple(n for n in _REGISTRY if n != "supervised" and n not in ADAPT_ONLY)
 
 
 def _target(name: str):
@@ -76,4 +82,4 @@ class _Methods(Mapping):
 
 METHODS: Mapping[str, Callable] = _Methods()
 
-__all__ = ["METHODS", "make_method", "PRETEXT_METHODS"]
+__all__ = ["ADAPT_ONLY", "METHODS", "make_method", "PRETEXT_METHODS"]

@@ -108,6 +108,20 @@ def recorrupt(
     }
 
 
+def noisy_crops(batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(y, noise, floor, row)`` of an adapt batch, float32: ``x_a`` (B, C, h, w) with ``x_b`` appended as
+    more data (2B), ``noise`` (2B, 2, C), ``floor`` (2B,) (−1 = not clipped, the default) and ``row`` (2B,)
+    (0 = no banding, the default), each sample's values repeated for its second crop."""
+    y = batch["x_a"].float()
+    noise = batch["noise"].float()
+    floor = batch.get("floor", torch.full((y.shape[0],), -1.0, device=y.device)).float()
+    row = batch.get("row", torch.zeros(y.shape[0], device=y.device)).float()
+    if "x_b" in batch:
+        y = torch.cat([y, batch["x_b"].float()])
+        noise, floor, row = torch.cat([noise, noise]), torch.cat([floor, floor]), torch.cat([row, row])
+    return y, noise, floor, row
+
+
 class R2R(Method):
     """Options: ``alpha`` (0.5), ``clip_aware`` (True), ``margin`` (2.5 noise stds; clip-aware only)."""
 
@@ -120,13 +134,7 @@ class R2R(Method):
 
     def __call__(self, batch: dict, model: torch.nn.Module) -> dict:
         self.check_batch(batch)
-        y = batch["x_a"].float()
-        noise = batch["noise"].float()
-        floor = batch.get("floor", torch.full((y.shape[0],), -1.0, device=y.device)).float()
-        row = batch.get("row", torch.zeros(y.shape[0], device=y.device)).float()
-        if "x_b" in batch:
-            y = torch.cat([y, batch["x_b"].float()])
-            noise, floor, row = torch.cat([noise, noise]), torch.cat([floor, floor]), torch.cat([row, row])
+        y, noise, floor, row = noisy_crops(batch)
         r = recorrupt(y, noise, floor, self.alpha, self.clip_aware, self.margin, row=row)
         out = call(model, r["input"], r["noise"]).float()
         w = r["weight"]

@@ -19,9 +19,11 @@ Pipeline (:func:`adapt`)
    (:func:`rawrcl.models.conditioning.add_row_input`): it is told σ_row, 0 for files without banding, so
    what it learns for banded files does not leak into the others.
 2. Start: ``--from default`` (the shipped RAW denoiser), a checkpoint or a run directory.
-3. Objective (``--method``): ``r2r`` (clipping-aware Recorrupted-to-Recorrupted for Poisson–Gaussian noise,
-   :mod:`rawrcl.methods.r2r`; the default), ``r2r-plain`` (Pang et al. as published: no clip handling),
-   ``n2s`` (Noise2Self masking), ``rcl`` (the paper's residual contrastive loss + residual L1 consistency).
+3. Objective (``--method``): ``sure`` (Stein's unbiased risk estimate of the MSE at the files' own noise,
+   :mod:`rawrcl.methods.sure`; the default since stop 56), ``r2r`` (clipping-aware Recorrupted-to-Recorrupted
+   for Poisson–Gaussian noise, :mod:`rawrcl.methods.r2r`; the same clip mask), ``r2r-plain`` (Pang et al.
+   as published: no clip handling), ``n2s`` (Noise2Self masking), ``rcl`` (the paper's residual contrastive
+   loss + residual L1 consistency).
    n2s and rcl are the library's methods given each sample's noise (:class:`NoiseBound`). Guards against
    forgetting (:class:`Guarded`): ``anchor`` μ·Σ(θ − θ₀)² towards the starting weights, and ``mix``
    (default 0.5): synthetic supervised crops made on the fly from the photos bundled with scikit-image,

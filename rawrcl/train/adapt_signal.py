@@ -20,8 +20,9 @@ import torch
 import torch.nn as nn
 
 from rawrcl.methods.r2r import neighbour_mean, recorrupt, scored_mask, signal_variance
+from rawrcl.methods.sure import sure_map
 from rawrcl.models.conditioning import call
-from rawrcl.noise import row_offsets, with_row_variance
+from rawrcl.noise import with_row_variance
 
 #: the forgetting check's levels (``rawrcl.noise.PRESETS``): base ISO … phone high ISO, and low/high
 CHECK_LEVELS = ("L1", "L2", "L3", "L4", "L5", "L6", "L7", "low", "high")
@@ -73,9 +74,9 @@ def held_out_scores(
     """Label-free scores of ``model`` on fixed crops (lower is better), common random numbers across models.
 
     ``sure``: mean over scored pixels of (f(y) − y)² − v + 2v·∂fᵢ/∂yᵢ (Stein's unbiased risk estimate of
-    the true MSE at the files' noise, Gaussian approximation, per-pixel variance v from the neighbours;
-    divergence by ``draws`` Rademacher probes, ε = 0.05·σ; with row noise σ_row (crop key ``row``) also
-    − σ_row² + 2σ_row²·Σ_{j in i's row} ∂fᵢ/∂y_j, by row-constant probes); ``sure_psnr`` =
+    the true MSE at the files' noise, :func:`rawrcl.methods.sure.sure_map`: per-pixel variance v from the
+    neighbours, ``draws`` probes per term, ε = 0.05·σ; with row noise σ_row (crop key ``row``) also
+    − σ_row² + 2σ_row²·Σ_{j in i's row} ∂fᵢ/∂y_j); ``sure_psnr`` =
     −10·log10(sure) (dB, [0, 1]);
     ``r2r``: the clip-aware R2R loss averaged over ``draws`` recorruptions; ``shadow``: mean of
     :func:`shadow_bias` over the pixels near a clip level (reported, not used to choose: it separated a
@@ -97,20 +98,8 @@ def held_out_scores(
         g = torch.Generator().manual_seed(int(seed) * 100003 + k)
         row = float(c.get("row", 0.0))
         cond = with_row_variance(noise, row) if row > 0 else noise  # what a row-aware model is told
-        fy = call(model, y, cond).float()
-        eps = 0.05 * float(var.mean().sqrt())
-        div = torch.zeros_like(y)
-        for _ in range(draws):
-            b = torch.randint(0, 2, y.shape, generator=g).float() * 2 - 1
-            div += b * (call(model, y + eps * b, cond).float() - fy) / eps
-        div /= draws
-        sure = (fy - y) ** 2 - var + 2 * var * div
-        if row > 0:  # banding: its covariance σ_row² couples the samples of a row → Σ_j∈row ∂fᵢ/∂y_j
-            div_row = torch.zeros_like(y)
-            for _ in range(draws):
-                b = torch.sign(row_offsets(y.shape, 1.0, g)).expand_as(y)
-                div_row += b * (call(model, y + eps * b, cond).float() - fy) / eps
-            sure = sure - row**2 + 2 * row**2 * div_row / draws
+        rows = torch.tensor([row]) if row > 0 else None
+        fy, sure = sure_map(lambda t, c=cond: call(model, t, c), y, var, rows, 0.05, draws, g)
         sure = sure * w
         r2r = 0.0
         for _ in range(draws):

@@ -163,7 +163,7 @@ class PretrainConfig:
     force: bool = False
 
     def __post_init__(self) -> None:
-        from rawrcl.methods import PRETEXT_METHODS
+        from rawrcl.methods import ADAPT_ONLY, PRETEXT_METHODS
         from rawrcl.tasks import PRETEXT_TASKS
 
         object.__setattr__(self, "data_dir", str(self.data_dir))
@@ -172,6 +172,11 @@ class PretrainConfig:
             raise RawrclError("--resume and --force exclude each other")
         if self.task not in PRETEXT_TASKS:
             raise RawrclError(f"unknown --task {self.task!r}; expected one of {', '.join(PRETEXT_TASKS)}")
+        if self.method in ADAPT_ONLY:
+            raise RawrclError(
+                f"--method {self.method} is an objective of `rawrcl adapt` (it needs each file's noise "
+                f"model): use rawrcl adapt DNG_DIR --method {self.method}"
+            )
         if self.method not in PRETEXT_METHODS:
             raise RawrclError(
                 f"unknown --method {self.method!r}; expected one of {', '.join(PRETEXT_METHODS)}"
@@ -195,7 +200,7 @@ class PretrainConfig:
 
 
 #: ``rawrcl adapt``'s objectives (:func:`rawrcl.train.adapt_objective.make_objective`) and selection scores
-ADAPT_METHODS = ("r2r", "r2r-plain", "n2s", "rcl")
+ADAPT_METHODS = ("r2r", "r2r-plain", "sure", "n2s", "rcl")
 ADAPT_SELECT = ("sure", "r2r", "last")
 
 
@@ -223,7 +228,7 @@ class AdaptConfig:
     Measured defaults: docs/adaptation.md.
     """
 
-    method: str = "r2r"
+    method: str = "sure"
     steps: int = 400
     batch_size: int = 4
     crop: int = 128
