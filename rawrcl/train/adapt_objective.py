@@ -18,7 +18,6 @@ import torch.nn as nn
 from rawrcl.data.noisy_crops import NoiseFile
 from rawrcl.errors import RawrclError
 from rawrcl.methods.r2r import R2R, signal_variance
-from rawrcl.methods.sure import SURE
 from rawrcl.models.conditioning import call, is_noise_aware
 from rawrcl.models.registry import unwrap
 from rawrcl.noise import with_row_variance
@@ -115,9 +114,7 @@ def make_objective(name: str, alpha: float = 0.5) -> Callable:
         return R2R(alpha=alpha, clip_aware=True)
     if name == "r2r-plain":
         return R2R(alpha=alpha, clip_aware=False)
-    if name == "sure":
-        return SURE()
-    if name in ("n2s", "rcl"):
+    if name in ("sure", "n2s", "rcl"):
         from rawrcl.methods import make_method
 
         return make_method(name)

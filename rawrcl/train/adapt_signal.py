@@ -98,12 +98,12 @@ def held_out_scores(
         g = torch.Generator().manual_seed(int(seed) * 100003 + k)
         row = float(c.get("row", 0.0))
         cond = with_row_variance(noise, row) if row > 0 else noise  # what a row-aware model is told
-        rows = torch.tensor([row]) if row > 0 else None
+        rows = torch.tensor([row])  # 0: no row term
         fy, sure = sure_map(lambda t, c=cond: call(model, t, c), y, var, rows, 0.05, draws, g)
         sure = sure * w
         r2r = 0.0
         for _ in range(draws):
-            r = recorrupt(y, noise, floor, alpha, True, 2.5, generator=g, row=torch.tensor([row]))
+            r = recorrupt(y, noise, floor, alpha, True, 2.5, generator=g, row=rows)
             out = call(model, r["input"], r["noise"]).float()
             r2r += float((((out - r["target"]) ** 2) * w).sum()) / draws
         if float(c["floor"]) > -0.5:  # shadows of a clipped file: censored-mean consistency
