@@ -12,6 +12,7 @@
 | supervised | supervised.py | input, target (fine-tuning; tasks engineer)     |
 | r2r        | r2r.py        | x_a (+x_b), noise, floor (rawrcl adapt)         |
 | sure       | sure.py       | x_a (+x_b), noise, floor (rawrcl adapt)         |
+| blindspot  | blindspot.py  | x_a (+x_b), noise, floor; a BlindSpotDenoiser   |
 """
 
 from __future__ import annotations
@@ -31,15 +32,22 @@ _REGISTRY: dict[str, str] = {
     "supervised": "supervised:supervised",
     "r2r": "r2r:R2R",
     "sure": "sure:SURE",
+    "blindspot": "blindspot:BlindSpotNLL",
 }
 
 
 #: objectives that need each sample's per-plane noise model and clip floor: ``rawrcl adapt``'s data only
 ADAPT_ONLY: tuple[str, ...] = ("r2r", "sure")
 
+#: objectives of their own architecture (``blindspot``: a BlindSpotDenoiser trained from scratch on adapt's
+#: data), measured in benchmarks/adapt.py; neither a pretext method nor an ``adapt`` option
+OWN_MODEL: tuple[str, ...] = ("blindspot",)
+
 #: the self-supervised methods of ``rawrcl pretrain --method`` (all but the supervised L1 of finetune and
 #: the adapt-only objectives)
-PRETEXT_METHODS: tuple[str, ...] = tuple(n for n in _REGISTRY if n != "supervised" and n not in ADAPT_ONLY)
+PRETEXT_METHODS: tuple[str, ...] = tuple(
+    n for n in _REGISTRY if n != "supervised" and n not in ADAPT_ONLY + OWN_MODEL
+)
 
 
 def _target(name: str):
@@ -82,4 +90,4 @@ class _Methods(Mapping):
 
 METHODS: Mapping[str, Callable] = _Methods()
 
-__all__ = ["ADAPT_ONLY", "METHODS", "make_method", "PRETEXT_METHODS"]
+__all__ = ["ADAPT_ONLY", "METHODS", "make_method", "OWN_MODEL", "PRETEXT_METHODS"]

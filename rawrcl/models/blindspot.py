@@ -1,0 +1,152 @@
+"""A blind-spot denoiser with a Bayesian posterior-mean step (Laine et al. 2019, "High-quality
+self-supervised deep image denoising"), for packed RAW.
+
+:class:`BlindSpotNet` predicts, for every packed pixel, a Gaussian prior N(μ, s²) of the clean value from the
+*other* pixels only: one small U-Net is run on the input rotated by 0/90/180/270°, each pass built from
+convolutions and pools that see only rows above and at a pixel (:class:`_Down` shifts before pooling), its
+output shifted down one row — so each pass sees a half-plane strictly above the pixel, and the four rotations
+together see everything but the pixel itself (all four CFA samples of a packed pixel are hidden together).
+Trained on noisy data only (:class:`rawrcl.methods.blindspot.BlindSpotNLL`: the likelihood of y under
+N(μ, s² + v)); at inference :class:`BlindSpotDenoiser` combines the prior with the pixel's own value,
+E[x | y] = (s²·y + v·μ) / (s² + v), with v = λshot·max(μ, 0) + λread the known noise variance.
+
+Shapes: input (B, 4, h, w) packed RAW in [0, 1] (h, w multiples of 4); prior μ, s² (B, 4, h, w). Diagonal
+prior per packed channel (the paper's full covariance over colour channels is left out).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+#: log of the prior variance an untrained head starts at (the head's output is added): 1e-4, a typical RAW
+#: noise variance in [0, 1] units, so that training starts where the posterior step already matters
+LOG_S2_START = math.log(1e-4)
+
+
+def _shift_down(x: torch.Tensor, n: int = 1) -> torch.Tensor:
+    """(B, C, h, w) moved down ``n`` rows, zeros on top: row i then holds what was row i − n."""
+    return F.pad(x, (0, 0, n, 0))[:, :, : x.shape[2]]
+
+
+class _Conv(nn.Module):
+    """3×3 convolution whose output row i reads input rows i − 2 … i only, then leaky ReLU."""
+
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.leaky_relu(self.conv(F.pad(x, (1, 1, 2, 0))), 0.1)
+
+
+class _Down(nn.Module):
+    """Shift down one row, then 2×2 max-pool: after nearest upsampling no row sees a row below it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.max_pool2d(_shift_down(x), 2)
+
+
+class _Branch(nn.Module):
+    """Two-level U-Net of :class:`_Conv` layers; output row i depends on input rows ≤ i."""
+
+    def __init__(self, cin: int, width: int) -> None:
+        super().__init__()
+        w = width
+        self.e0 = nn.Sequential(_Conv(cin, w), _Conv(w, w))
+        self.e1 = nn.Sequential(_Down(), _Conv(w, w), _Conv(w, w))
+        self.mid = nn.Sequential(_Down(), _Conv(w, w), _Conv(w, w))
+        self.d1 = nn.Sequential(_Conv(2 * w, w), _Conv(w, w))
+        self.d0 = nn.Sequential(_Conv(2 * w + cin, w), _Conv(w, w))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = self.e0(x)
+        b = self.e1(a)
+        m = self.mid(b)
+        u = self.d1(torch.cat([F.interpolate(m, scale_factor=2.0, mode="nearest"), b], 1))
+        return self.d0(torch.cat([F.interpolate(u, scale_factor=2.0, mode="nearest"), a, x], 1))
+
+
+def ring_mean(y: torch.Tensor) -> torch.Tensor:
+    """Mean of each packed pixel's 8 neighbours per channel (those inside the image; never the pixel itself,
+    also at the border), (B, C, h, w) → same: the blind estimate :class:`BlindSpotNet` refines."""
+    k = torch.ones(1, 1, 3, 3, dtype=y.dtype, device=y.device)
+    k[..., 1, 1] = 0
+    c = y.shape[1]
+    total = F.conv2d(F.pad(y, (1, 1, 1, 1)), k.expand(c, 1, 3, 3), groups=c)
+    count = F.conv2d(F.pad(torch.ones_like(y[:, :1]), (1, 1, 1, 1)), k)
+    return total / count
+
+
+class BlindSpotNet(nn.Module):
+    """Prior N(μ, s²) of each packed pixel from its surroundings only: μ = :func:`ring_mean` + a learned
+    correction, log s² = log 1e-4 + a learned offset. ``channels`` packed planes (4), ``width`` features per
+    rotation."""
+
+    size_multiple = 4
+
+    def __init__(self, channels: int = 4, width: int = 32) -> None:
+        super().__init__()
+        self.channels, self.width = int(channels), int(width)
+        self.branch = _Branch(self.channels, self.width)
+        w4 = 4 * self.width
+        self.head = nn.Sequential(
+            nn.Conv2d(w4, w4, 1),
+            nn.LeakyReLU(0.1),
+            nn.Conv2d(w4, self.width, 1),
+            nn.LeakyReLU(0.1),
+            nn.Conv2d(self.width, 2 * self.channels, 1),
+        )
+        nn.init.zeros_(self.head[-1].weight)  # untrained: μ = the ring mean, s² = 1e-4
+        nn.init.zeros_(self.head[-1].bias)
+
+    def forward(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(μ, s²) of (B, C, h, w) ``y``; each output pixel independent of the same pixel of ``y``."""
+        if y.shape[-2] % 4 or y.shape[-1] % 4:
+            raise ValueError(f"BlindSpotNet needs h, w multiples of 4, got {tuple(y.shape[-2:])}")
+        feats = []
+        for k in range(4):
+            f = self.branch(torch.rot90(y, k, (2, 3)))
+            feats.append(torch.rot90(_shift_down(f), -k, (2, 3)))
+        out = self.head(torch.cat(feats, 1))
+        mu = ring_mean(y) + out[:, : self.channels]
+        s2 = torch.exp(out[:, self.channels :].clamp(-20.0, 20.0) + LOG_S2_START)
+        return mu, s2
+
+
+def noise_variance(mu: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """v = λshot·max(μ, 0) + λread per pixel, (B, C, h, w); ``noise`` (B, 2, C) [0, 1] units."""
+    ls = noise[:, 0, :, None, None].to(mu.dtype)
+    lr = noise[:, 1, :, None, None].to(mu.dtype)
+    return (ls * mu.clamp_min(0) + lr).clamp_min(1e-12)
+
+
+class BlindSpotDenoiser(nn.Module):
+    """``model(y, noise)`` → the posterior mean (B, C, h, w) of a :class:`BlindSpotNet` prior and
+    Gaussian noise of the told variance; ``noise`` (B, 2, C) (λshot, λread), as noise-aware models take it.
+    ``posterior=False`` returns the prior mean μ alone (the blind-spot estimate)."""
+
+    noise_aware = True
+    size_multiple = 4
+
+    def __init__(self, channels: int = 4, width: int = 32, posterior: bool = True) -> None:
+        super().__init__()
+        self.net = BlindSpotNet(channels, width)
+        self.posterior = bool(posterior)
+        self.config = {"arch": "blindspot", "channels": channels, "width": width}
+
+    def prior(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.net(y)
+
+    def forward(self, y: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        mu, s2 = self.net(y)
+        if not self.posterior:
+            return mu
+        v = noise_variance(mu, noise[:, :2])
+        return (s2 * y + v * mu) / (s2 + v)
+
+
+__all__ = ["BlindSpotDenoiser", "BlindSpotNet", "noise_variance", "ring_mean"]
