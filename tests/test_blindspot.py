@@ -14,13 +14,15 @@ from rawrcl.models.blindspot import BlindSpotDenoiser, BlindSpotNet
 def test_each_output_is_blind_to_its_own_packed_pixel_only(dtype):
     torch.manual_seed(0)
     net = BlindSpotNet(width=6).to(dtype)
+    torch.nn.init.normal_(net.head[-1].weight, std=0.1)  # trained-like: the U-Net part counts (zero at init)
     y = torch.rand(1, 4, 16, 20, dtype=dtype, requires_grad=True)
     mu, s2 = net(y)
     assert mu.shape == s2.shape == y.shape and bool((s2 > 0).all())
     for i, j in [(0, 0), (7, 9), (15, 19), (8, 0)]:
         g_mu = torch.autograd.grad(mu[0, :, i, j].sum() + s2[0, :, i, j].sum(), y, retain_graph=True)[0]
         assert float(g_mu[0, :, i, j].abs().max()) == 0.0  # all four CFA samples of the pixel hidden
-        for di, dj in [(-1, 0), (1, 0), (0, -1), (0, 1)]:  # every direction is seen
+        # every direction is seen, also at distance 3, beyond the ring mean (the U-Net's own reach)
+        for di, dj in [(-1, 0), (1, 0), (0, -1), (0, 1), (-3, 0), (3, 0), (0, -3), (0, 3)]:
             a, b = i + di, j + dj
             if 0 <= a < 16 and 0 <= b < 20:
                 assert float(g_mu[0, :, a, b].abs().sum()) > 0, (i, j, di, dj)
