@@ -17,7 +17,6 @@ import torch
 
 from rawrcl.methods.base import Method
 from rawrcl.methods.r2r import neighbour_mean, noisy_crops, scored_mask, signal_variance
-from rawrcl.models.blindspot import noise_variance
 
 
 class BlindSpotNLL(Method):
@@ -35,7 +34,7 @@ class BlindSpotNLL(Method):
         y, noise, floor, _ = noisy_crops(batch)
         inner = getattr(model, "module", model)  # DistributedDataParallel
         mu, s2 = inner.prior(y)
-        v = noise_variance(mu, noise)
+        v = signal_variance(mu, noise)  # the told variance at the prior mean
         xhat = neighbour_mean(y)
         w = scored_mask(xhat, signal_variance(xhat, noise), floor, self.margin)
         tot = s2 + v

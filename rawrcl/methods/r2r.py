@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from rawrcl.methods.base import Method
 from rawrcl.models.conditioning import call
-from rawrcl.noise import row_offsets, with_row_variance
+from rawrcl.noise import row_offsets, variance_map, with_row_variance
 
 
 def neighbour_mean(x: torch.Tensor, radius: int = 1) -> torch.Tensor:
@@ -53,10 +53,9 @@ def neighbour_mean(x: torch.Tensor, radius: int = 1) -> torch.Tensor:
 
 
 def signal_variance(xhat: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """λshot·max(x̂, 0) + λread per pixel; ``noise`` (B, 2, C)."""
-    ls = noise[:, 0, :, None, None].to(xhat.dtype)
-    lr = noise[:, 1, :, None, None].to(xhat.dtype)
-    return (ls * xhat.clamp_min(0) + lr).clamp_min(1e-12)
+    """λshot·max(x̂, 0) + λread per pixel (:func:`rawrcl.noise.variance_map`), at least 1e-12; ``noise``
+    (B, 2, C)."""
+    return variance_map(xhat, noise).clamp_min(1e-12)
 
 
 def scored_mask(xhat: torch.Tensor, var: torch.Tensor, floor: torch.Tensor, margin: float) -> torch.Tensor:

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rawrcl.noise import variance_map
+
 #: log of the prior variance an untrained head starts at (the head's output is added): 1e-4, a typical RAW
 #: noise variance in [0, 1] units, so that training starts where the posterior step already matters
 LOG_S2_START = math.log(1e-4)
@@ -117,13 +119,6 @@ class BlindSpotNet(nn.Module):
         return mu, s2
 
 
-def noise_variance(mu: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """v = λshot·max(μ, 0) + λread per pixel, (B, C, h, w); ``noise`` (B, 2, C) [0, 1] units."""
-    ls = noise[:, 0, :, None, None].to(mu.dtype)
-    lr = noise[:, 1, :, None, None].to(mu.dtype)
-    return (ls * mu.clamp_min(0) + lr).clamp_min(1e-12)
-
-
 class BlindSpotDenoiser(nn.Module):
     """``model(y, noise)`` → the posterior mean (B, C, h, w) of a :class:`BlindSpotNet` prior and
     Gaussian noise of the told variance; ``noise`` (B, 2, C) (λshot, λread), as noise-aware models take it.
@@ -145,8 +140,8 @@ class BlindSpotDenoiser(nn.Module):
         mu, s2 = self.net(y)
         if not self.posterior:
             return mu
-        v = noise_variance(mu, noise[:, :2])
+        v = variance_map(mu, noise[:, :2]).clamp_min(1e-12)
         return (s2 * y + v * mu) / (s2 + v)
 
 
-__all__ = ["BlindSpotDenoiser", "BlindSpotNet", "noise_variance", "ring_mean"]
+__all__ = ["BlindSpotDenoiser", "BlindSpotNet", "ring_mean"]

@@ -3,7 +3,7 @@
 :mod:`.profiles` (camera noise-profile files), :mod:`.spec` (the one ``--noise`` grammar), :mod:`.maps`
 (the noise-std map of noise-aware models)."""
 
-from rawrcl.noise.maps import local_mean, std_map
+from rawrcl.noise.maps import local_mean, std_map, variance_map
 from rawrcl.noise.model import NoiseModel, PerChannel, Readout, row_offsets, sigma8_to_unit, with_row_variance
 from rawrcl.noise.profiles import ProfileSampler, load_profile, lookup_profile, read_profile
 from rawrcl.noise.samplers import (
@@ -52,4 +52,5 @@ __all__ = [
     "read_profile",
     "sigma8_to_unit",
     "std_map",
+    "variance_map",
 ]
