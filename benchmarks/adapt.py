@@ -5,7 +5,9 @@ Part ``burst`` (real noise): adapt the starting model on frames 01–08 of ``../
 score the unseen frame 00 against the registered burst reference (``rawrcl.eval.burst``, strict mask, 32-px
 border: PSNR and the true-error equivalent). Also frame 01 alone (a user with one photo) and the
 transductive case (frames 00–08). ``--runs blindspot``: the blind-spot network with the posterior-mean step
-(Laine et al. 2019) trained from scratch on frames 01–08 (``--bsp-steps``), its own row.
+(Laine et al. 2019) trained from scratch on frames 01–08 (``--bsp-steps``; ``--bsp-frames`` frame01 or all for
+the one-photo and transductive cases), its own row, scored alone and beside the start with SURE weights
+(what ``rawrcl adapt --method blindspot`` writes).
 
 Part ``synth`` (a camera the model never saw): 12-bit, black-clipped (black level 0) files with fixed
 Poisson–Gaussian noise outside the shipped model's training range (read noise beyond the camera sampler's
@@ -222,8 +224,9 @@ def part_burst(args, doc: dict, path: Path, log) -> None:
         if name in args.runs and (name not in doc["burst"].get("runs", {}) or args.redo):
             doc["burst"].setdefault("runs", {})[name] = burst_n2n(args, name, burst, files, score, log, **n2n)
             _save(path, doc)
-    if "blindspot" in args.runs and ("blindspot" not in doc["burst"].get("runs", {}) or args.redo):
-        doc["burst"].setdefault("runs", {})["blindspot"] = burst_blindspot(args, files, score, log)
+    bsp_name = "blindspot" if args.bsp_frames == "others" else f"blindspot-{args.bsp_frames}"
+    if "blindspot" in args.runs and (bsp_name not in doc["burst"].get("runs", {}) or args.redo):
+        doc["burst"].setdefault("runs", {})[bsp_name] = burst_blindspot(args, files, score, log)
         _save(path, doc)
     cases = [(n, files[1:], o) for n, o in RUNS.items() if n in args.runs]
     if "single" in args.runs:
@@ -454,7 +457,15 @@ def burst_supervised(args, burst, files, score, log) -> dict:
 
 #: the blind-spot row (Laine et al. 2019): its own architecture, trained from scratch on frames 01–08 with the
 #: likelihood objective (``--extra`` overrides these; ``--bsp-steps`` the length)
-BLINDSPOT = {"width": 32, "crop": 128, "batch_size": 4, "lr": 1e-3, "ema": None, "lr_schedule": "constant"}
+BLINDSPOT = {
+    "width": 32,
+    "crop": 128,
+    "batch_size": 4,
+    "lr": 1e-3,
+    "ema": None,
+    "lr_schedule": "constant",
+    "init": None,  # a blind-spot checkpoint to continue from (a fresh schedule), else from scratch
+}
 
 
 def burst_blindspot(args, files, score, log) -> dict:
@@ -466,19 +477,29 @@ def burst_blindspot(args, files, score, log) -> dict:
     label-free choice is made)."""
     from rawrcl.data.noisy_crops import NoisyCrops
     from rawrcl.methods.blindspot import BlindSpotNLL
-    from rawrcl.models.blindspot import BlindSpotDenoiser
-    from rawrcl.models.registry import read_checkpoint
+    from rawrcl.models.blindspot import BlindSpotDenoiser, WithBlindSpot
+    from rawrcl.models.registry import load_checkpoint, read_checkpoint
+    from rawrcl.models.shrink import maybe_shrink
     from rawrcl.train import Trainer
 
     o = {**BLINDSPOT, **{k: v for k, v in args.extra.items() if k in BLINDSPOT}}
     start, wrap = load_start(args.start)
     rows = [{"step": 0, **score(wrap(start.float()).eval())}]
+    full = load_checkpoint(args.start)[0].float().eval()
+    rows[0]["psnr_shipped"] = score(maybe_shrink(full, True))["psnr"]  # the start as rawrcl denoise runs it
     log(f"  blindspot: the start {json.dumps({k: round(v, 4) for k, v in rows[0].items()})}")
     torch.manual_seed(0)
     model = BlindSpotDenoiser(width=int(o["width"]))
-    data = NoisyCrops(files[1:], crop=int(o["crop"]), seed=0)
+    if o["init"]:
+        model.load_state_dict(read_checkpoint(o["init"])["state_dict"])
+    train = {"others": files[1:], "frame01": files[1:2], "all": files}[args.bsp_frames]
+    data = NoisyCrops(train, crop=int(o["crop"]), seed=0)
     keep = max(1, args.bsp_steps // 4)
-    run = Path(args.out) / "runs" / "burst-blindspot"
+    run = (
+        Path(args.out)
+        / "runs"
+        / ("burst-blindspot" + ("" if args.bsp_frames == "others" else f"-{args.bsp_frames}"))
+    )
     cfg = {
         "steps": args.bsp_steps,
         "batch_size": int(o["batch_size"]),
@@ -504,6 +525,10 @@ def burst_blindspot(args, files, score, log) -> dict:
         row = {"step": s, **score(model)}
         model.posterior = False
         row["psnr_prior"] = score(model)["psnr"]
+        model.posterior = True
+        beside = maybe_shrink(WithBlindSpot(full, model), True)  # what rawrcl adapt --method blindspot writes
+        row["psnr_beside"] = score(beside)["psnr"]
+        row["weights_beside"] = [round(w, 3) for w in beside.seen[-1]]
         rows.append(row)
         log(f"  blindspot step {s}: {json.dumps({k: round(v, 4) for k, v in row.items() if k != 'step'})}")
     return {
@@ -770,6 +795,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extra", default="{}", help="adapt options added to every run, e.g. '{\"alpha\": 1}'")
     ap.add_argument("--sup-lr", type=float, default=1e-4)
     ap.add_argument("--bsp-steps", type=int, default=3000, help="burst: steps of the blindspot row")
+    ap.add_argument(
+        "--bsp-frames",
+        default="others",
+        choices=("others", "frame01", "all"),
+        help="burst: blindspot's files",
+    )
     ap.add_argument("--burst", default=str(SHARED / "data" / "raw" / "hdrplus_burst2"))
     ap.add_argument("--sunhays", default=str(SHARED / "data" / "sunhays80"))
     ap.add_argument(

@@ -32,10 +32,11 @@ from rawrcl.cli.common import LazyChoice, ema_option, user_errors
     default=None,
     type=LazyChoice("rawrcl.train.config:ADAPT_METHODS"),
     help="r2r: clipping-aware Recorrupted-to-Recorrupted; r2r-plain: as published; sure: Stein's unbiased "
-    "risk estimate at the files' own noise; n2s: Noise2Self; rcl: the paper's residual contrastive loss "
-    "(docs/adaptation.md compares them)  [default: sure]",
+    "risk estimate at the files' own noise; n2s: Noise2Self; rcl: the paper's residual contrastive loss; "
+    "blindspot: a blind-spot network trained from scratch, run beside the start with SURE weights "
+    "(≈ 20–40 min on 2 cores; docs/adaptation.md compares them)  [default: sure]",
 )
-@click.option("--steps", default=None, type=int, help="optimiser steps  [default: 400]")
+@click.option("--steps", default=None, type=int, help="optimiser steps  [default: 400; blindspot 6000]")
 @click.option(
     "--noise",
     default="auto",
@@ -47,7 +48,7 @@ from rawrcl.cli.common import LazyChoice, ema_option, user_errors
 @click.option("--noise-scale", default=1.0, show_default=True, type=float, help="multiplies both λ")
 @click.option("--batch-size", default=None, type=int, help="crop pairs per step  [default: 4, = 8 crops]")
 @click.option("--crop", default=None, type=int, help="crop side in mosaic pixels  [default: 128]")
-@click.option("--lr", default=None, type=float, help="learning rate  [default: 3e-5]")
+@click.option("--lr", default=None, type=float, help="learning rate  [default: 3e-5; blindspot 1e-3, cosine]")
 @click.option(
     "--anchor", default=None, type=float, help="weight of Σ(θ − θ₀)² towards the start  [default: 0.05]"
 )
@@ -64,7 +65,12 @@ from rawrcl.cli.common import LazyChoice, ema_option, user_errors
     type=click.Choice(["sure", "r2r", "last"]),
     help="held-out score that picks the kept checkpoint (the start when none beats it)  [default: sure]",
 )
-@click.option("--evals", default=None, type=int, help="checkpoints scored on the held-out crops [default: 4]")
+@click.option(
+    "--evals",
+    default=None,
+    type=int,
+    help="checkpoints scored on the held-out crops [default: 4; blindspot 1]",
+)
 @click.option(
     "--forget-tol",
     default=None,

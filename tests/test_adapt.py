@@ -529,3 +529,72 @@ def test_adapt_warns_when_the_files_noise_is_uncertain(adapt_env, tmp_path):
         )  # fmt: skip
     assert summ["files"][0]["noise_note"] == "uncertain estimate: test"
     assert "noise_note" not in summ["files"][1]
+
+
+def test_adapt_blindspot_writes_the_start_beside_a_new_network(adapt_env, tmp_path, monkeypatch):
+    """--method blindspot trains a blind-spot network from scratch (its own defaults: thousands of steps,
+    lr 1e-3, weight averaging) and writes RUN/denoise.pt: the start beside the network (arch
+    with_blindspot, weights of both exactly as trained) when chosen, which rawrcl denoise --model RUN runs
+    with SURE weights over all three estimates; the start itself when kept."""
+    from rawrcl.models import DenoiseThenDemosaic, build_model, read_checkpoint, save_checkpoint
+    from rawrcl.models.blindspot import WithBlindSpot
+    from rawrcl.models.loading import checkpoint_for, load_for_task
+    from rawrcl.train.adapt_signal import check_crops
+    from rawrcl.train.config import AdaptConfig
+
+    monkeypatch.setattr("rawrcl.train.adapt_blindspot.WIDTH", 4)  # a small network: the plumbing is tested
+    small = check_crops(crop=32, per_photo=1, draws=1, photos=2)  # and a small forgetting check
+    monkeypatch.setattr("rawrcl.train.adapt_signal.check_crops", lambda: small)
+    c = AdaptConfig.from_options(method="blindspot")
+    assert (c.steps, c.lr, c.ema, c.evals) == (6000, 1e-3, 0.999, 1)
+    assert (AdaptConfig().steps, AdaptConfig().lr, AdaptConfig().ema) == (400, 3e-5, None)
+    torch.manual_seed(2)
+    base = {"arch": "unet", "in_channels": 4, "width": 4, "depth": 2, "skip": True, "noise_aware": True}
+    src = tmp_path / "blend.pt"
+    save_checkpoint(
+        src,
+        DenoiseThenDemosaic(
+            build_model({**base, "head": "raw"}), build_model({**base, "head": "jdd"}), 0.05, "raw"
+        ),
+    )
+    run = tmp_path / "run"
+    args = ["adapt", adapt_env["dngs"], "--out", run, "--from", src, "--method", "blindspot", "--crop", 32]
+    res = _cli([*args, "--steps", 3, "--batch-size", 2, "--select", "last", "--forget-tol", 1e9])
+    assert res.exit_code == 0, res.output
+    assert checkpoint_for(run, "raw-denoise") == run / "denoise.pt"
+    summary = json.loads((run / "adapt.json").read_text())
+    assert summary["settings"]["lr"] == 1e-3 and [r["step"] for r in summary["held_out"]] == [0, 3]
+    assert summary["verdict"] == "adapted (step 3)"
+    saved, net = read_checkpoint(run / "denoise.pt"), read_checkpoint(run / "checkpoints" / "step_0000003.pt")
+    assert saved["config"]["arch"] == "with_blindspot"
+    for k, v in net["state_dict"].items():
+        assert torch.equal(saved["state_dict"][f"blindspot.{k}"], v), k
+    for k, v in read_checkpoint(src)["state_dict"].items():
+        assert torch.equal(saved["state_dict"][f"base.{k}"], v), k
+    model, _ = load_for_task(run, "raw-denoise")
+    assert isinstance(model, WithBlindSpot) and len(model.part_names) == 3
+    out = _cli(["denoise", adapt_env["dngs"] / "a.dng", "-o", tmp_path / "a.dng", "--model", run])
+    assert out.exit_code == 0, out.output
+    assert "blind-spot network" in out.output, out.output  # the log names the SURE weights of the 3 parts
+    # --from the run: its network trained on beside the same base
+    more = ["--method", "blindspot", "--crop", 32, "--steps", 2, "--batch-size", 2, "--lr", 3e-4]
+    res = _cli(
+        ["adapt", adapt_env["dngs"], "--out", tmp_path / "run2", "--from", run, *more, "--select", "last"]
+    )
+    assert res.exit_code == 0 and "continuing the blind-spot network" in res.output, res.output
+    again = read_checkpoint(tmp_path / "run2" / "denoise.pt")
+    assert again["config"]["arch"] == "with_blindspot"
+    assert all(
+        torch.equal(again["state_dict"][k], v)
+        for k, v in saved["state_dict"].items()
+        if k.startswith("base.")
+    )
+    assert any(
+        not torch.equal(again["state_dict"][k], v)
+        for k, v in saved["state_dict"].items()
+        if k.startswith("blindspot.")
+    )
+    res = _cli([*args, "--steps", 2, "--batch-size", 2, "--force", "--forget-tol", -1e9])
+    assert res.exit_code == 0, res.output
+    assert json.loads((run / "adapt.json").read_text())["verdict"] == "kept start"
+    assert read_checkpoint(run / "denoise.pt")["config"]["arch"] == "two_stage"

@@ -77,3 +77,61 @@ def test_likelihood_training_on_noisy_crops_only_learns_the_prior():
     # a file clipped at 0: samples near the floor are not scored
     r = method({"x_a": torch.zeros(2, 4, 16, 16), "noise": noise[:2], "floor": torch.zeros(2)}, model)
     assert r["scored"] == 0.0 and float(r["loss"].detach()) == 0.0
+
+
+def test_with_blindspot_is_a_checkpoint_and_sure_weights_take_its_third_estimate(tmp_path):
+    """arch with_blindspot round-trips through a checkpoint; called directly it is its base; with SURE
+    weights it exposes three estimates and leans on the one that is right: a blurring base beside a
+    blind-spot network whose prior is the clean signal gets (nearly) all the network's weight."""
+    from rawrcl.errors import RawrclError
+    from rawrcl.models.blindspot import WithBlindSpot
+    from rawrcl.models.compose import DenoiseThenDemosaic
+    from rawrcl.models.registry import build_model, load_checkpoint, save_checkpoint
+    from rawrcl.models.shrink import SureShrink, shrink_summary
+    from rawrcl.noise import NoiseModel
+
+    torch.manual_seed(0)
+    cfg = {"arch": "unet", "in_channels": 4, "width": 4, "depth": 2, "skip": True, "noise_aware": True}
+    base = DenoiseThenDemosaic(
+        build_model({**cfg, "head": "raw"}), build_model({**cfg, "head": "jdd"}), output="raw"
+    )
+    model = WithBlindSpot(base, BlindSpotDenoiser(width=4))
+    save_checkpoint(tmp_path / "w.pt", model)
+    back, conf = load_checkpoint(tmp_path / "w.pt")
+    assert isinstance(back, WithBlindSpot) and conf["blindspot"]["width"] == 4
+    x = torch.rand(1, 4, 32, 32) * 0.5
+    noise = NoiseModel(1e-3, 1e-5).conditioning(4)[None]
+    with torch.no_grad():
+        torch.testing.assert_close(back(x, noise), base(x, noise))
+        assert len(back.parts(x, noise)) == 3
+    with pytest.raises(RawrclError, match="width"):
+        build_model({"arch": "blindspot", "width": 0})
+    with pytest.raises(RawrclError, match="base"):
+        build_model({"arch": "with_blindspot", "base": {**cfg, "head": "jdd"}, "blindspot": {}})
+
+    class Blur(torch.nn.Module):  # a base that removes some noise and blurs the scene
+        noise_aware, head_name, config = True, "raw", {}
+
+        def forward(self, y, noise):
+            return torch.nn.functional.avg_pool2d(y, 3, 1, 1, count_include_pad=False)
+
+    yy, xx = torch.meshgrid(torch.linspace(0, 1, 64), torch.linspace(0, 1, 64), indexing="ij")
+    clean = (0.2 + 0.1 * torch.sin(6 * xx) * torch.cos(4 * yy)).expand(1, 4, 64, 64).contiguous()
+    nm = NoiseModel(2e-3, 2e-5)
+    y = clean + nm.std(clean) * torch.randn(clean.shape, generator=torch.Generator().manual_seed(1))
+    oracle = BlindSpotDenoiser(width=4)
+
+    def prior(t):
+        return clean.expand_as(t), torch.full_like(
+            t, 1e-9
+        )  # knows the clean signal, never looks at the pixel
+
+    oracle.prior = prior
+    oracle.forward = lambda t, n: prior(t)[0]
+    shrunk = SureShrink(WithBlindSpot(Blur(), oracle))
+    with torch.no_grad():
+        out = shrunk(y, nm.conditioning(4)[None])
+    w = shrunk.last_weights[0]
+    assert w.shape == (2,) and w[1] > 0.9 and w[0] < 0.1, w
+    assert float(((out - clean) ** 2).mean()) < 0.05 * float(((y - clean) ** 2).mean())
+    assert "blind-spot network" in shrink_summary(shrunk)

@@ -128,6 +128,20 @@ def test_best_weights_is_the_constrained_minimum():
         assert f(w) <= f(grid).min() + 1e-9
     one = best_weights(torch.tensor([[[2.0]], [[2.0]]]), torch.tensor([[1.0], [5.0]]))
     torch.testing.assert_close(one, torch.tensor([[0.5], [1.0]]))
+    # K = 3 (the start's two stages and a blind-spot network): the same against a grid of the simplex
+    ax = np.linspace(0, 1, 41)
+    grid3 = np.array([(a, b, c) for a in ax for b in ax for c in ax if a + b + c <= 1 + 1e-9])
+    for _ in range(20):
+        a = rng.normal(size=(3, 3))
+        g, r = a @ a.T + 0.05 * np.eye(3), rng.normal(size=3) * 2
+        w = best_weights(torch.tensor(g)[None], torch.tensor(r)[None])[0].numpy()
+        f3 = np.einsum("...i,ij,...j->...", grid3, g, grid3) - 2 * grid3 @ r
+        assert w.min() >= 0 and w.sum() <= 1 + 1e-12
+        assert w @ g @ w - 2 * w @ r <= f3.min() + 1e-9
+    # two identical estimates (a singular Gram matrix): still the minimum, their weights summed
+    g, r = torch.tensor([[[2.0, 2, 0], [2, 2, 0], [0, 0, 1]]]), torch.tensor([[1.0, 1, 0.2]])
+    w = best_weights(g, r)[0]
+    assert abs(float(w[0] + w[1]) - 0.5) < 1e-6 and abs(float(w[2]) - 0.2) < 1e-6
 
 
 def test_two_stage_raw_model_gets_both_stage_weights():
@@ -145,7 +159,7 @@ def test_two_stage_raw_model_gets_both_stage_weights():
     y = clean + noise.std(clean) * torch.randn(clean.shape, generator=torch.Generator().manual_seed(6))
     cond = noise.conditioning(4)[None]
     shrunk = with_shrink(model)
-    assert isinstance(shrunk, SureShrink) and shrunk.two_parts
+    assert isinstance(shrunk, SureShrink) and shrunk.multi_part
     with torch.no_grad():
         out, own = shrunk(y, cond), model(y, cond)
     w = shrunk.last_weights[0]

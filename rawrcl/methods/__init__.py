@@ -40,7 +40,8 @@ _REGISTRY: dict[str, str] = {
 ADAPT_ONLY: tuple[str, ...] = ("r2r", "sure")
 
 #: objectives of their own architecture (``blindspot``: a BlindSpotDenoiser trained from scratch on adapt's
-#: data), measured in benchmarks/adapt.py; neither a pretext method nor an ``adapt`` option
+#: data): not pretext methods; ``rawrcl adapt --method blindspot`` trains one beside the start
+#: (rawrcl.train.adapt_blindspot)
 OWN_MODEL: tuple[str, ...] = ("blindspot",)
 
 #: the self-supervised methods of ``rawrcl pretrain --method`` (all but the supervised L1 of finetune and

@@ -121,11 +121,13 @@ class BlindSpotNet(nn.Module):
 
 class BlindSpotDenoiser(nn.Module):
     """``model(y, noise)`` → the posterior mean (B, C, h, w) of a :class:`BlindSpotNet` prior and
-    Gaussian noise of the told variance; ``noise`` (B, 2, C) (λshot, λread), as noise-aware models take it.
-    ``posterior=False`` returns the prior mean μ alone (the blind-spot estimate)."""
+    Gaussian noise of the told variance; ``noise`` (B, 2 or 3, C) (λshot, λread; a σ_row² row is ignored),
+    as noise-aware models take it. ``posterior=False`` returns the prior mean μ alone (the blind-spot
+    estimate). Registered as arch ``"blindspot"`` (config ``channels``, ``width``)."""
 
     noise_aware = True
     size_multiple = 4
+    head_name = "raw"
 
     def __init__(self, channels: int = 4, width: int = 32, posterior: bool = True) -> None:
         super().__init__()
@@ -144,4 +146,61 @@ class BlindSpotDenoiser(nn.Module):
         return (s2 * y + v * mu) / (s2 + v)
 
 
-__all__ = ["BlindSpotDenoiser", "BlindSpotNet", "ring_mean"]
+class WithBlindSpot(nn.Module):
+    """A RAW denoiser (``base``: the start, e.g. the shipped CFA-site blend) beside a blind-spot network
+    trained on the user's own noisy files (``blindspot``, :class:`BlindSpotDenoiser`): two estimates of each
+    file with unlike errors, which :class:`~rawrcl.models.shrink.SureShrink` combines with the input by
+    per-tile weights from Stein's estimate — label-free, and back to the base where the blind-spot network
+    does not help (``rawrcl adapt --method blindspot``).
+
+    :meth:`parts`: the base's own estimates (its first stage and JDD stage for the CFA-site blend, else its
+    output), then the blind-spot posterior mean. Called directly (no SURE weights, ``--no-shrink``) the model
+    is the base alone. Shapes: ``x`` (B, 4, h, w) packed [R, G1, G2, B] in [0, 1], ``noise`` (B, 2 or 3, 4)
+    → (B, 4, h, w). Registered as arch ``"with_blindspot"`` (config ``base``, ``blindspot``).
+    """
+
+    noise_aware = True
+    raw_parts = True
+    head_name = "raw"
+
+    def __init__(self, base: nn.Module, blindspot: BlindSpotDenoiser) -> None:
+        super().__init__()
+        self.base, self.blindspot = base, blindspot
+        self.row_aware = bool(getattr(base, "row_aware", False))
+        self.size_multiple = math.lcm(int(getattr(base, "size_multiple", 1)), blindspot.size_multiple)
+
+    @property
+    def _base_parts(self) -> bool:
+        return bool(getattr(self.base, "raw_parts", False))
+
+    @property
+    def part_names(self) -> tuple[str, ...]:
+        own = tuple(getattr(self.base, "part_names", ())) if self._base_parts else ("start",)
+        return (*own, "blind-spot network")
+
+    @property
+    def config(self) -> dict:
+        return {
+            "arch": "with_blindspot",
+            "head": "raw",
+            "in_channels": 4,
+            "noise_aware": True,
+            "row_aware": self.row_aware,
+            "base": dict(self.base.config),
+            "blindspot": dict(self.blindspot.config),
+        }
+
+    def parts(self, x: torch.Tensor, noise: torch.Tensor) -> list[torch.Tensor]:
+        own = list(self.base.parts(x, noise)) if self._base_parts else [self.base(x, noise)]
+        return [*own, self.blindspot(x, noise[:, :2]).to(own[0].dtype)]
+
+    def blend_parts(self, *parts: torch.Tensor) -> torch.Tensor:
+        """The base's own output from :meth:`parts` (the last argument is the noise)."""
+        *est, noise = parts
+        return self.base.blend_parts(*est[:-1], noise) if self._base_parts else est[0]
+
+    def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        return self.base(x, noise)
+
+
+__all__ = ["BlindSpotDenoiser", "BlindSpotNet", "WithBlindSpot", "ring_mean"]

@@ -145,6 +145,15 @@ class DenoiseThenDemosaic(nn.Module):
         told = None if noise is None else noise[:, :2].to(y.device) * self.residual  # no σ_row²
         return self.demosaicker(y.to(x.dtype), told)
 
+    @property
+    def raw_parts(self) -> bool:
+        """Whether the output is a combination of RAW estimates (:meth:`parts`) that
+        :class:`~rawrcl.models.shrink.SureShrink` may re-weight: the CFA-site blend."""
+        return self.output == "raw" and self.demosaicker is not None
+
+    #: names of :meth:`parts`, for logs
+    part_names = ("first stage", "JDD stage")
+
     def parts(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The two estimates a RAW output combines, each (B, 4, h, w): the first stage's output and the JDD
         network's RGB sampled at the CFA sites (needs a demosaicker)."""

@@ -5,7 +5,10 @@ Config keys (JSON-able dict; missing keys get defaults, see :func:`model_config`
 - ``arch``: ``"unet"`` | ``"dncnn"`` (or ``"encoder"``, the perceptual encoder of
   :mod:`rawrcl.models.encoder`; or ``"two_stage"``: a RAW denoiser then a demosaic,
   :class:`rawrcl.models.compose.DenoiseThenDemosaic`, config keys ``denoiser``, ``demosaicker``,
-  ``residual``, each stage's config as below; with ``head`` ``"raw"`` and ``blend`` a RAW denoiser).
+  ``residual``, each stage's config as below; with ``head`` ``"raw"`` and ``blend`` a RAW denoiser;
+  ``"blindspot"``: :class:`rawrcl.models.blindspot.BlindSpotDenoiser`, keys ``width``, ``channels``;
+  ``"with_blindspot"``: a noise-aware RAW denoiser ``base`` beside a ``blindspot`` model, the output of
+  ``rawrcl adapt --method blindspot``, :class:`rawrcl.models.blindspot.WithBlindSpot`).
 - ``in_channels``: 3 (RGB) | 4 (packed RAW [R, G1, G2, B] in RGGB geometry).
 - ``head``: ``"rgb"`` | ``"raw"`` | ``"jdd"`` | ``"sr2"`` | ``"sr4"`` (see :mod:`rawrcl.models.heads`).
 - ``width``, ``depth``: body size (U-Net default 32/3; DnCNN default 64/16).
@@ -54,6 +57,7 @@ import torch.nn as nn
 
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_path, write_error
+from rawrcl.models.blindspot import BlindSpotDenoiser, WithBlindSpot
 from rawrcl.models.compose import BLEND, OUTPUTS, RESIDUAL, DenoiseThenDemosaic
 from rawrcl.models.dncnn import DnCNNBody
 from rawrcl.models.encoder import Encoder
@@ -191,13 +195,68 @@ def _two_stage(config: dict) -> nn.Module:
     )
 
 
+def _blindspot(config: dict) -> nn.Module:
+    """A :class:`~rawrcl.models.blindspot.BlindSpotDenoiser`: arch ``blindspot``."""
+    return BlindSpotDenoiser(config["channels"], config["width"])
+
+
+def _with_blindspot(config: dict) -> nn.Module:
+    """A start beside a blind-spot network (:class:`~rawrcl.models.blindspot.WithBlindSpot`): arch
+    ``with_blindspot``."""
+    return WithBlindSpot(build_model(config["base"]), _blindspot(config["blindspot"]))
+
+
 #: arch name -> builder(config)
 ARCHS: dict[str, Callable[[dict], nn.Module]] = {
     "unet": RestorationModel,
     "dncnn": RestorationModel,
     "encoder": Encoder,
     "two_stage": _two_stage,
+    "blindspot": _blindspot,
+    "with_blindspot": _with_blindspot,
 }
+
+
+def _blindspot_config(cfg: dict) -> dict:
+    """Validate a ``blindspot`` config: ``channels`` (4, packed RAW) and ``width`` (32) ≥ 1."""
+    channels, width = cfg.get("channels", 4), cfg.get("width", 32)
+    for name, v in (("channels", channels), ("width", width)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise RawrclError(f"a blind-spot model's {name} must be a whole number ≥ 1, got {v!r}")
+    if channels != 4:
+        raise RawrclError(f"a blind-spot model takes packed RAW (channels 4), got {channels}")
+    return {
+        "arch": "blindspot",
+        "head": "raw",
+        "in_channels": 4,
+        "noise_aware": True,
+        "channels": 4,
+        "width": width,
+    }
+
+
+def _with_blindspot_config(cfg: dict) -> dict:
+    """Validate a ``with_blindspot`` config: ``base`` a noise-aware RAW denoiser config (head ``raw``),
+    ``blindspot`` a ``blindspot`` config."""
+    base, bsp = cfg.get("base"), cfg.get("blindspot")
+    if not isinstance(base, dict) or not isinstance(bsp, dict):
+        raise RawrclError("a with_blindspot model needs 'base' and 'blindspot' configs")
+    base = model_config(base)
+    if (
+        base.get("head") != "raw"
+        or not base.get("noise_aware")
+        or base["arch"] in ("blindspot", "with_blindspot")
+    ):
+        raise RawrclError("a with_blindspot model's base must be a noise-aware RAW denoiser (head 'raw')")
+    return {
+        "arch": "with_blindspot",
+        "head": "raw",
+        "in_channels": 4,
+        "noise_aware": True,
+        "row_aware": bool(base.get("row_aware", False)),
+        "base": base,
+        "blindspot": _blindspot_config({**bsp, "arch": "blindspot"}),
+    }
 
 
 def _two_stage_config(cfg: dict) -> dict:
@@ -297,6 +356,10 @@ def model_config(config: dict) -> dict:
             cfg.pop("refine", None)
     elif arch == "two_stage":
         cfg = _two_stage_config(cfg)
+    elif arch == "blindspot":
+        cfg = _blindspot_config(cfg)
+    elif arch == "with_blindspot":
+        cfg = _with_blindspot_config(cfg)
     return cfg
 
 

@@ -41,11 +41,13 @@ class SureShrink(nn.Module):
     """A noise-aware RAW denoiser's output(s) recombined with the input by SURE-optimal weights.
 
     ``model``: a noise-aware packed → packed RAW denoiser, called ``model(x, noise)``. One estimate f:
-    ``y + w·(f − y)``, ``w`` ∈ [0, 1]. A two-stage model with RAW output (the CFA-site blend default,
-    :class:`~rawrcl.models.compose.DenoiseThenDemosaic`) gives two, a = its first stage and b = its JDD
-    stage at the CFA sites (:meth:`~rawrcl.models.compose.DenoiseThenDemosaic.parts`): ``y + w₁(a − y) +
-    w₂(b − y)`` with w₁, w₂ ≥ 0, w₁ + w₂ ≤ 1 minimising SURE in place of the fixed blend — the same
-    estimate with the cross terms: minimise wᵀMw − 2wᵀr, M_jk = Σ(f_j − y)(f_k − y), r_j = Σ v(1 − div f_j).
+    ``y + w·(f − y)``, ``w`` ∈ [0, 1]. A model whose output combines K estimates (``raw_parts``: its
+    ``parts(x, noise)`` and ``blend_parts(*parts, noise)``) gives K: the CFA-site blend default
+    (:class:`~rawrcl.models.compose.DenoiseThenDemosaic`) its first stage a and its JDD stage at the CFA
+    sites b, ``y + w₁(a − y) + w₂(b − y)`` with w ≥ 0, Σw ≤ 1 minimising SURE in place of the fixed blend;
+    :class:`~rawrcl.models.blindspot.WithBlindSpot` those and a blind-spot network's estimate (K = 3) — the
+    same estimate with the cross terms: minimise wᵀMw − 2wᵀr, M_jk = Σ(f_j − y)(f_k − y),
+    r_j = Σ v(1 − div f_j) (:func:`best_weights`).
     Weights: one set per sample of the batch (per tile of the tiler). Shapes: ``x`` (B, 4, h, w) [R, G1,
     G2, B] in [0, 1] units, ``noise`` (B, 2 or 3, 4) [λshot; λread (; σ_row²)] → (B, 4, h, w). Inputs up to
     2 × 2 windows are probed whole (one more pass); larger ones on 2 × 2 windows of :data:`WINDOW` packed
@@ -57,11 +59,10 @@ class SureShrink(nn.Module):
     noise_aware = True
 
     def __init__(self, model: nn.Module):
-        from rawrcl.models.compose import DenoiseThenDemosaic
-
         super().__init__()
         self.model = model
-        self.two_parts = isinstance(model, DenoiseThenDemosaic) and model.output == "raw"
+        #: the model's output combines several estimates (``raw_parts``: ``parts``, ``blend_parts``)
+        self.multi_part = bool(getattr(model, "raw_parts", False))
         self.row_aware = bool(getattr(model, "row_aware", False))
         self.size_multiple = size_multiple(model)
         self.last_weights: torch.Tensor | None = None
@@ -72,12 +73,12 @@ class SureShrink(nn.Module):
         return getattr(self.model, "head_name", "raw")
 
     def parts(self, x: torch.Tensor, noise: torch.Tensor) -> list[torch.Tensor]:
-        """The estimates the output combines with ``x``: [f], or [first stage, JDD stage at the sites]."""
-        return list(self.model.parts(x, noise)) if self.two_parts else [self.model(x, noise)]
+        """The estimates the output combines with ``x``: [f], or the model's ``parts`` (K of them)."""
+        return list(self.model.parts(x, noise)) if self.multi_part else [self.model(x, noise)]
 
     def own(self, parts: list[torch.Tensor], noise: torch.Tensor) -> torch.Tensor:
         """What the model itself outputs from its ``parts``."""
-        return self.model.blend_parts(*parts, noise) if self.two_parts else parts[0]
+        return self.model.blend_parts(*parts, noise) if self.multi_part else parts[0]
 
     def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         parts = self.parts(x, noise)
@@ -150,30 +151,40 @@ class SureShrink(nn.Module):
 
 
 def best_weights(gram: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
-    """argmin wᵀ·gram·w − 2·wᵀ·rhs over w ≥ 0, Σw ≤ 1, per batch row: gram (B, K, K), rhs (B, K) → (B, K),
-    K ∈ {1, 2}; the minimum is at the unconstrained solution when feasible, else on an edge or a corner."""
+    """argmin wᵀ·gram·w − 2·wᵀ·rhs over w ≥ 0, Σw ≤ 1, per batch row: gram (B, K, K), rhs (B, K) → (B, K).
+
+    The objective is convex (gram is a Gram matrix), so its minimum over the simplex lies in the relative
+    interior of one face: for every non-empty subset S of the estimates, the stationary point on S with the
+    others at 0, either free (Σw < 1) or on Σw = 1 (a Lagrange multiplier); the best feasible candidate, or
+    w = 0, wins. 2^K − 1 small solves per row: K ≤ 4 in practice."""
     b, k = rhs.shape
     if k == 1:
         return (rhs / gram[:, 0].clamp_min(1e-300)).clamp(0, 1)
-    if k != 2:
-        raise ValueError(f"best_weights takes 1 or 2 estimates, got {k}")
-    one = gram.new_tensor
+    if not 1 <= k <= 4:
+        raise ValueError(f"best_weights takes 1 to 4 estimates, got {k}")
+    subsets = [[i for i in range(k) if m >> i & 1] for m in range(1, 2**k)]
     out = []
-    for g, r in zip(gram, rhs, strict=True):
-        cands = [one([0.0, 0.0]), one([1.0, 0.0]), one([0.0, 1.0])]
-        if torch.linalg.det(g) > 0:
-            cands.append(torch.linalg.solve(g, r))
-        for i in range(2):  # edges w_j = 0 (j ≠ i)
-            if g[i, i] > 0:
-                e = one([0.0, 0.0])
-                e[i] = (r[i] / g[i, i]).clamp(0, 1)
-                cands.append(e)
-        d, e = one([1.0, -1.0]), one([0.0, 1.0])  # edge w₁ + w₂ = 1: (t, 1 − t)
-        if d @ g @ d > 0:
-            cands.append(e + ((d @ r - d @ g @ e) / (d @ g @ d)).clamp(0, 1) * d)
-        feasible = [c for c in cands if c.min() >= -1e-12 and c.sum() <= 1 + 1e-12]
-        out.append(min(feasible, key=lambda c: float(c @ g @ c - 2 * c @ r)))
-    return torch.stack(out)
+    for g, r in zip(gram.double(), rhs.double(), strict=True):
+        best, best_f = g.new_zeros(k), 0.0
+        for s in subsets:
+            gs, rs, n = g[s][:, s], r[s], len(s)
+            cands = []
+            if torch.linalg.matrix_rank(gs) == n:
+                cands.append(torch.linalg.solve(gs, rs))
+            kkt = g.new_zeros(n + 1, n + 1)  # [[G, 1], [1ᵀ, 0]]·[w; μ] = [r; 1]
+            kkt[:n, :n], kkt[:n, n], kkt[n, :n] = gs, 1.0, 1.0
+            if torch.linalg.matrix_rank(kkt) == n + 1:
+                cands.append(torch.linalg.solve(kkt, torch.cat([rs, g.new_ones(1)]))[:n])
+            for ws in cands:
+                if ws.min() < -1e-12 or ws.sum() > 1 + 1e-12:
+                    continue
+                w = g.new_zeros(k)
+                w[s] = ws.clamp_min(0)
+                f = float(w @ g @ w - 2 * w @ r)
+                if f < best_f:
+                    best, best_f = w, f
+        out.append(best)
+    return torch.stack(out).to(rhs.dtype)
 
 
 def clip_levels(y: torch.Tensor, share: float = 1e-3) -> tuple[torch.Tensor, torch.Tensor]:
@@ -236,8 +247,8 @@ def maybe_shrink(model: nn.Module, shrink: bool | None = None) -> nn.Module:
 
 def shrink_summary(model: nn.Module) -> str | None:
     """One log phrase on the SURE weights a bound model used (e.g. ``"SURE weights over 12 tiles: first
-    stage 0.05, JDD stage 0.93 (mean)"``), or None when it has no :class:`SureShrink` or never changed
-    the model's output."""
+    stage 0.05, JDD stage 0.93, input 0.02 (mean)"``), or None when it has no :class:`SureShrink` or never
+    changed the model's output."""
     found = [m for m in model.modules() if isinstance(m, SureShrink)]
     seen = [w for m in found for w in m.seen if w and w[0] == w[0]]  # NaN: the model's own output
     if not seen:
@@ -249,7 +260,10 @@ def shrink_summary(model: nn.Module) -> str | None:
         if min(w[0] for w in seen) >= 1:
             return None
         return f"SURE shrinkage towards the input over {tiles}: weight {mean[0]:.2f} mean"
-    return (
-        f"SURE weights over {tiles}: first stage {mean[0]:.2f}, JDD stage {mean[1]:.2f}, "
-        f"input {1 - mean[0] - mean[1]:.2f} (mean)"
+    names = next(
+        (tuple(m.model.part_names) for m in found if len(getattr(m.model, "part_names", ())) == len(mean)),
+        None,
     )
+    names = names or tuple(f"estimate {i + 1}" for i in range(len(mean)))
+    each = ", ".join(f"{n} {w:.2f}" for n, w in zip(names, mean, strict=True))
+    return f"SURE weights over {tiles}: {each}, input {1 - sum(mean):.2f} (mean)"

@@ -23,7 +23,8 @@ Pipeline (:func:`adapt`)
    :mod:`rawrcl.methods.sure`; the default since stop 56), ``r2r`` (clipping-aware Recorrupted-to-Recorrupted
    for Poisson–Gaussian noise, :mod:`rawrcl.methods.r2r`; the same clip mask), ``r2r-plain`` (Pang et al.
    as published: no clip handling), ``n2s`` (Noise2Self masking), ``rcl`` (the paper's residual contrastive
-   loss + residual L1 consistency).
+   loss + residual L1 consistency); ``blindspot`` is not a fine-tune: a new network trained beside the start
+   (:mod:`rawrcl.train.adapt_blindspot`, which takes over after step 1).
    n2s and rcl are the library's methods given each sample's noise (:class:`NoiseBound`). Guards against
    forgetting (:class:`Guarded`): ``anchor`` μ·Σ(θ − θ₀)² towards the starting weights, and ``mix``
    (default 0.5): synthetic supervised crops made on the fly from the photos bundled with scikit-image,
@@ -52,7 +53,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import math
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -64,11 +64,12 @@ import torch.nn as nn
 from rawrcl.data.noisy_crops import NoiseFile, NoisyCrops, load_noise_files
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_write_text
+from rawrcl.methods import OWN_MODEL
 from rawrcl.models.conditioning import add_row_input, is_noise_aware, is_row_aware
 from rawrcl.models.loading import RUN_JDD, RUN_RAW
 from rawrcl.models.registry import read_checkpoint, save_checkpoint
 from rawrcl.train.adapt_objective import Guarded, make_objective, synthetic_mix
-from rawrcl.train.adapt_signal import check_crops, check_scores, held_out_scores, is_enlarged
+from rawrcl.train.adapt_signal import adapt_summary, keep_or_discard
 from rawrcl.train.config import AdaptConfig
 
 
@@ -101,6 +102,42 @@ def set_row_noise(f: NoiseFile, setting: str) -> str:
         return f", row noise {f.row:.3g} (given)" if given > 0 else ""
     f.row, est = used_row_noise(f.packed, f.noise, f.floor)
     return f", row noise {f.row:.3g} ({est['ratio']:.2f} of the white std, estimated)" if f.row > 0 else ""
+
+
+def load_adapt_files(
+    files: str | os.PathLike | Sequence[str | os.PathLike] | Sequence[NoiseFile],
+    row_noise: str,
+    noise: str = "auto",
+    noise_profile: str | os.PathLike | None = None,
+    noise_scale: float = 1.0,
+    say: Callable[[str], None] = lambda m: None,
+) -> list[NoiseFile]:
+    """The user's files (a folder, a list of paths, or :class:`NoiseFile` already read), each with its noise
+    and row noise (``row_noise``: :func:`set_row_noise`), one log line each; a warning when a file's noise
+    estimate is uncertain (the held-out scores trust it)."""
+    if isinstance(files, (list, tuple)) and files and isinstance(files[0], NoiseFile):
+        nfiles = list(files)
+    else:
+        paths = find_raw_files(files) if isinstance(files, (str, os.PathLike)) else [Path(p) for p in files]
+        nfiles = load_noise_files(paths, noise, profile=noise_profile, scale=noise_scale)
+    for f in nfiles:
+        note = set_row_noise(f, row_noise)
+        say(
+            f"{f.name}: λshot {float(f.noise[0].mean()):.3g}, λread {float(f.noise[1].mean()):.3g} "
+            f"({f.source})"
+            + (f", clipped at {f.floor:.3g} ({100 * f.clipped:.1f} %)" if f.floor is not None else "")
+            + note
+            + (f" — {f.note}" if f.note else "")
+        )
+    if uncertain := [f.name for f in nfiles if f.note]:
+        names = ", ".join(uncertain[:3]) + (", …" if len(uncertain) > 3 else "")
+        warnings.warn(
+            f"the noise of {len(uncertain)} file(s) ({names}) is uncertain: the held-out SURE and R2R scores "
+            "trust it and can call a worse model better (on an encoded camera they did, docs/adaptation.md); "
+            "the forgetting check still guards; --noise with the camera's values is safer",
+            stacklevel=3,
+        )
+    return nfiles
 
 
 def start_model(
@@ -168,30 +205,14 @@ def adapt(
         config = AdaptConfig(**saved) if saved else None
     c = AdaptConfig.from_options(config, **options)
     method, steps, crop, alpha, seed = c.method, c.steps, c.crop, c.alpha, c.seed
-    select, forget_tol = c.select, c.forget_tol
 
-    if isinstance(files, (list, tuple)) and files and isinstance(files[0], NoiseFile):
-        nfiles = list(files)
-    else:
-        paths = find_raw_files(files) if isinstance(files, (str, os.PathLike)) else [Path(p) for p in files]
-        nfiles = load_noise_files(paths, noise, profile=noise_profile, scale=noise_scale)
-    for f in nfiles:
-        note = set_row_noise(f, c.row_noise)
-        say(
-            f"{f.name}: λshot {float(f.noise[0].mean()):.3g}, λread {float(f.noise[1].mean()):.3g} "
-            f"({f.source})"
-            + (f", clipped at {f.floor:.3g} ({100 * f.clipped:.1f} %)" if f.floor is not None else "")
-            + note
-            + (f" — {f.note}" if f.note else "")
-        )
-    if uncertain := [f.name for f in nfiles if f.note]:
-        names = ", ".join(uncertain[:3]) + (", …" if len(uncertain) > 3 else "")
-        warnings.warn(
-            f"the noise of {len(uncertain)} file(s) ({names}) is uncertain: the held-out SURE and R2R scores "
-            "trust it and can call a worse model better (on an encoded camera they did, docs/adaptation.md); "
-            "the forgetting check still guards; --noise with the camera's values is safer",
-            stacklevel=2,
-        )
+    nfiles = load_adapt_files(files, c.row_noise, noise, noise_profile, noise_scale, say)
+    if c.method in OWN_MODEL:  # its own architecture beside the start: rawrcl.train.adapt_blindspot
+        from rawrcl.train.adapt_blindspot import adapt_blindspot
+
+        if task != "raw-denoise":
+            raise RawrclError(f"--method {c.method} adapts the RAW denoiser only (--task raw-denoise)")
+        return adapt_blindspot(nfiles, out, c, source, resume, force, progress, say)
     model, src = start_model(source, task)
     if any(f.row > 0 for f in nfiles) and is_noise_aware(model) and not is_row_aware(model):
         # zero weights on the new input: the same model until trained; with the switch, files read below half
@@ -220,27 +241,7 @@ def adapt(
     held = data.held_out()
     teacher = copy.deepcopy(model) if c.distill > 0 else None
     objective = Guarded(method, make_objective(method, alpha), start, c.anchor, c.mix, c.distill, teacher)
-    keep = max(1, steps // c.evals)
-    cfg = {
-        "task": task,
-        "steps": steps,
-        "batch_size": c.batch_size,
-        "crop": data.crop,
-        "lr": c.lr,
-        "lr_schedule": "constant",
-        "seed": seed,
-        "grad_clip": 1.0,
-        "ema": c.ema,
-        "noise": noise,
-        "source": src,
-        "run_config": c.to_dict(),
-        "save_every": keep,
-        "keep_every": keep,
-        "log_every": 10,
-        "resume": bool(resume),
-        "force": bool(force),
-        "progress": progress,
-    }
+    cfg = c.trainer_config(data.crop, src, resume, force, progress, task=task, noise=noise)
     out.mkdir(parents=True, exist_ok=True)
     for own in (RUN_JDD, RUN_RAW):  # written again at the end from the kept weights
         (out / own).unlink(missing_ok=True)
@@ -259,80 +260,17 @@ def adapt(
         cands.append((steps, None))  # the trained weights (in last.pt's train_weights or state_dict)
     last = read_checkpoint(ck / "last.pt")
     trained = last["extra"].get("train_weights", last["state_dict"])
-    checks = check_crops()
-    say(
-        f"scoring {len(cands)} checkpoints (start included) on the held-out crops and the forgetting check "
-        "(≈ 20 s each on 2 cores)"
-    )
-    table = []
     weights: dict[int, dict] = {}  # step → state dict, read once
-    for s, p in cands:
-        sd = weights[s] = start if s == 0 else (trained if p is None else read_checkpoint(p)["state_dict"])
+
+    def model_at(step: int, path: Path | None) -> nn.Module:
+        sd = weights[step] = (
+            start if step == 0 else (trained if path is None else read_checkpoint(path)["state_dict"])
+        )
         model.load_state_dict(sd)
-        sc = held_out_scores(model, held, alpha=alpha, seed=seed)
-        fc = check_scores(model, checks)
-        row = {"step": s, **{k: round(v, 8) for k, v in sc.items()}}
-        if s == 0:
-            base_check = fc
-        drop = {k: fc[k] - base_check[k] for k in fc}
-        worst = min(drop, key=drop.get)
-        row.update({"forget_db": round(drop[worst], 4), "forget_at": worst})
-        table.append(row)
-        say(
-            f"held-out step {s}: SURE {sc['sure']:.4g} ({sc['sure_psnr']:.2f} dB), R2R {sc['r2r']:.4f}; "
-            f"forgetting check: worst {drop[worst]:+.2f} dB ({worst})"
-        )
-    base = table[0]
-    allowed = [r for r in table if r["step"] == 0 or r["forget_db"] >= -forget_tol]
-    if select == "last":
-        best = allowed[-1]
-    else:
-        best = min(allowed, key=lambda r: (r[select] if math.isfinite(r[select]) else math.inf, r["step"]))
-    final = table[-1]
-    score = "sure" if select == "last" else select  # what "worse" is judged by
-    worse = final[score] > base[score]
-    forgot = final["forget_db"] < -forget_tol
-    verdict = "kept start" if best["step"] == 0 else f"adapted (step {best['step']})"
-    summary = {
-        "run_dir": str(out),
-        "checkpoint": str(ck / "last.pt"),
-        "source": src,
-        "method": method,
-        "steps": steps,
-        "settings": c.to_dict(),
-        "files": [f.describe() for f in nfiles],
-        "held_out_crops": len(held),
-        "held_out": table,
-        "selected_step": best["step"],
-        "verdict": verdict,
-        "final_worse_than_start": bool(worse),
-        "final_forgot": bool(forgot),
-        "delta_sure_db": round(best["sure_psnr"] - base["sure_psnr"], 4),
-        "train": {k: fit.get(k) for k in ("first_loss", "last_loss", "elapsed_s")},
-    }
-    kept = "kept the starting weights" if best["step"] == 0 else f"kept step {best['step']}"
-    msgs = []
-    if worse:
-        msgs.append(
-            f"adaptation made the held-out {score} score worse at the end (start {base[score]:.4g}, "
-            f"final {final[score]:.4g}); {kept}"
-        )
-    if forgot:
-        hint = ""
-        if best["step"] == 0:  # a larger mix helped at 1× (synthetic camera), not on enlarged crops (burst)
-            hint = (
-                "; smooth (enlarged) content: a larger --mix did not help on the measured burst"
-                if is_enlarged(final["forget_at"])
-                else "; a larger --mix (e.g. 2) replays more of what the model did well"
-            )
-        msgs.append(
-            f"the adapted weights lost {-final['forget_db']:.2f} dB at {final['forget_at']} on the "
-            f"forgetting check (more than {forget_tol:g} dB); {kept}{hint}"
-        )
-    for msg in msgs:
-        warnings.warn(msg, stacklevel=2)
-    if msgs:
-        summary["warning"] = " / ".join(msgs)
+        return model
+
+    table, best, worse, forgot = keep_or_discard(cands, model_at, held, c, say)
+    summary = adapt_summary(out, ck / "last.pt", src, c, nfiles, len(held), table, best, worse, forgot, fit)
     # last.pt: the selected weights; the trained ones stay in train_weights for --resume
     model.load_state_dict(weights[best["step"]])
     extra = dict(last["extra"])

@@ -2,6 +2,8 @@
 
 - :func:`held_out_scores`: SURE, the held-out clip-aware R2R loss and the shadow check on fixed crops of the
   user's files (never trained on) — does adaptation help on the user's camera?
+- :func:`keep_or_discard`: both for the start and each candidate, and the choice among them;
+  :func:`adapt_warnings` the warnings when the final weights did worse or forgot.
 - :func:`check_crops` / :func:`check_scores`: the forgetting check — PSNR on synthetic mosaics of the
   bottom :data:`rawrcl.train.adapt_objective.CHECK_BAND` of the bundled scikit-image photos (never in the
   mix) across the camera noise ladder, photo-valued and unprocessed, with the true noise — does it still do
@@ -13,7 +15,9 @@ Shapes: packed RAW (B, 4, h, w), noise (B, 2, 4) [λshot; λread] per plane, [0,
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,6 +27,7 @@ from rawrcl.methods.r2r import neighbour_mean, recorrupt, scored_mask, signal_va
 from rawrcl.methods.sure import sure_map
 from rawrcl.models.conditioning import call
 from rawrcl.noise import with_row_variance
+from rawrcl.train.config import AdaptConfig
 
 #: the forgetting check's levels (``rawrcl.noise.PRESETS``): base ISO … phone high ISO, and low/high
 CHECK_LEVELS = ("L1", "L2", "L3", "L4", "L5", "L6", "L7", "low", "high")
@@ -196,3 +201,115 @@ def check_scores(model: nn.Module, crops: Sequence[dict]) -> dict[str, float]:
             n += y.numel()
         res[c["key"]] = -10 * math.log10(max(se / n, 1e-20))
     return res
+
+
+def keep_or_discard(
+    cands: Sequence[tuple[int, Path | None]],
+    model_at: Callable[[int, Path | None], nn.Module],
+    held: Sequence[dict],
+    c: AdaptConfig,
+    say: Callable[[str], None] = lambda m: None,
+) -> tuple[list[dict], dict, bool, bool]:
+    """Score the candidates (step, checkpoint path or None; step 0 = the start, first) — ``model_at(step,
+    path)`` gives the model to score — on the held-out crops and the forgetting check; returns (table, the
+    selected row, final worse than the start by the selection score, final forgot > ``forget_tol``)."""
+    checks = check_crops()
+    say(
+        f"scoring {len(cands)} checkpoints (start included) on the held-out crops and the forgetting check "
+        "(≈ 20 s each on 2 cores)"
+    )
+    table = []
+    for s, p in cands:
+        model = model_at(s, p)
+        sc = held_out_scores(model, held, alpha=c.alpha, seed=c.seed)
+        fc = check_scores(model, checks)
+        row = {"step": s, **{k: round(v, 8) for k, v in sc.items()}}
+        if s == 0:
+            base_check = fc
+        drop = {k: fc[k] - base_check[k] for k in fc}
+        worst = min(drop, key=drop.get)
+        row.update({"forget_db": round(drop[worst], 4), "forget_at": worst})
+        table.append(row)
+        say(
+            f"held-out step {s}: SURE {sc['sure']:.4g} ({sc['sure_psnr']:.2f} dB), R2R {sc['r2r']:.4f}; "
+            f"forgetting check: worst {drop[worst]:+.2f} dB ({worst})"
+        )
+    base, final = table[0], table[-1]
+    allowed = [r for r in table if r["step"] == 0 or r["forget_db"] >= -c.forget_tol]
+    if c.select == "last":
+        best = allowed[-1]
+    else:
+        best = min(
+            allowed, key=lambda r: (r[c.select] if math.isfinite(r[c.select]) else math.inf, r["step"])
+        )
+    score = "sure" if c.select == "last" else c.select  # what "worse" is judged by
+    return table, best, final[score] > base[score], final["forget_db"] < -c.forget_tol
+
+
+def adapt_summary(
+    out: Path,
+    checkpoint: Path,
+    source: str,
+    c: AdaptConfig,
+    files: Sequence,
+    held: int,
+    table: list[dict],
+    best: dict,
+    worse: bool,
+    forgot: bool,
+    fit: dict,
+) -> dict:
+    """The summary of run ``out`` (``adapt.json``, ``extra["adapt"]``) from its keep-or-discard
+    (:func:`keep_or_discard`): ``checkpoint`` the file commands use, ``files`` the
+    :class:`~rawrcl.data.noisy_crops.NoiseFile` s, ``held`` the number of held-out crops, ``fit`` what the
+    trainer returned; with ``warning`` when :func:`adapt_warnings` warned."""
+    summary = {
+        "run_dir": str(out),
+        "checkpoint": str(checkpoint),
+        "source": source,
+        "method": c.method,
+        "steps": c.steps,
+        "settings": c.to_dict(),
+        "files": [f.describe() for f in files],
+        "held_out_crops": held,
+        "held_out": table,
+        "selected_step": best["step"],
+        "verdict": "kept start" if best["step"] == 0 else f"adapted (step {best['step']})",
+        "final_worse_than_start": bool(worse),
+        "final_forgot": bool(forgot),
+        "delta_sure_db": round(best["sure_psnr"] - table[0]["sure_psnr"], 4),
+        "train": {k: fit.get(k) for k in ("first_loss", "last_loss", "elapsed_s")},
+    }
+    if msgs := adapt_warnings(table, best, worse, forgot, c):
+        summary["warning"] = " / ".join(msgs)
+    return summary
+
+
+def adapt_warnings(table: list[dict], best: dict, worse: bool, forgot: bool, c: AdaptConfig) -> list[str]:
+    """Warn (and return the messages) when the final weights scored worse than the start on the held-out
+    crops or forgot more than ``forget_tol`` on the check."""
+    base, final = table[0], table[-1]
+    score = "sure" if c.select == "last" else c.select
+    forget_tol = c.forget_tol
+    kept = "kept the starting weights" if best["step"] == 0 else f"kept step {best['step']}"
+    msgs = []
+    if worse:
+        msgs.append(
+            f"adaptation made the held-out {score} score worse at the end (start {base[score]:.4g}, "
+            f"final {final[score]:.4g}); {kept}"
+        )
+    if forgot:
+        hint = ""
+        if best["step"] == 0:  # a larger mix helped at 1× (synthetic camera), not on enlarged crops (burst)
+            hint = (
+                "; smooth (enlarged) content: a larger --mix did not help on the measured burst"
+                if is_enlarged(final["forget_at"])
+                else "; a larger --mix (e.g. 2) replays more of what the model did well"
+            )
+        msgs.append(
+            f"the adapted weights lost {-final['forget_db']:.2f} dB at {final['forget_at']} on the "
+            f"forgetting check (more than {forget_tol:g} dB); {kept}{hint}"
+        )
+    for msg in msgs:
+        warnings.warn(msg, stacklevel=4)
+    return msgs

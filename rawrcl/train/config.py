@@ -199,9 +199,15 @@ class PretrainConfig:
         return cls(**d)
 
 
-#: ``rawrcl adapt``'s objectives (:func:`rawrcl.train.adapt_objective.make_objective`) and selection scores
-ADAPT_METHODS = ("r2r", "r2r-plain", "sure", "n2s", "rcl")
+#: ``rawrcl adapt``'s objectives (:func:`rawrcl.train.adapt_objective.make_objective`; ``blindspot``: a
+#: blind-spot network trained from scratch beside the start, :mod:`rawrcl.train.adapt_blindspot`) and
+#: selection scores
+ADAPT_METHODS = ("r2r", "r2r-plain", "sure", "n2s", "rcl", "blindspot")
 ADAPT_SELECT = ("sure", "r2r", "last")
+#: defaults of the options left unset (None), by method: fine-tuning the start (every method but
+#: ``blindspot``) vs. training a new network from scratch (docs/adaptation.md, "A blind-spot network …")
+ADAPT_DEFAULTS = {"steps": 400, "lr": 3e-5, "evals": 4, "ema": None}
+ADAPT_METHOD_DEFAULTS = {"blindspot": {"steps": 6000, "lr": 1e-3, "evals": 1, "ema": 0.999}}
 
 
 @dataclass(frozen=True)
@@ -210,9 +216,12 @@ class AdaptConfig:
     their options; saved in the run's ``config.json`` under ``"run_config"`` and in ``adapt.json``).
 
     ``method``: the self-supervised objective; ``steps`` × ``batch_size`` crop pairs of ``crop`` mosaic
-    px; Adam at constant ``lr``; guards against forgetting: ``anchor`` (weight of Σ(θ − θ₀)²), ``mix``
-    (weight of the synthetic supervised crops; ``mix_own`` of them with the files' own noise, default 0.5,
-    or 1 when a row switch serves a banded camera: the camera-sampler half then has nothing to protect);
+    px; Adam at constant ``lr`` (``steps``, ``lr``, ``evals``, ``ema`` left None get the method's defaults,
+    :data:`ADAPT_DEFAULTS`, :data:`ADAPT_METHOD_DEFAULTS`; ``blindspot`` trains its own network from scratch
+    with a cosine schedule and ignores the guards); guards against forgetting: ``anchor`` (weight of
+    Σ(θ − θ₀)²), ``mix`` (weight of the synthetic supervised crops; ``mix_own`` of them with the files' own
+    noise, default 0.5, or 1 when a row switch serves a banded camera: the camera-sampler half then has
+    nothing to protect);
     ``distill`` (weight of the distance to the *starting* model's outputs on the same synthetic crops,
     normalised like the mix; 0: off) and ``mix_zoom`` (share of those crops enlarged up to 8×: smooth
     content) — API-only, measured and not the default (docs/adaptation.md, "Where the forgetting is");
@@ -229,17 +238,17 @@ class AdaptConfig:
     """
 
     method: str = "sure"
-    steps: int = 400
+    steps: int | None = None
     batch_size: int = 4
     crop: int = 128
-    lr: float = 3e-5
+    lr: float | None = None
     anchor: float = 0.05
     mix: float = 0.5
     mix_own: float | None = None
     distill: float = 0.0
     mix_zoom: float = 0.0
     alpha: float = 0.5
-    evals: int = 4
+    evals: int | None = None
     select: str = "sure"
     forget_tol: float = 0.1
     train_only: tuple[str, ...] | None = None
@@ -254,6 +263,9 @@ class AdaptConfig:
         object.__setattr__(self, "row_noise", parse_row_noise(self.row_noise))
         if self.method not in ADAPT_METHODS:
             raise RawrclError(f"--method {self.method!r}: expected one of {', '.join(ADAPT_METHODS)}")
+        for key, v in {**ADAPT_DEFAULTS, **ADAPT_METHOD_DEFAULTS.get(self.method, {})}.items():
+            if getattr(self, key) is None:
+                object.__setattr__(self, key, v)
         if self.select not in ADAPT_SELECT:
             raise RawrclError(f"--select {self.select!r}: expected {', '.join(ADAPT_SELECT)}")
         for key in ("steps", "batch_size", "evals"):
@@ -296,7 +308,7 @@ class AdaptConfig:
             raise RawrclError(
                 f"unknown adaptation option {unknown[0]!r}; expected one of {', '.join(sorted(known))}"
             )
-        d = asdict(base or cls())
+        d = asdict(base) if base is not None else {}  # unset options: the method's defaults
         d.update({k: v for k, v in options.items() if v is not None})
         return cls(**d)
 
@@ -305,3 +317,14 @@ class AdaptConfig:
         d = asdict(self)
         d["train_only"] = list(self.train_only) if self.train_only else None
         return d
+
+    def trainer_config(
+        self, crop: int, source: str, resume: bool, force: bool, progress: bool | None, **more
+    ) -> dict:
+        """The :class:`rawrcl.train.Trainer` configuration of an adaptation run with these settings: ``crop``
+        the data's crop, ``source`` the start's description, ``more`` further keys (e.g. ``lr_schedule``)."""
+        keep = max(1, self.steps // self.evals)
+        cfg = {"steps": self.steps, "batch_size": self.batch_size, "crop": crop, "lr": self.lr}
+        cfg.update(lr_schedule="constant", seed=self.seed, grad_clip=1.0, ema=self.ema, source=source)
+        cfg.update(run_config=self.to_dict(), save_every=keep, keep_every=keep, log_every=10)
+        return {**cfg, "resume": bool(resume), "force": bool(force), "progress": progress, **more}
