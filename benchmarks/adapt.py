@@ -478,14 +478,14 @@ def burst_blindspot(args, files, score, log) -> dict:
     from rawrcl.data.noisy_crops import NoisyCrops
     from rawrcl.methods.blindspot import BlindSpotNLL
     from rawrcl.models.blindspot import BlindSpotDenoiser, WithBlindSpot
-    from rawrcl.models.registry import load_checkpoint, read_checkpoint
+    from rawrcl.models.registry import read_checkpoint
     from rawrcl.models.shrink import maybe_shrink
     from rawrcl.train import Trainer
 
     o = {**BLINDSPOT, **{k: v for k, v in args.extra.items() if k in BLINDSPOT}}
     start, wrap = load_start(args.start)
-    rows = [{"step": 0, **score(wrap(start.float()).eval())}]
-    full = load_checkpoint(args.start)[0].float().eval()
+    full = wrap(start.float()).eval()  # the whole start
+    rows = [{"step": 0, **score(full)}]
     rows[0]["psnr_shipped"] = score(maybe_shrink(full, True))["psnr"]  # the start as rawrcl denoise runs it
     log(f"  blindspot: the start {json.dumps({k: round(v, 4) for k, v in rows[0].items()})}")
     torch.manual_seed(0)

@@ -17,6 +17,7 @@ import torch
 
 from rawrcl.methods.base import Method
 from rawrcl.methods.r2r import neighbour_mean, noisy_crops, scored_mask, signal_variance
+from rawrcl.models.registry import unwrap
 
 
 class BlindSpotNLL(Method):
@@ -32,8 +33,7 @@ class BlindSpotNLL(Method):
     def __call__(self, batch: dict, model: torch.nn.Module) -> dict:
         self.check_batch(batch)
         y, noise, floor, _ = noisy_crops(batch)
-        inner = getattr(model, "module", model)  # DistributedDataParallel
-        mu, s2 = inner.prior(y)
+        mu, s2 = unwrap(model).prior(y)  # through DistributedDataParallel / torch.compile
         v = signal_variance(mu, noise)  # the told variance at the prior mean
         xhat = neighbour_mean(y)
         w = scored_mask(xhat, signal_variance(xhat, noise), floor, self.margin)

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rawrcl.models.geometry import size_multiple
 from rawrcl.noise import variance_map
 
 #: log of the prior variance an untrained head starts at (the head's output is added): 1e-4, a typical RAW
@@ -167,7 +168,7 @@ class WithBlindSpot(nn.Module):
         super().__init__()
         self.base, self.blindspot = base, blindspot
         self.row_aware = bool(getattr(base, "row_aware", False))
-        self.size_multiple = math.lcm(int(getattr(base, "size_multiple", 1)), blindspot.size_multiple)
+        self.size_multiple = math.lcm(size_multiple(base), size_multiple(blindspot))
 
     @property
     def _base_parts(self) -> bool:
