@@ -530,7 +530,8 @@ def burst_blindspot(args, files, score, log) -> dict:
         row["psnr_beside"] = score(beside)["psnr"]
         row["weights_beside"] = [round(w, 3) for w in beside.seen[-1]]
         rows.append(row)
-        log(f"  blindspot step {s}: {json.dumps({k: round(v, 4) for k, v in row.items() if k != 'step'})}")
+        shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items() if k != "step"}
+        log(f"  blindspot step {s}: {json.dumps(shown)}")
     return {
         "name": "blindspot",
         "options": {**o, "steps": args.bsp_steps},
