@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -135,3 +136,53 @@ def test_with_blindspot_is_a_checkpoint_and_sure_weights_take_its_third_estimate
     assert w.shape == (2,) and w[1] > 0.9 and w[0] < 0.1, w
     assert float(((out - clean) ** 2).mean()) < 0.05 * float(((y - clean) ** 2).mean())
     assert "blind-spot network" in shrink_summary(shrunk)
+
+
+def test_the_adapt_benchmark_blindspot_row_runs_end_to_end(tmp_path):
+    """benchmarks/adapt.py's blind-spot row (train, then score every kept checkpoint alone, as a prior and
+    beside the start with SURE weights) on tiny files: it crashed in its log line once (a list rounded)."""
+    import argparse
+    import importlib.util
+    from pathlib import Path
+
+    from rawrcl.data.noisy_crops import pack_file
+    from rawrcl.models.compose import DenoiseThenDemosaic
+    from rawrcl.models.registry import build_model, save_checkpoint
+    from rawrcl.noise import NoiseModel
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "adapt.py"
+    spec = importlib.util.spec_from_file_location("bench_adapt", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    torch.manual_seed(0)
+    cfg = {"arch": "unet", "in_channels": 4, "width": 4, "depth": 2, "skip": True, "noise_aware": True}
+    start = DenoiseThenDemosaic(
+        build_model({**cfg, "head": "raw"}), build_model({**cfg, "head": "jdd"}), output="raw"
+    )
+    save_checkpoint(tmp_path / "start.pt", start)
+    nm = NoiseModel(1e-3, 1e-5).conditioning(4)
+    rng = np.random.default_rng(0)
+    files = [
+        pack_file(f"f{i}", (0.3 + 0.05 * rng.standard_normal((96, 96))).astype(np.float32), "RGGB", nm)
+        for i in range(3)
+    ]
+    y = torch.from_numpy(files[0].packed)[None]
+
+    def score(model):
+        with torch.no_grad():
+            out = model(y, nm[None])
+        return {"psnr": float(-10 * torch.log10(((out - y) ** 2).mean() + 1e-12))}
+
+    args = argparse.Namespace(
+        start=str(tmp_path / "start.pt"),
+        out=str(tmp_path),
+        extra={"width": 4, "crop": 32, "batch_size": 2},
+        bsp_frames="others",
+        bsp_steps=2,
+    )
+    logs: list[str] = []
+    res = bench.burst_blindspot(args, files, score, logs.append)
+    steps = [r["step"] for r in res["rows"]]
+    assert steps == [0, 1, 2], steps
+    assert all(len(r["weights_beside"]) == 3 for r in res["rows"][1:])
+    assert sum("blindspot step" in m for m in logs) == 2
