@@ -89,6 +89,11 @@ def _save(path: Path, doc: dict) -> None:
     path.write_text(json.dumps(doc, indent=1) + "\n")
 
 
+def shown(row: dict) -> str:
+    """A result row as one log line: JSON, floats to 4 decimals, the step left out (the line names it)."""
+    return json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items() if k != "step"})
+
+
 def load_start(path) -> tuple:
     """(the RAW denoiser adaptation trains, ``wrap(model)`` → what is scored): for a two-stage RAW start (the
     shipped default, the CFA-site blend) its first stage, scored inside the start's blend; else the model
@@ -139,8 +144,7 @@ def run_adapt(name: str, files, out: Path, start_ckpt: str, steps: int, opts: di
         model.load_state_dict(sd)
         sc = score(wrap(model).eval())
         rows.append({"step": s, **sc, **{f"held_{k}": v for k, v in held.get(s, {}).items() if k != "step"}})
-        shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in rows[-1].items() if k != "step"}
-        log(f"  {name} step {s}: {json.dumps(shown)}")
+        log(f"  {name} step {s}: {shown(rows[-1])}")
     return {
         "name": name,
         "options": opts,
@@ -381,8 +385,7 @@ def _burst_training(args, name: str, objective_for, data, cfg: dict, score, log,
             worst = min(drop, key=drop.get)
             row.update(forget_db=drop[worst], forget_at=worst)
         rows.append(row)
-        shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items() if k != "step"}
-        log(f"  {name} step {s}: {json.dumps(shown)}")
+        log(f"  {name} step {s}: {shown(row)}")
     return {"name": name, "seconds": round(secs, 1), "rows": rows}
 
 
@@ -487,7 +490,7 @@ def burst_blindspot(args, files, score, log) -> dict:
     full = wrap(start.float()).eval()  # the whole start
     rows = [{"step": 0, **score(full)}]
     rows[0]["psnr_shipped"] = score(maybe_shrink(full, True))["psnr"]  # the start as rawrcl denoise runs it
-    log(f"  blindspot: the start {json.dumps({k: round(v, 4) for k, v in rows[0].items()})}")
+    log(f"  blindspot: the start {shown(rows[0])}")
     torch.manual_seed(0)
     model = BlindSpotDenoiser(width=int(o["width"]))
     if o["init"]:
@@ -530,8 +533,7 @@ def burst_blindspot(args, files, score, log) -> dict:
         row["psnr_beside"] = score(beside)["psnr"]
         row["weights_beside"] = [round(w, 3) for w in beside.seen[-1]]
         rows.append(row)
-        shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items() if k != "step"}
-        log(f"  blindspot step {s}: {json.dumps(shown)}")
+        log(f"  blindspot step {s}: {shown(row)}")
     return {
         "name": "blindspot",
         "options": {**o, "steps": args.bsp_steps},
