@@ -269,8 +269,8 @@ def adapt(
         model.load_state_dict(sd)
         return model
 
-    table, best, worse, forgot = keep_or_discard(cands, model_at, held, c, say)
-    summary = adapt_summary(out, ck / "last.pt", src, c, nfiles, len(held), table, best, worse, forgot, fit)
+    table, best = keep_or_discard(cands, model_at, held, c, say)
+    summary = adapt_summary(out, ck / "last.pt", src, c, nfiles, len(held), table, best, fit)
     # last.pt: the selected weights; the trained ones stay in train_weights for --resume
     model.load_state_dict(weights[best["step"]])
     extra = dict(last["extra"])

@@ -126,8 +126,8 @@ def adapt_blindspot(
         net.load_state_dict(read_checkpoint(path)["state_dict"])
         return maybe_shrink(WithBlindSpot(base, net.eval()), True)
 
-    table, best, worse, forgot = keep_or_discard(cands, model_at, held, c, say)
-    summary = adapt_summary(out, out / RUN_RAW, src, c, nfiles, len(held), table, best, worse, forgot, fit)
+    table, best = keep_or_discard(cands, model_at, held, c, say)
+    summary = adapt_summary(out, out / RUN_RAW, src, c, nfiles, len(held), table, best, fit)
     extra = {"adapt": {k: v for k, v in summary.items() if k not in ("run_dir", "checkpoint")}}
     if best["step"] == 0:
         save_checkpoint(out / RUN_RAW, start, None, extra)

@@ -3,7 +3,8 @@
 - :func:`held_out_scores`: SURE, the held-out clip-aware R2R loss and the shadow check on fixed crops of the
   user's files (never trained on) — does adaptation help on the user's camera?
 - :func:`keep_or_discard`: both for the start and each candidate, and the choice among them;
-  :func:`adapt_warnings` the warnings when the final weights did worse or forgot.
+  :func:`final_flags` whether the final weights did worse or forgot, :func:`adapt_warnings` the warnings then,
+  :func:`adapt_summary` the run's summary.
 - :func:`check_crops` / :func:`check_scores`: the forgetting check — PSNR on synthetic mosaics of the
   bottom :data:`rawrcl.train.adapt_objective.CHECK_BAND` of the bundled scikit-image photos (never in the
   mix) across the camera noise ladder, photo-valued and unprocessed, with the true noise — does it still do
@@ -209,10 +210,10 @@ def keep_or_discard(
     held: Sequence[dict],
     c: AdaptConfig,
     say: Callable[[str], None] = lambda m: None,
-) -> tuple[list[dict], dict, bool, bool]:
+) -> tuple[list[dict], dict]:
     """Score the candidates (step, checkpoint path or None; step 0 = the start, first) — ``model_at(step,
     path)`` gives the model to score — on the held-out crops and the forgetting check; returns (table, the
-    selected row, final worse than the start by the selection score, final forgot > ``forget_tol``)."""
+    selected row)."""
     checks = check_crops()
     say(
         f"scoring {len(cands)} checkpoints (start included) on the held-out crops and the forgetting check "
@@ -234,16 +235,20 @@ def keep_or_discard(
             f"held-out step {s}: SURE {sc['sure']:.4g} ({sc['sure_psnr']:.2f} dB), R2R {sc['r2r']:.4f}; "
             f"forgetting check: worst {drop[worst]:+.2f} dB ({worst})"
         )
-    base, final = table[0], table[-1]
     allowed = [r for r in table if r["step"] == 0 or r["forget_db"] >= -c.forget_tol]
     if c.select == "last":
-        best = allowed[-1]
-    else:
-        best = min(
-            allowed, key=lambda r: (r[c.select] if math.isfinite(r[c.select]) else math.inf, r["step"])
-        )
-    score = "sure" if c.select == "last" else c.select  # what "worse" is judged by
-    return table, best, final[score] > base[score], final["forget_db"] < -c.forget_tol
+        return table, allowed[-1]
+    return table, min(
+        allowed, key=lambda r: (r[c.select] if math.isfinite(r[c.select]) else math.inf, r["step"])
+    )
+
+
+def final_flags(table: list[dict], c: AdaptConfig) -> tuple[str, bool, bool]:
+    """(the score "worse" is judged by, the final weights scored worse than the start by it, the final weights
+    lost more than ``forget_tol`` on the forgetting check) of a :func:`keep_or_discard` table."""
+    score = "sure" if c.select == "last" else c.select
+    base, final = table[0], table[-1]
+    return score, final[score] > base[score], final["forget_db"] < -c.forget_tol
 
 
 def adapt_summary(
@@ -255,14 +260,13 @@ def adapt_summary(
     held: int,
     table: list[dict],
     best: dict,
-    worse: bool,
-    forgot: bool,
     fit: dict,
 ) -> dict:
     """The summary of run ``out`` (``adapt.json``, ``extra["adapt"]``) from its keep-or-discard
     (:func:`keep_or_discard`): ``checkpoint`` the file commands use, ``files`` the
     :class:`~rawrcl.data.noisy_crops.NoiseFile` s, ``held`` the number of held-out crops, ``fit`` what the
     trainer returned; with ``warning`` when :func:`adapt_warnings` warned."""
+    _, worse, forgot = final_flags(table, c)
     summary = {
         "run_dir": str(out),
         "checkpoint": str(checkpoint),
@@ -280,16 +284,16 @@ def adapt_summary(
         "delta_sure_db": round(best["sure_psnr"] - table[0]["sure_psnr"], 4),
         "train": {k: fit.get(k) for k in ("first_loss", "last_loss", "elapsed_s")},
     }
-    if msgs := adapt_warnings(table, best, worse, forgot, c):
+    if msgs := adapt_warnings(table, best, c):
         summary["warning"] = " / ".join(msgs)
     return summary
 
 
-def adapt_warnings(table: list[dict], best: dict, worse: bool, forgot: bool, c: AdaptConfig) -> list[str]:
+def adapt_warnings(table: list[dict], best: dict, c: AdaptConfig) -> list[str]:
     """Warn (and return the messages) when the final weights scored worse than the start on the held-out
-    crops or forgot more than ``forget_tol`` on the check."""
+    crops or forgot more than ``forget_tol`` on the check (:func:`final_flags`)."""
     base, final = table[0], table[-1]
-    score = "sure" if c.select == "last" else c.select
+    score, worse, forgot = final_flags(table, c)
     forget_tol = c.forget_tol
     kept = "kept the starting weights" if best["step"] == 0 else f"kept step {best['step']}"
     msgs = []
