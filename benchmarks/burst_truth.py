@@ -23,8 +23,9 @@ each (``benchmarks/adapt.py``'s burst Noise2Noise: does training on such referen
 then Rec. 709-encoded (``docs/real_noise.md``); ``--exposure`` brightens the scene; ``--estimate`` adds the
 default and GAT+BM3D told the single-image estimate (what the commands do; for an encoded file there is no
 true λ); ``--jdd`` (with ``--estimate``) the JDD default and, with ``--gharbi DIR``, Gharbi et al. 2016, at
-the CFA sites; ``--write DIR`` saves the frames as DNGs and frame 00's truth, to measure any command (``rawrcl
-adapt``, ``rawrcl denoise``) against the truth.
+the CFA sites; ``--linearise`` (with ``--encode --estimate``) the default run on the decoded values (inverse
+Rec. 709, the single-image estimate of the decoded mosaic) and re-encoded; ``--write DIR`` saves the frames as
+DNGs and frame 00's truth, to measure any command (``rawrcl adapt``, ``rawrcl denoise``) against the truth.
 
     python benchmarks/burst_truth.py [--photos DIR --first 40 --seed 0 --n2n 400 --json out.json]
     python benchmarks/burst_truth.py --encode --exposure 4 --estimate [--write DIR]
@@ -96,6 +97,13 @@ def rec709(u: np.ndarray) -> np.ndarray:
     return np.where(u < 0.018, 4.5 * u, 1.099 * np.maximum(u, 0.018) ** 0.45 - 0.099)
 
 
+def inverse_rec709(v: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`rec709`, encoded [0, 1] → linear: v / 4.5 below 0.081, ((v + 0.099) / 1.099)^(1/0.45)
+    above."""
+    v = np.asarray(v, np.float64)
+    return np.where(v < 0.081, v / 4.5, ((np.maximum(v, 0.081) + 0.099) / 1.099) ** (1 / 0.45))
+
+
 def make_burst(
     lin: np.ndarray,
     seed: int,
@@ -150,6 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--estimate", action="store_true", help="also the default and GAT+BM3D told the single-image estimate"
+    )
+    ap.add_argument(
+        "--linearise",
+        action="store_true",
+        help="with --encode --estimate: also the default on the decoded (inverse Rec. 709) values",
     )
     ap.add_argument(
         "--jdd",
@@ -266,6 +279,15 @@ def main(argv: list[str] | None = None) -> int:
         net = bind_noise(task_model(args.model, "raw-denoise", TileOptions()), est, 4, None)
         with torch.no_grad():
             row("rawrcl denoise (image estimate)", denoise_cfa(net, br.target, PATTERN, TileOptions()))
+        if args.linearise:  # decode, estimate and denoise in linear values, re-encode (docs/real_noise.md)
+            lin = inverse_rec709(br.target).astype(np.float32)
+            est_lin = file_noise(
+                types.SimpleNamespace(cfa=lin, pattern=PATTERN, make="", model="", iso=None), "image"
+            )
+            net = bind_noise(task_model(args.model, "raw-denoise", TileOptions()), est_lin.model, 4, None)
+            with torch.no_grad():
+                out = rec709(denoise_cfa(net, lin, PATTERN, TileOptions()))
+            row("rawrcl denoise, linearised (image estimate)", out)
         if not args.no_bm3d:
             ls, lr = (v.tolist() for v in est.params(4).numpy())
             den = gat_bm3d(grid.pack(np.clip(br.target, 0, 1)).astype(np.float32), ls, lr)
