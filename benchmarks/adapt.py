@@ -468,6 +468,7 @@ BLINDSPOT = {
     "ema": None,
     "lr_schedule": "constant",
     "init": None,  # a blind-spot checkpoint to continue from (a fresh schedule), else from scratch
+    "cross": True,  # the head reads each packed pixel's other CFA samples (as adapt; false: before stop 60)
 }
 
 
@@ -492,7 +493,7 @@ def burst_blindspot(args, files, score, log) -> dict:
     rows[0]["psnr_shipped"] = score(maybe_shrink(full, True))["psnr"]  # the start as rawrcl denoise runs it
     log(f"  blindspot: the start {shown(rows[0])}")
     torch.manual_seed(0)
-    model = BlindSpotDenoiser(width=int(o["width"]))
+    model = BlindSpotDenoiser(width=int(o["width"]), cross=bool(o["cross"]))
     if o["init"]:
         model.load_state_dict(read_checkpoint(o["init"])["state_dict"])
     train = {"others": files[1:], "frame01": files[1:2], "all": files}[args.bsp_frames]

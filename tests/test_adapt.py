@@ -572,10 +572,11 @@ def test_adapt_blindspot_writes_the_start_beside_a_new_network(adapt_env, tmp_pa
     for k, v in read_checkpoint(src)["state_dict"].items():
         assert torch.equal(saved["state_dict"][f"base.{k}"], v), k
     model, _ = load_for_task(run, "raw-denoise")
-    assert isinstance(model, WithBlindSpot) and len(model.part_names) == 3
+    assert isinstance(model, WithBlindSpot)
+    assert model.part_names == ("start (its SURE weights)", "blind-spot network")
     out = _cli(["denoise", adapt_env["dngs"] / "a.dng", "-o", tmp_path / "a.dng", "--model", run])
     assert out.exit_code == 0, out.output
-    assert "blind-spot network" in out.output, out.output  # the log names the SURE weights of the 3 parts
+    assert "blind-spot network" in out.output, out.output  # the log names the SURE weights of both parts
     # --from the run: its network trained on beside the same base
     more = ["--method", "blindspot", "--crop", 32, "--steps", 2, "--batch-size", 2, "--lr", 3e-4]
     res = _cli(

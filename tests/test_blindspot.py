@@ -31,6 +31,29 @@ def test_each_output_is_blind_to_its_own_packed_pixel_only(dtype):
         net(torch.rand(1, 4, 10, 12, dtype=dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cross_outputs_read_the_other_samples_of_their_cell_but_never_their_own(dtype):
+    torch.manual_seed(3)
+    net = BlindSpotNet(width=6, cross=True).to(dtype)
+    torch.nn.init.normal_(net.head_out.weight, std=0.1)
+    torch.nn.init.normal_(net.centre, std=0.1)  # trained-like
+    y = torch.rand(1, 4, 16, 20, dtype=dtype, requires_grad=True)
+    mu, s2 = net(y)
+    assert mu.shape == s2.shape == y.shape
+    for i, j in [(0, 0), (7, 9), (15, 19)]:
+        for c in range(4):
+            g = torch.autograd.grad(mu[0, c, i, j] + s2[0, c, i, j], y, retain_graph=True)[0]
+            assert float(g[0, c, i, j].abs()) == 0.0  # blind to its own sample
+            others = [k for k in range(4) if k != c]
+            assert all(float(g[0, k, i, j].abs()) > 0 for k in others), (i, j, c)  # reads the cell's others
+    # without cross the whole cell is hidden (test above); an old checkpoint's config builds the old net
+    from rawrcl.models.registry import build_model
+
+    m = build_model({"arch": "blindspot", "channels": 4, "width": 6})
+    assert not m.net.cross and m.config["cross"] is False
+    assert build_model(BlindSpotDenoiser(width=6, cross=True).config).net.cross
+
+
 def test_posterior_mean_lies_between_the_pixel_and_the_prior():
     torch.manual_seed(1)
     m = BlindSpotDenoiser(width=6).eval()
@@ -80,10 +103,11 @@ def test_likelihood_training_on_noisy_crops_only_learns_the_prior():
     assert r["scored"] == 0.0 and float(r["loss"].detach()) == 0.0
 
 
-def test_with_blindspot_is_a_checkpoint_and_sure_weights_take_its_third_estimate(tmp_path):
+def test_with_blindspot_is_a_checkpoint_and_sure_weights_lean_on_the_right_estimate(tmp_path):
     """arch with_blindspot round-trips through a checkpoint; called directly it is its base; with SURE
-    weights it exposes three estimates and leans on the one that is right: a blurring base beside a
-    blind-spot network whose prior is the clean signal gets (nearly) all the network's weight."""
+    weights it exposes two estimates — the base with its own SURE weights, the blind-spot network — and leans
+    on the one that is right: a blurring base beside a blind-spot network whose prior is the clean signal
+    gets (nearly) all the network's weight."""
     from rawrcl.errors import RawrclError
     from rawrcl.models.blindspot import WithBlindSpot
     from rawrcl.models.compose import DenoiseThenDemosaic
@@ -104,7 +128,10 @@ def test_with_blindspot_is_a_checkpoint_and_sure_weights_take_its_third_estimate
     noise = NoiseModel(1e-3, 1e-5).conditioning(4)[None]
     with torch.no_grad():
         torch.testing.assert_close(back(x, noise), base(x, noise))
-        assert len(back.parts(x, noise)) == 3
+        start, net = back.parts(x, noise)
+        torch.testing.assert_close(start, SureShrink(base)(x, noise))  # the base as rawrcl denoise runs it
+        torch.testing.assert_close(net, back.blindspot(x, noise))
+    assert not any(k.startswith("_start") for k in back.state_dict())  # one copy of the base's weights
     with pytest.raises(RawrclError, match="width"):
         build_model({"arch": "blindspot", "width": 0})
     with pytest.raises(RawrclError, match="base"):
@@ -184,5 +211,5 @@ def test_the_adapt_benchmark_blindspot_row_runs_end_to_end(tmp_path):
     res = bench.burst_blindspot(args, files, score, logs.append)
     steps = [r["step"] for r in res["rows"]]
     assert steps == [0, 1, 2], steps
-    assert all(len(r["weights_beside"]) == 3 for r in res["rows"][1:])
+    assert all(len(r["weights_beside"]) == 2 for r in res["rows"][1:])  # start, network
     assert sum("blindspot step" in m for m in logs) == 2

@@ -58,6 +58,33 @@ def test_weight_matches_the_oracle_and_beats_both_ends(size, dtype):
     assert out.dtype == dtype and out.shape == y.shape
 
 
+def test_a_model_can_ask_for_a_finer_grid_of_probe_windows():
+    """``sure_grid = 4`` (the blind-spot composite): 16 probe windows inside the input instead of 4, and the
+    weight still matches the oracle; inputs up to 2 windows a side are probed whole either way."""
+    calls = []
+
+    class _Recorded(_Blur):
+        def forward(self, x, noise):
+            calls.append(tuple(x.shape[-2:]))
+            return super().forward(x, noise)
+
+    clean = _texture(200)
+    noise = NoiseModel(1e-4, 1e-6)
+    y = clean + noise.std(clean) * torch.randn(clean.shape, generator=torch.Generator().manual_seed(1))
+    cond = noise.conditioning(4)[None]
+    model = _Recorded(5)
+    model.sure_grid = 4
+    shrink = SureShrink(model)
+    assert len(shrink._windows(200, 200)) == 16 and len(SureShrink(_Blur(5))._windows(200, 200)) == 4
+    assert all(0 <= t <= 200 - 64 and 0 <= left <= 200 - 64 for t, left, _ in shrink._windows(200, 200))
+    shrink(y, cond)
+    assert calls[0] == (200, 200) and calls[1:] == [(64, 64)] * 32  # two passes of the 16 windows
+    f = model(y, cond)
+    oracle = float(((clean - y) * (f - y)).sum() / ((f - y) ** 2).sum())
+    assert abs(float(shrink.last_weights[0, 0]) / SLACK - oracle) < 0.1
+    assert shrink._windows(128, 300) is None
+
+
 def test_a_good_denoiser_is_left_alone():
     """When the network removes about the noise (here: the clean image itself), w* ≥ 1/SLACK and the
     output is the network's, unchanged."""

@@ -6,6 +6,10 @@ self-supervised deep image denoising"), for packed RAW.
 convolutions and pools that see only rows above and at a pixel (:class:`_Down` shifts before pooling), its
 output shifted down one row — so each pass sees a half-plane strictly above the pixel, and the four rotations
 together see everything but the pixel itself (all four CFA samples of a packed pixel are hidden together).
+With ``cross=True`` the head also reads the pixel's *other* CFA samples — for output plane c the 3 samples of
+the same 2×2 cell but c, the nearest neighbours a mosaic has (G1 and G2 are diagonal neighbours, R and B
+side by side with both greens) — through a per-plane masked 1×1 path: each plane is still blind to its own
+sample, whose noise is independent of the others' on a sensor.
 Trained on noisy data only (:class:`rawrcl.methods.blindspot.BlindSpotNLL`: the likelihood of y under
 N(μ, s² + v)); at inference :class:`BlindSpotDenoiser` combines the prior with the pixel's own value,
 E[x | y] = (s²·y + v·μ) / (s² + v), with v = λshot·max(μ, 0) + λread the known noise variance.
@@ -23,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rawrcl.models.geometry import size_multiple
+from rawrcl.models.shrink import maybe_shrink
 from rawrcl.noise import variance_map
 
 #: log of the prior variance an untrained head starts at (the head's output is added): 1e-4, a typical RAW
@@ -87,34 +92,59 @@ def ring_mean(y: torch.Tensor) -> torch.Tensor:
 class BlindSpotNet(nn.Module):
     """Prior N(μ, s²) of each packed pixel from its surroundings only: μ = :func:`ring_mean` + a learned
     correction, log s² = log 1e-4 + a learned offset. ``channels`` packed planes (4), ``width`` features per
-    rotation."""
+    rotation; ``cross``: the head also reads the pixel's other planes (module docstring), each output plane
+    blind to its own sample only."""
 
     size_multiple = 4
 
-    def __init__(self, channels: int = 4, width: int = 32) -> None:
+    def __init__(self, channels: int = 4, width: int = 32, cross: bool = False) -> None:
         super().__init__()
-        self.channels, self.width = int(channels), int(width)
+        self.channels, self.width, self.cross = int(channels), int(width), bool(cross)
         self.branch = _Branch(self.channels, self.width)
-        w4 = 4 * self.width
-        self.head = nn.Sequential(
-            nn.Conv2d(w4, w4, 1),
-            nn.LeakyReLU(0.1),
-            nn.Conv2d(w4, self.width, 1),
-            nn.LeakyReLU(0.1),
-            nn.Conv2d(self.width, 2 * self.channels, 1),
-        )
-        nn.init.zeros_(self.head[-1].weight)  # untrained: μ = the ring mean, s² = 1e-4
-        nn.init.zeros_(self.head[-1].bias)
+        w4, c = 4 * self.width, self.channels
+        if not self.cross:
+            self.head = nn.Sequential(
+                nn.Conv2d(w4, w4, 1),
+                nn.LeakyReLU(0.1),
+                nn.Conv2d(w4, self.width, 1),
+                nn.LeakyReLU(0.1),
+                nn.Conv2d(self.width, 2 * c, 1),
+            )
+            last = self.head[-1]
+        else:
+            self.head_in = nn.Conv2d(w4, w4, 1)
+            #: (C out, 4·width, C in) weights of the same cell's samples; [c, :, c] is held at 0 by ``own``
+            self.centre = nn.Parameter(torch.zeros(c, w4, c))
+            self.register_buffer("own", torch.eye(c)[:, None, :].bool(), persistent=False)
+            self.head_mid = nn.Conv2d(w4, self.width, 1)
+            self.head_out = nn.Conv2d(c * self.width, 2 * c, 1, groups=c)  # per plane: (μ correction, log s²)
+            last = self.head_out
+        nn.init.zeros_(last.weight)  # untrained: μ = the ring mean, s² = 1e-4
+        nn.init.zeros_(last.bias)
+
+    def _head_cross(self, feats: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """(B, 2C, h, w) [μ corrections; log s² offsets] from the blind features and, per output plane c, the
+        same cell's samples of the other planes."""
+        a = self.head_in(feats)
+        w = self.centre.masked_fill(self.own, 0.0).to(y.dtype)
+        hidden = []
+        for c in range(self.channels):
+            h = F.leaky_relu(a + F.conv2d(y, w[c][:, :, None, None]), 0.1)
+            hidden.append(F.leaky_relu(self.head_mid(h), 0.1))
+        out = self.head_out(torch.cat(hidden, 1))  # grouped: [μ₀, ls₀, μ₁, ls₁, …]
+        return torch.cat([out[:, 0::2], out[:, 1::2]], 1)
 
     def forward(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(μ, s²) of (B, C, h, w) ``y``; each output pixel independent of the same pixel of ``y``."""
+        """(μ, s²) of (B, C, h, w) ``y``; each output pixel independent of the same pixel of ``y`` (with
+        ``cross``: each output sample independent of the same sample of ``y``)."""
         if y.shape[-2] % 4 or y.shape[-1] % 4:
             raise ValueError(f"BlindSpotNet needs h, w multiples of 4, got {tuple(y.shape[-2:])}")
         feats = []
         for k in range(4):
             f = self.branch(torch.rot90(y, k, (2, 3)))
             feats.append(torch.rot90(_shift_down(f), -k, (2, 3)))
-        out = self.head(torch.cat(feats, 1))
+        feats = torch.cat(feats, 1)
+        out = self._head_cross(feats, y) if self.cross else self.head(feats)
         mu = ring_mean(y) + out[:, : self.channels]
         s2 = torch.exp(out[:, self.channels :].clamp(-20.0, 20.0) + LOG_S2_START)
         return mu, s2
@@ -124,17 +154,20 @@ class BlindSpotDenoiser(nn.Module):
     """``model(y, noise)`` → the posterior mean (B, C, h, w) of a :class:`BlindSpotNet` prior and
     Gaussian noise of the told variance; ``noise`` (B, 2 or 3, C) (λshot, λread; a σ_row² row is ignored),
     as noise-aware models take it. ``posterior=False`` returns the prior mean μ alone (the blind-spot
-    estimate). Registered as arch ``"blindspot"`` (config ``channels``, ``width``)."""
+    estimate). Registered as arch ``"blindspot"`` (config ``channels``, ``width``, ``cross``: absent in
+    checkpoints written before it, = False)."""
 
     noise_aware = True
     size_multiple = 4
     head_name = "raw"
 
-    def __init__(self, channels: int = 4, width: int = 32, posterior: bool = True) -> None:
+    def __init__(
+        self, channels: int = 4, width: int = 32, posterior: bool = True, cross: bool = False
+    ) -> None:
         super().__init__()
-        self.net = BlindSpotNet(channels, width)
+        self.net = BlindSpotNet(channels, width, cross)
         self.posterior = bool(posterior)
-        self.config = {"arch": "blindspot", "channels": channels, "width": width}
+        self.config = {"arch": "blindspot", "channels": channels, "width": width, "cross": bool(cross)}
 
     def prior(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.net(y)
@@ -154,30 +187,31 @@ class WithBlindSpot(nn.Module):
     per-tile weights from Stein's estimate — label-free, and back to the base where the blind-spot network
     does not help (``rawrcl adapt --method blindspot``).
 
-    :meth:`parts`: the base's own estimates (its first stage and JDD stage for the CFA-site blend, else its
-    output), then the blind-spot posterior mean. Called directly (no SURE weights, ``--no-shrink``) the model
-    is the base alone. Shapes: ``x`` (B, 4, h, w) packed [R, G1, G2, B] in [0, 1], ``noise`` (B, 2 or 3, 4)
-    → (B, 4, h, w). Registered as arch ``"with_blindspot"`` (config ``base``, ``blindspot``).
+    :meth:`parts` (nested): the base as ``rawrcl denoise`` runs it — with its own SURE weights, for the
+    CFA-site blend over its first stage and JDD stage —, then the blind-spot posterior mean; an outer
+    SureShrink weighs the two (K = 2). Chosen over one flat K = 3 SURE over all the estimates on synthetic
+    conditions (equal or better on each; docs/adaptation.md, "Nested SURE weights"). Called directly (no SURE
+    weights, ``--no-shrink``) the model is the base alone. Shapes: ``x`` (B, 4, h, w) packed [R, G1, G2, B]
+    in [0, 1], ``noise`` (B, 2 or 3, 4) → (B, 4, h, w). Registered as arch ``"with_blindspot"`` (config
+    ``base``, ``blindspot``).
     """
 
     noise_aware = True
     raw_parts = True
     head_name = "raw"
+    part_names = ("start (its SURE weights)", "blind-spot network")
+    #: SureShrink probes 4 × 4 windows of each tile, not 2 × 2: with 4 the network's weight swung 0 ↔ 0.26
+    #: with the windows' placement alone (docs/adaptation.md, "Nested SURE weights")
+    sure_grid = 4
 
     def __init__(self, base: nn.Module, blindspot: BlindSpotDenoiser) -> None:
         super().__init__()
         self.base, self.blindspot = base, blindspot
         self.row_aware = bool(getattr(base, "row_aware", False))
         self.size_multiple = math.lcm(size_multiple(base), size_multiple(blindspot))
-
-    @property
-    def _base_parts(self) -> bool:
-        return bool(getattr(self.base, "raw_parts", False))
-
-    @property
-    def part_names(self) -> tuple[str, ...]:
-        own = tuple(getattr(self.base, "part_names", ())) if self._base_parts else ("start",)
-        return (*own, "blind-spot network")
+        # the base with its own SURE weights; a tuple keeps it out of the module tree (no second copy of the
+        # base's weights in state_dict, no second set of weights in the command's SURE log line)
+        self._start = (maybe_shrink(base, True),)
 
     @property
     def config(self) -> dict:
@@ -192,13 +226,12 @@ class WithBlindSpot(nn.Module):
         }
 
     def parts(self, x: torch.Tensor, noise: torch.Tensor) -> list[torch.Tensor]:
-        own = list(self.base.parts(x, noise)) if self._base_parts else [self.base(x, noise)]
-        return [*own, self.blindspot(x, noise[:, :2]).to(own[0].dtype)]
+        start = self._start[0](x, noise)
+        return [start, self.blindspot(x, noise[:, :2]).to(start.dtype)]
 
     def blend_parts(self, *parts: torch.Tensor) -> torch.Tensor:
-        """The base's own output from :meth:`parts` (the last argument is the noise)."""
-        *est, noise = parts
-        return self.base.blend_parts(*est[:-1], noise) if self._base_parts else est[0]
+        """The start's output from :meth:`parts` (the last argument is the noise)."""
+        return parts[0]
 
     def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         return self.base(x, noise)

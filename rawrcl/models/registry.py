@@ -197,7 +197,7 @@ def _two_stage(config: dict) -> nn.Module:
 
 def _blindspot(config: dict) -> nn.Module:
     """A :class:`~rawrcl.models.blindspot.BlindSpotDenoiser`: arch ``blindspot``."""
-    return BlindSpotDenoiser(config["channels"], config["width"])
+    return BlindSpotDenoiser(config["channels"], config["width"], cross=bool(config.get("cross", False)))
 
 
 def _with_blindspot(config: dict) -> nn.Module:
@@ -218,8 +218,11 @@ ARCHS: dict[str, Callable[[dict], nn.Module]] = {
 
 
 def _blindspot_config(cfg: dict) -> dict:
-    """Validate a ``blindspot`` config: ``channels`` (4, packed RAW) and ``width`` (32) ≥ 1."""
-    channels, width = cfg.get("channels", 4), cfg.get("width", 32)
+    """Validate a ``blindspot`` config: ``channels`` (4, packed RAW), ``width`` (32) ≥ 1 and ``cross`` (a
+    bool; False when absent, as in checkpoints written before it)."""
+    channels, width, cross = cfg.get("channels", 4), cfg.get("width", 32), cfg.get("cross", False)
+    if not isinstance(cross, bool):
+        raise RawrclError(f"a blind-spot model's cross must be true or false, got {cross!r}")
     for name, v in (("channels", channels), ("width", width)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise RawrclError(f"a blind-spot model's {name} must be a whole number ≥ 1, got {v!r}")
@@ -232,6 +235,7 @@ def _blindspot_config(cfg: dict) -> dict:
         "noise_aware": True,
         "channels": 4,
         "width": width,
+        "cross": cross,
     }
 
 

@@ -45,9 +45,9 @@ class SureShrink(nn.Module):
     ``parts(x, noise)`` and ``blend_parts(*parts, noise)``) gives K: the CFA-site blend default
     (:class:`~rawrcl.models.compose.DenoiseThenDemosaic`) its first stage a and its JDD stage at the CFA
     sites b, ``y + w₁(a − y) + w₂(b − y)`` with w ≥ 0, Σw ≤ 1 minimising SURE in place of the fixed blend;
-    :class:`~rawrcl.models.blindspot.WithBlindSpot` those and a blind-spot network's estimate (K = 3) — the
-    same estimate with the cross terms: minimise wᵀMw − 2wᵀr, M_jk = Σ(f_j − y)(f_k − y),
-    r_j = Σ v(1 − div f_j) (:func:`best_weights`).
+    :class:`~rawrcl.models.blindspot.WithBlindSpot` its start with its own SURE weights and a blind-spot
+    network's estimate (K = 2, nested) — the same estimate with the cross terms: minimise wᵀMw − 2wᵀr,
+    M_jk = Σ(f_j − y)(f_k − y), r_j = Σ v(1 − div f_j) (:func:`best_weights`).
     Weights: one set per sample of the batch (per tile of the tiler). Shapes: ``x`` (B, 4, h, w) [R, G1,
     G2, B] in [0, 1] units, ``noise`` (B, 2 or 3, 4) [λshot; λread (; σ_row²)] → (B, 4, h, w). Inputs up to
     2 × 2 windows are probed whole (one more pass); larger ones on 2 × 2 windows of :data:`WINDOW` packed
@@ -65,6 +65,9 @@ class SureShrink(nn.Module):
         self.multi_part = bool(getattr(model, "raw_parts", False))
         self.row_aware = bool(getattr(model, "row_aware", False))
         self.size_multiple = size_multiple(model)
+        #: probe windows per side: 2 (4 windows), or the model's ``sure_grid`` (a blind-spot composite: 4,
+        #: i.e. 16 windows; 4 gave its network's weight too much variance, docs/adaptation.md)
+        self.grid = int(getattr(model, "sure_grid", 2))
         self.last_weights: torch.Tensor | None = None
         self.seen: list[list[float]] = []
 
@@ -96,11 +99,11 @@ class SureShrink(nn.Module):
         """(top, left, side) of the probe windows; None: probe the whole input."""
         if h <= 2 * WINDOW or w <= 2 * WINDOW:
             return None
-        return [
-            (t, lft, WINDOW)
-            for t in (h // 4 - WINDOW // 2, 3 * h // 4 - WINDOW // 2)
-            for lft in (w // 4 - WINDOW // 2, 3 * w // 4 - WINDOW // 2)
-        ]
+        # window centres at the middles of a g × g grid of cells (g = 2: the quarter points), inside the input
+        g = self.grid
+        rows = [min(max(0, (2 * i + 1) * h // (2 * g) - WINDOW // 2), h - WINDOW) for i in range(g)]
+        cols = [min(max(0, (2 * j + 1) * w // (2 * g) - WINDOW // 2), w - WINDOW) for j in range(g)]
+        return [(t, lft, WINDOW) for t in rows for lft in cols]
 
     def weights(
         self, x: torch.Tensor, noise: torch.Tensor, full: list[torch.Tensor]

@@ -7,8 +7,9 @@ files with :class:`rawrcl.methods.blindspot.BlindSpotNLL` (each file told its ow
 anchor: there is no start in it to forget). Alone it stays below the shipped model on the measured burst
 (docs/adaptation.md); its errors are unlike the shipped model's, so the adapted model is
 :class:`~rawrcl.models.blindspot.WithBlindSpot` — the start's estimates and the blind-spot posterior mean,
-re-weighted per tile by Stein's estimate (:class:`~rawrcl.models.shrink.SureShrink`, K = 3 for the shipped
-CFA-site blend), which falls back to the start where the new network does not help.
+re-weighted per tile by Stein's estimate (:class:`~rawrcl.models.shrink.SureShrink` over the start as
+``rawrcl denoise`` runs it and the network), which falls back to the start where the new network does not
+help. The network's head reads each packed pixel's other CFA samples (``cross``, :data:`CROSS`).
 
 ``--from`` an earlier blind-spot run continues its network (a fresh cosine schedule; measured: a second 6000
 steps at lr 3e-4, docs/adaptation.md). Pipeline: files and noise as every ``adapt``
@@ -49,6 +50,9 @@ from rawrcl.train.config import AdaptConfig
 
 #: features per rotation of the blind-spot U-Net (the measured rows of docs/adaptation.md)
 WIDTH = 32
+#: the head reads the other CFA samples of each packed pixel (:class:`~rawrcl.models.blindspot.BlindSpotNet`;
+#: since stop 60: alone +0.27 dB on the burst's unseen frame at the default 6000 steps; docs/adaptation.md)
+CROSS = True
 
 
 def start_raw_model(
@@ -99,7 +103,7 @@ def adapt_blindspot(
     start, base, net, src = start_raw_model(source)
     torch.manual_seed(c.seed)
     if net is None:
-        net = BlindSpotDenoiser(width=WIDTH)
+        net = BlindSpotDenoiser(width=WIDTH, cross=CROSS)
     else:
         say(f"continuing the blind-spot network of {src}")
         net = net.float().train()
