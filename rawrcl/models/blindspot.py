@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rawrcl.models.geometry import size_multiple
-from rawrcl.models.shrink import maybe_shrink
+from rawrcl.models.sure import SureShrink
 from rawrcl.noise import variance_map
 
 #: log of the prior variance an untrained head starts at (the head's output is added): 1e-4, a typical RAW
@@ -183,7 +183,7 @@ class BlindSpotDenoiser(nn.Module):
 class WithBlindSpot(nn.Module):
     """A RAW denoiser (``base``: the start, e.g. the shipped CFA-site blend) beside a blind-spot network
     trained on the user's own noisy files (``blindspot``, :class:`BlindSpotDenoiser`): two estimates of each
-    file with unlike errors, which :class:`~rawrcl.models.shrink.SureShrink` combines with the input by
+    file with unlike errors, which :class:`~rawrcl.models.sure.SureShrink` combines with the input by
     per-tile weights from Stein's estimate — label-free, and back to the base where the blind-spot network
     does not help (``rawrcl adapt --method blindspot``).
 
@@ -211,7 +211,7 @@ class WithBlindSpot(nn.Module):
         self.size_multiple = math.lcm(size_multiple(base), size_multiple(blindspot))
         # the base with its own SURE weights; a tuple keeps it out of the module tree (no second copy of the
         # base's weights in state_dict, no second set of weights in the command's SURE log line)
-        self._start = (maybe_shrink(base, True),)
+        self._start = (SureShrink(base),)
 
     @property
     def config(self) -> dict:

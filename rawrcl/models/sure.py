@@ -1,0 +1,216 @@
+"""SURE weights: a noise-aware RAW denoiser's output(s) recombined with its input by the weights that minimise
+the estimated error — the estimator (:class:`SureShrink`); where the commands apply it:
+:mod:`rawrcl.models.shrink`.
+
+A network told the noise can still remove too much, most visibly at the clean end (base ISO), where the
+noise is far below the scene's own fine texture: on sharp photo-valued mosaics at λshot 2e-5 the shipped
+denoiser came out *below its noisy input* (docs/weights.md, "SURE weights"). For any denoiser f and
+noise of known per-pixel variance v, Stein's unbiased risk estimate of out = y + w·(f(y) − y) is
+
+    SURE(w) = w²·Σ(f − y)² − Σv + 2·Σ vᵢ·[(1 − w) + w·∂fᵢ/∂yᵢ],
+
+minimised at w* = Σ vᵢ(1 − ∂fᵢ/∂yᵢ) / Σ(fᵢ − yᵢ)²; min(1, :data:`SLACK`·w*) is used (1: the network
+unchanged). The divergence is a Monte Carlo estimate from one Rademacher probe b:
+∂fᵢ/∂yᵢ ≈ bᵢ·(f(y + εb) − f(y))ᵢ / ε. v = λshot·max(f, 0) + λread per plane; samples within 2.5σ of a clip
+level (black or white, where the input piles up; SURE does not hold there) are left out of both sums. One w
+per call (per tile of the tiler), estimated on a few windows of the tile: ≈ 10 % more time for the
+whole command. With two estimates (the two-stage RAW default: its first stage and its JDD stage) the same
+estimate with cross terms gives a 2×2 quadratic over the simplex (:class:`SureShrink`). No clean data
+is used: it needs only the noise the model is told.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from rawrcl.models.geometry import size_multiple
+
+#: side of each probe window, packed pixels; the outer ``MARGIN`` of it is not scored (border effects)
+WINDOW = 64
+MARGIN = 8
+#: probe step ε as a fraction of the window's mean noise std
+PROBE = 0.05
+#: w* scales with the told variance, which is itself uncertain (a single-image estimate's std is good to
+#: ≈ 10 %, the variance to ≈ 20 %; real noise is only roughly Poisson–Gaussian): the weight used is
+#: min(1, SLACK·w*), so only a shrinkage beyond that uncertainty is applied. Added after the first form
+#: (SLACK 1) lost 0.09 dB on the HDR+ burst, where it read w* ≈ 0.95 (docs/weights.md, "SURE weights").
+SLACK = 1.2
+
+
+class SureShrink(nn.Module):
+    """A noise-aware RAW denoiser's output(s) recombined with the input by SURE-optimal weights.
+
+    ``model``: a noise-aware packed → packed RAW denoiser, called ``model(x, noise)``. One estimate f:
+    ``y + w·(f − y)``, ``w`` ∈ [0, 1]. A model whose output combines K estimates (``raw_parts``: its
+    ``parts(x, noise)`` and ``blend_parts(*parts, noise)``) gives K: the CFA-site blend default
+    (:class:`~rawrcl.models.compose.DenoiseThenDemosaic`) its first stage a and its JDD stage at the CFA
+    sites b, ``y + w₁(a − y) + w₂(b − y)`` with w ≥ 0, Σw ≤ 1 minimising SURE in place of the fixed blend;
+    :class:`~rawrcl.models.blindspot.WithBlindSpot` its start with its own SURE weights and a blind-spot
+    network's estimate (K = 2, nested) — the same estimate with the cross terms: minimise wᵀMw − 2wᵀr,
+    M_jk = Σ(f_j − y)(f_k − y), r_j = Σ v(1 − div f_j) (:func:`best_weights`).
+    Weights: one set per sample of the batch (per tile of the tiler). Shapes: ``x`` (B, 4, h, w) [R, G1,
+    G2, B] in [0, 1] units, ``noise`` (B, 2 or 3, 4) [λshot; λread (; σ_row²)] → (B, 4, h, w). Inputs up to
+    2 × 2 windows are probed whole (one more pass); larger ones on 2 × 2 windows of :data:`WINDOW` packed
+    pixels spread over the input (two passes of those windows). A sample told row (banding) noise, or with
+    under 5 % of scorable samples, gets the model's own output. The weights of the last call are in
+    :attr:`last_weights` (B, K), every set so far in :attr:`seen` (for logs and tests).
+    """
+
+    noise_aware = True
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+        #: the model's output combines several estimates (``raw_parts``: ``parts``, ``blend_parts``)
+        self.multi_part = bool(getattr(model, "raw_parts", False))
+        self.row_aware = bool(getattr(model, "row_aware", False))
+        self.size_multiple = size_multiple(model)
+        #: probe windows per side: 2 (4 windows), or the model's ``sure_grid`` (a blind-spot composite: 4,
+        #: i.e. 16 windows; 4 gave its network's weight too much variance, docs/adaptation.md)
+        self.grid = int(getattr(model, "sure_grid", 2))
+        self.last_weights: torch.Tensor | None = None
+        self.seen: list[list[float]] = []
+
+    @property
+    def head_name(self) -> str:
+        return getattr(self.model, "head_name", "raw")
+
+    def parts(self, x: torch.Tensor, noise: torch.Tensor) -> list[torch.Tensor]:
+        """The estimates the output combines with ``x``: [f], or the model's ``parts`` (K of them)."""
+        return list(self.model.parts(x, noise)) if self.multi_part else [self.model(x, noise)]
+
+    def own(self, parts: list[torch.Tensor], noise: torch.Tensor) -> torch.Tensor:
+        """What the model itself outputs from its ``parts``."""
+        return self.model.blend_parts(*parts, noise) if self.multi_part else parts[0]
+
+    def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        parts = self.parts(x, noise)
+        with torch.no_grad():
+            w, keep = self.weights(x, noise, parts)
+        self.last_weights = torch.where(keep[:, None], torch.nan, w).cpu()
+        self.seen += self.last_weights.tolist()
+        xs = x.to(parts[0].dtype)
+        out = xs + sum(w[:, k, None, None, None].to(xs.dtype) * (p - xs) for k, p in enumerate(parts))
+        if bool(keep.any()):
+            out = torch.where(keep[:, None, None, None], self.own(parts, noise), out)
+        return out
+
+    def _windows(self, h: int, w: int) -> list[tuple[int, int, int]] | None:
+        """(top, left, side) of the probe windows; None: probe the whole input."""
+        if h <= 2 * WINDOW or w <= 2 * WINDOW:
+            return None
+        # window centres at the middles of a g × g grid of cells (g = 2: the quarter points), inside the input
+        g = self.grid
+        rows = [min(max(0, (2 * i + 1) * h // (2 * g) - WINDOW // 2), h - WINDOW) for i in range(g)]
+        cols = [min(max(0, (2 * j + 1) * w // (2 * g) - WINDOW // 2), w - WINDOW) for j in range(g)]
+        return [(t, lft, WINDOW) for t in rows for lft in cols]
+
+    def weights(
+        self, x: torch.Tensor, noise: torch.Tensor, full: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """((B, K) SURE-optimal weights, (B,) bool: keep the model's own output) for input ``x`` whose
+        full-size parts are ``full`` (float32 maths)."""
+        b, c, h, w = x.shape
+        k = len(full)
+        x, noise = x.float(), noise.float()
+        wins = self._windows(h, w)
+        levels = clip_levels(x)
+        gram = x.new_zeros(b, k, k, dtype=torch.float64)
+        rhs = x.new_zeros(b, k, dtype=torch.float64)
+        cnt = x.new_zeros(b)
+        total = 0.0
+        gen = torch.Generator(device=x.device).manual_seed(0)  # the same file gives the same output
+        with torch.autocast(x.device.type, enabled=False):
+            if wins is None:
+                pieces = [(x, [p.float() for p in full], 0)]
+            else:
+                pieces = [(x[..., t : t + s, lft : lft + s], None, MARGIN) for t, lft, s in wins]
+            for y, f0, m in pieces:
+                if f0 is None:
+                    f0 = [p.float() for p in self.parts(y, noise)]
+                v = (noise[:, 0, :, None, None] * f0[0].clamp_min(0) + noise[:, 1, :, None, None]).clamp_min(
+                    0
+                )
+                sd = v.sqrt()
+                eps = PROBE * sd.mean(dim=(1, 2, 3), keepdim=True).clamp_min(1e-6)
+                probe = torch.randint(0, 2, y.shape, generator=gen, device=y.device).to(y.dtype) * 2 - 1
+                f1 = [p.float() for p in self.parts(y + eps * probe, noise)]
+                inner = (slice(None), slice(None), slice(m, y.shape[-2] - m), slice(m, y.shape[-1] - m))
+                ok = scorable(levels, f0[0], sd)[inner]
+                res = [(p - y)[inner] for p in f0]
+                for i in range(k):
+                    div = (probe * (f1[i] - f0[i]) / eps)[inner]
+                    rhs[:, i] += (ok * v[inner] * (1 - div)).sum(dim=(1, 2, 3)).double()
+                    for j in range(i, k):
+                        gram[:, i, j] += (ok * res[i] * res[j]).sum(dim=(1, 2, 3)).double()
+                        gram[:, j, i] = gram[:, i, j]
+                cnt += ok.sum(dim=(1, 2, 3))
+                total += ok[0].numel()
+        weight = best_weights(gram, SLACK * rhs)
+        keep = (cnt < 0.05 * total) | (gram.diagonal(dim1=1, dim2=2) <= 0).any(dim=1)
+        if noise.shape[1] > 2:
+            keep |= (noise[:, 2] > 0).any(dim=1)
+        return weight.float(), keep
+
+
+def best_weights(gram: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """argmin wᵀ·gram·w − 2·wᵀ·rhs over w ≥ 0, Σw ≤ 1, per batch row: gram (B, K, K), rhs (B, K) → (B, K).
+
+    The objective is convex (gram is a Gram matrix), so its minimum over the simplex lies in the relative
+    interior of one face: for every non-empty subset S of the estimates, the stationary point on S with the
+    others at 0, either free (Σw < 1) or on Σw = 1 (a Lagrange multiplier); the best feasible candidate, or
+    w = 0, wins. 2^K − 1 small solves per row: K ≤ 4 in practice."""
+    b, k = rhs.shape
+    if k == 1:
+        return (rhs / gram[:, 0].clamp_min(1e-300)).clamp(0, 1)
+    if not 1 <= k <= 4:
+        raise ValueError(f"best_weights takes 1 to 4 estimates, got {k}")
+    subsets = [[i for i in range(k) if m >> i & 1] for m in range(1, 2**k)]
+    out = []
+    for g, r in zip(gram.double(), rhs.double(), strict=True):
+        best, best_f = g.new_zeros(k), 0.0
+        for s in subsets:
+            gs, rs, n = g[s][:, s], r[s], len(s)
+            cands = []
+            if torch.linalg.matrix_rank(gs) == n:
+                cands.append(torch.linalg.solve(gs, rs))
+            kkt = g.new_zeros(n + 1, n + 1)  # [[G, 1], [1ᵀ, 0]]·[w; μ] = [r; 1]
+            kkt[:n, :n], kkt[:n, n], kkt[n, :n] = gs, 1.0, 1.0
+            if torch.linalg.matrix_rank(kkt) == n + 1:
+                cands.append(torch.linalg.solve(kkt, torch.cat([rs, g.new_ones(1)]))[:n])
+            for ws in cands:
+                if ws.min() < -1e-12 or ws.sum() > 1 + 1e-12:
+                    continue
+                w = g.new_zeros(k)
+                w[s] = ws.clamp_min(0)
+                f = float(w @ g @ w - 2 * w @ r)
+                if f < best_f:
+                    best, best_f = w, f
+        out.append(best)
+    return torch.stack(out).to(rhs.dtype)
+
+
+def clip_levels(y: torch.Tensor, share: float = 1e-3) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B,) black and white clip levels of the samples ``y`` (B, C, h, w): the minimum (maximum) where at
+    least ``share`` of the samples, and at least two, pile up on it, else −inf (+inf) — an unclipped file
+    keeps its noise below black, so its minimum is a lone noisy sample (and in fewer than 1/``share``
+    samples one sample is already that share)."""
+    flat = y.flatten(1)
+    lo, hi = flat.amin(1), flat.amax(1)
+    need = max(2.0, share * flat.shape[1])
+    at_lo = (flat <= lo[:, None] + 1e-7).sum(1) >= need
+    at_hi = (flat >= hi[:, None] - 1e-7).sum(1) >= need
+    inf = torch.full_like(lo, float("inf"))
+    return torch.where(at_lo, lo, -inf), torch.where(at_hi, hi, inf)
+
+
+def scorable(levels: tuple[torch.Tensor, torch.Tensor], f: torch.Tensor, sd: torch.Tensor) -> torch.Tensor:
+    """(B, C, h, w) float mask of the samples SURE may score: the estimate ``f`` at least 2.5 noise std
+    ``sd`` away from the input's clip ``levels`` (:func:`clip_levels`), where the noise is not
+    Gaussian-like any more."""
+    lo, hi = (v.view(-1, 1, 1, 1) for v in levels)
+    return ((f - 2.5 * sd > lo) & (f + 2.5 * sd < hi)).float()
+
+
+__all__ = ["MARGIN", "PROBE", "SLACK", "WINDOW", "SureShrink", "best_weights", "clip_levels", "scorable"]
