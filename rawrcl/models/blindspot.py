@@ -190,10 +190,10 @@ class WithBlindSpot(nn.Module):
     :meth:`parts` (nested): the base as ``rawrcl denoise`` runs it — with its own SURE weights, for the
     CFA-site blend over its first stage and JDD stage —, then the blind-spot posterior mean; an outer
     SureShrink weighs the two (K = 2). Chosen over one flat K = 3 SURE over all the estimates on synthetic
-    conditions (equal or better on each; docs/adaptation.md, "Nested SURE weights"). Called directly (no SURE
-    weights, ``--no-shrink``) the model is the base alone. Shapes: ``x`` (B, 4, h, w) packed [R, G1, G2, B]
-    in [0, 1], ``noise`` (B, 2 or 3, 4) → (B, 4, h, w). Registered as arch ``"with_blindspot"`` (config
-    ``base``, ``blindspot``).
+    conditions (level on each, ±0.001 dB; docs/adaptation.md, "The cross head, nested SURE weights …").
+    Called directly (no SURE weights, ``--no-shrink``) the model is the base alone. Shapes: ``x`` (B, 4, h, w)
+    packed [R, G1, G2, B] in [0, 1], ``noise`` (B, 2 or 3, 4) → (B, 4, h, w). Registered as arch
+    ``"with_blindspot"`` (config ``base``, ``blindspot``).
     """
 
     noise_aware = True
@@ -201,7 +201,7 @@ class WithBlindSpot(nn.Module):
     head_name = "raw"
     part_names = ("start (its SURE weights)", "blind-spot network")
     #: SureShrink probes 4 × 4 windows of each tile, not 2 × 2: with 4 the network's weight swung 0 ↔ 0.26
-    #: with the windows' placement alone (docs/adaptation.md, "Nested SURE weights")
+    #: with the windows' placement alone (docs/adaptation.md, "The cross head, nested SURE weights …")
     sure_grid = 4
 
     def __init__(self, base: nn.Module, blindspot: BlindSpotDenoiser) -> None:
