@@ -274,20 +274,20 @@ def main(argv: list[str] | None = None) -> int:
         from rawrcl.infer.noise import bind_noise
         from rawrcl.infer.pipeline import task_model
 
-        raw = types.SimpleNamespace(cfa=br.target, pattern=PATTERN, make="", model="", iso=None)
-        est = file_noise(raw, "image").model
-        net = bind_noise(task_model(args.model, "raw-denoise", TileOptions()), est, 4, None)
-        with torch.no_grad():
-            row("rawrcl denoise (image estimate)", denoise_cfa(net, br.target, PATTERN, TileOptions()))
-        if args.linearise:  # decode, estimate and denoise in linear values, re-encode (docs/real_noise.md)
-            lin = inverse_rec709(br.target).astype(np.float32)
-            est_lin = file_noise(
-                types.SimpleNamespace(cfa=lin, pattern=PATTERN, make="", model="", iso=None), "image"
-            )
-            net = bind_noise(task_model(args.model, "raw-denoise", TileOptions()), est_lin.model, 4, None)
+        denoiser = task_model(args.model, "raw-denoise", TileOptions())
+
+        def estimate_and_denoise(cfa: np.ndarray) -> tuple:
+            """(the RAW default's output told the single-image estimate of ``cfa``, that estimate)."""
+            raw = types.SimpleNamespace(cfa=cfa, pattern=PATTERN, make="", model="", iso=None)
+            est = file_noise(raw, "image").model
             with torch.no_grad():
-                out = rec709(denoise_cfa(net, lin, PATTERN, TileOptions()))
-            row("rawrcl denoise, linearised (image estimate)", out)
+                return denoise_cfa(bind_noise(denoiser, est, 4, None), cfa, PATTERN, TileOptions()), est
+
+        out, est = estimate_and_denoise(br.target)
+        row("rawrcl denoise (image estimate)", out)
+        if args.linearise:  # decode, estimate and denoise in linear values, re-encode (docs/real_noise.md)
+            out, _ = estimate_and_denoise(inverse_rec709(br.target).astype(np.float32))
+            row("rawrcl denoise, linearised (image estimate)", rec709(out))
         if not args.no_bm3d:
             ls, lr = (v.tolist() for v in est.params(4).numpy())
             den = gat_bm3d(grid.pack(np.clip(br.target, 0, 1)).astype(np.float32), ls, lr)

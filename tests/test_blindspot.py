@@ -112,7 +112,8 @@ def test_with_blindspot_is_a_checkpoint_and_sure_weights_lean_on_the_right_estim
     from rawrcl.models.blindspot import WithBlindSpot
     from rawrcl.models.compose import DenoiseThenDemosaic
     from rawrcl.models.registry import build_model, load_checkpoint, save_checkpoint
-    from rawrcl.models.shrink import SureShrink, shrink_summary
+    from rawrcl.models.shrink import shrink_summary
+    from rawrcl.models.sure import SureShrink
     from rawrcl.noise import NoiseModel
 
     torch.manual_seed(0)

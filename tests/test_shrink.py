@@ -8,7 +8,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from rawrcl.models.shrink import SLACK, SureShrink, maybe_shrink, with_shrink
+from rawrcl.models.shrink import maybe_shrink, with_shrink
+from rawrcl.models.sure import SLACK, SureShrink
 from rawrcl.noise import NoiseModel
 
 
@@ -139,7 +140,7 @@ def test_batch_gets_one_weight_per_sample():
 def test_best_weights_is_the_constrained_minimum():
     """K = 2: the minimum of wᵀGw − 2wᵀr over w ≥ 0, w₁ + w₂ ≤ 1 (checked on a grid) for random positive
     definite G — interior, edge and corner cases; K = 1: r/G clamped to [0, 1]."""
-    from rawrcl.models.shrink import best_weights
+    from rawrcl.models.sure import best_weights
 
     rng = np.random.default_rng(0)
     grid = np.array([(a, b) for a in np.linspace(0, 1, 201) for b in np.linspace(0, 1, 201) if a + b <= 1])

@@ -150,8 +150,8 @@ def denoise_cfa(
 def position_clip_levels(cfa: np.ndarray) -> np.ndarray:
     """(2, 2) levels, [0, 1] RAW units, at or above which the samples of each 2×2 position of the mosaic
     ``cfa`` (H, W) are saturated: 1 (the white level), or lower where samples pile up at the position's
-    maximum (:func:`rawrcl.models.shrink.clip_levels`: sensors that clip below the file's white level)."""
-    from rawrcl.models.shrink import clip_levels
+    maximum (:func:`rawrcl.models.sure.clip_levels`: sensors that clip below the file's white level)."""
+    from rawrcl.models.sure import clip_levels
 
     levels = np.ones((2, 2))
     for i in (0, 1):

@@ -148,7 +148,7 @@ class DenoiseThenDemosaic(nn.Module):
     @property
     def raw_parts(self) -> bool:
         """Whether the output is a combination of RAW estimates (:meth:`parts`) that
-        :class:`~rawrcl.models.shrink.SureShrink` may re-weight: the CFA-site blend."""
+        :class:`~rawrcl.models.sure.SureShrink` may re-weight: the CFA-site blend."""
         return self.output == "raw" and self.demosaicker is not None
 
     #: names of :meth:`parts`, for logs

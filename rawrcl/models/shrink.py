@@ -1,21 +1,12 @@
-"""Where the SURE weights (:mod:`rawrcl.models.sure`) apply: :func:`with_shrink` wraps the models they serve,
-:data:`DEFAULTS` says which command uses them by default, :func:`shrink_summary` is the commands' log phrase.
-The estimator's names are re-exported here for the callers that import them with these functions."""
+"""Where the SURE weights (the estimator :class:`rawrcl.models.sure.SureShrink`) apply: :func:`with_shrink`
+wraps the models they serve, :data:`DEFAULTS` says which command uses them by default, :func:`shrink_summary`
+is the commands' log phrase."""
 
 from __future__ import annotations
 
 import torch.nn as nn
 
-from rawrcl.models.sure import (  # noqa: F401  (re-exported)
-    MARGIN,
-    PROBE,
-    SLACK,
-    WINDOW,
-    SureShrink,
-    best_weights,
-    clip_levels,
-    scorable,
-)
+from rawrcl.models.sure import SureShrink
 
 
 def with_shrink(model: nn.Module) -> nn.Module:

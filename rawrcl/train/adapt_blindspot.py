@@ -7,7 +7,7 @@ files with :class:`rawrcl.methods.blindspot.BlindSpotNLL` (each file told its ow
 anchor: there is no start in it to forget). Alone it stays below the shipped model on the measured burst
 (docs/adaptation.md); its errors are unlike the shipped model's, so the adapted model is
 :class:`~rawrcl.models.blindspot.WithBlindSpot` — the start's estimates and the blind-spot posterior mean,
-re-weighted per tile by Stein's estimate (:class:`~rawrcl.models.shrink.SureShrink` over the start as
+re-weighted per tile by Stein's estimate (:class:`~rawrcl.models.sure.SureShrink` over the start as
 ``rawrcl denoise`` runs it and the network), which falls back to the start where the new network does not
 help. The network's head reads each packed pixel's other CFA samples (``cross``, :data:`CROSS`).
 
