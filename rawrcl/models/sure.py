@@ -51,8 +51,9 @@ class SureShrink(nn.Module):
     M_jk = Σ(f_j − y)(f_k − y), r_j = Σ v(1 − div f_j) (:func:`best_weights`).
     Weights: one set per sample of the batch (per tile of the tiler). Shapes: ``x`` (B, 4, h, w) [R, G1,
     G2, B] in [0, 1] units, ``noise`` (B, 2 or 3, 4) [λshot; λread (; σ_row²)] → (B, 4, h, w). Inputs up to
-    2 × 2 windows are probed whole (one more pass); larger ones on 2 × 2 windows of :data:`WINDOW` packed
-    pixels spread over the input (two passes of those windows). A sample told row (banding) noise, or with
+    2 windows a side are probed whole (one more pass); larger ones on a g × g grid of windows of
+    :data:`WINDOW` packed pixels spread over the input (two passes of those windows; g = 2, or the model's
+    ``sure_grid``: :attr:`grid`). A sample told row (banding) noise, or with
     under 5 % of scorable samples, gets the model's own output. The weights of the last call are in
     :attr:`last_weights` (B, K), every set so far in :attr:`seen` (for logs and tests).
     """
