@@ -83,6 +83,35 @@ def test_noisy_crops_any_phase_and_floor(adapt_env):
     assert len(held) == 12 and torch.equal(held[0]["x"], ds.held_out()[0]["x"])
 
 
+def test_noisy_crops_augment_keeps_phase_noise_and_held_out_band():
+    """Augmented crops: every plane still holds one colour's samples and its told noise follows it (a rotation
+    swaps G1 and G2); the held-out band is never read; files with row noise are only flipped."""
+    from rawrcl.data.noisy_crops import NoiseFile, NoisyCrops
+
+    h, w = 64, 48
+    packed = np.stack([np.full((h, w), v, np.float32) for v in (0.1, 0.2, 0.3, 0.4)])
+    packed[:, 48:] = 9.0  # the held-out band (the bottom eighth, at least one crop: 16 of 64 rows)
+    noise = torch.tensor([[1e-3, 2e-3, 3e-3, 4e-3], [1e-5, 2e-5, 3e-5, 4e-5]])
+
+    def file(row: float) -> NoiseFile:
+        return NoiseFile("f.dng", packed, noise, None, 0.0, "metadata", row, "")
+
+    swapped = {0.0: set(), 0.01: set()}
+    for row in swapped:
+        ds = NoisyCrops([file(row)], crop=32, seed=3, augment=True)
+        for s in range(64):
+            it = ds[(0, s)]
+            for x in (it["x_a"], it["x_b"]):
+                assert x.shape == (4, 16, 16) and float(x.max()) < 9.0
+                planes = x.flatten(1)
+                assert torch.all(planes == planes[:, :1])  # one colour per plane
+                np.testing.assert_allclose(planes[:, 0].numpy() / 100, it["noise"][0].numpy(), rtol=1e-5)
+            swapped[row].add(bool(it["noise"][0, 1] == 3e-3))
+    assert swapped[0.0] == {False, True} and swapped[0.01] == {False}
+    plain = NoisyCrops([file(0.0)], crop=32, seed=3)
+    assert plain.describe()["augment"] is False and torch.equal(plain[(0, 1)]["noise"], noise)
+
+
 # ------------------------------------------------------------------------------------------ R2R
 def test_r2r_target_unbiased_and_clip_aware_less_biased():
     """Poisson–Gaussian noise without clipping: the mean over many recorruptions of the target y2 is the clean

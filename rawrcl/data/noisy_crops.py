@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from rawrcl.cfa import align_rggb, pack
+from rawrcl.data.augment import augment_packed
 from rawrcl.errors import RawrclError
 
 #: a file counts as clipped at its minimum when at least this fraction of its samples sit exactly there
@@ -101,6 +102,7 @@ class NoisyCrops(torch.utils.data.Dataset):
     seed : crops of key ``(i, s)`` come from ``default_rng([seed, i, s])``.
     holdout : fraction of each file's rows kept for the held-out signal.
     mix : optional ``f(rng) -> {"input", "target", "noise"}`` synthetic supervised sample (packed RAW).
+    augment : turn each crop pair by a random phase-correct flip/rotation (module docstring).
     """
 
     keyed = True
@@ -112,6 +114,7 @@ class NoisyCrops(torch.utils.data.Dataset):
         seed: int = 0,
         holdout: float = 0.125,
         mix: Callable[[np.random.Generator], dict] | None = None,
+        augment: bool = False,
     ) -> None:
         if not files:
             raise RawrclError("adaptation needs at least one RAW file")
@@ -119,11 +122,13 @@ class NoisyCrops(torch.utils.data.Dataset):
         self.c = max(8, int(crop) // 2)
         self.seed, self.mix = int(seed), mix
         self.holdout = float(holdout)
+        self.augment = bool(augment)
         self.bands: list[int] = []  # first held-out packed row per file
         for f in self.files:
             h, w = f.packed.shape[1:]
             hold = max(self.c, int(round(h * self.holdout))) if self.holdout > 0 else 0
-            if h - hold < self.c + self.c // 2 or w < self.c + self.c // 2:
+            need = self.c + self.c // 2 + int(self.augment)
+            if h - hold < need or w < need:
                 raise RawrclError(
                     f"{f.name}: {2 * h}×{2 * w} px is too small for {2 * self.c}-px crops and a held-out band"
                     " (use a smaller --crop)"
@@ -144,6 +149,7 @@ class NoisyCrops(torch.utils.data.Dataset):
             "holdout": self.holdout,
             "files": [f.describe() for f in self.files],
             "mix": self.mix is not None,
+            "augment": self.augment,
         }
 
     def __getitem__(self, key) -> dict:
@@ -155,13 +161,22 @@ class NoisyCrops(torch.utils.data.Dataset):
         f, c = self.files[i], self.c
         top, w = self.bands[i], f.packed.shape[2]
         m = c // 2  # x_b is shifted by up to half a crop
-        ya = int(rng.integers(0, top - c - m + 1))
-        xa = int(rng.integers(0, w - c - m + 1))
+        e = int(self.augment)  # augment_packed needs one spare packed row and column
+        ya = int(rng.integers(0, top - c - m - e + 1))
+        xa = int(rng.integers(0, w - c - m - e + 1))
         dy, dx = (int(v) for v in rng.integers(0, m + 1, size=2))
+        x_a = f.packed[:, ya : ya + c + e, xa : xa + c + e]
+        x_b = f.packed[:, ya + dy : ya + dy + c + e, xa + dx : xa + dx + c + e]
+        noise = f.noise.clone()
+        if self.augment:
+            op = int(rng.integers(0, 8 if f.row == 0 else 4))  # rotations would make rows columns
+            x_a, x_b = (augment_packed(x, op, (c, c)) for x in (x_a, x_b))
+            if op & 4:  # the green on the red row is the former G2
+                noise = noise[:, [0, 2, 1, 3]]
         item = {
-            "x_a": torch.from_numpy(f.packed[:, ya : ya + c, xa : xa + c].copy()),
-            "x_b": torch.from_numpy(f.packed[:, ya + dy : ya + dy + c, xa + dx : xa + dx + c].copy()),
-            "noise": f.noise.clone(),
+            "x_a": torch.from_numpy(np.ascontiguousarray(x_a, dtype=np.float32)),
+            "x_b": torch.from_numpy(np.ascontiguousarray(x_b, dtype=np.float32)),
+            "noise": noise,
             "floor": torch.tensor(NO_FLOOR if f.floor is None else f.floor, dtype=torch.float32),
             "row": torch.tensor(float(f.row), dtype=torch.float32),
         }
