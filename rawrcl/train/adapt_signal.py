@@ -217,7 +217,7 @@ def keep_or_discard(
     checks = check_crops()
     say(
         f"scoring {len(cands)} checkpoints (start included) on the held-out crops and the forgetting check "
-        "(on 2 cores ≈ 20 s each for a fine-tune, ≈ 3 min for a blind-spot composite)"
+        "(on 2 cores ≈ 20 s each for a fine-tune, 3–7 min for a blind-spot composite)"
     )
     table = []
     for s, p in cands:
