@@ -174,8 +174,8 @@ class NoisyCrops(torch.utils.data.Dataset):
             if op & 4:  # the green on the red row is the former G2
                 noise = noise[:, [0, 2, 1, 3]]
         item = {
-            "x_a": torch.from_numpy(np.ascontiguousarray(x_a, dtype=np.float32)),
-            "x_b": torch.from_numpy(np.ascontiguousarray(x_b, dtype=np.float32)),
+            "x_a": torch.from_numpy(np.array(x_a, dtype=np.float32)),  # a copy: never a view of the file
+            "x_b": torch.from_numpy(np.array(x_b, dtype=np.float32)),
             "noise": noise,
             "floor": torch.tensor(NO_FLOOR if f.floor is None else f.floor, dtype=torch.float32),
             "row": torch.tensor(float(f.row), dtype=torch.float32),
