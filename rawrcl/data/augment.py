@@ -19,6 +19,13 @@ def dihedral(x: np.ndarray, op: int) -> np.ndarray:
     return x
 
 
+def plane_order(op: int) -> list[int]:
+    """Where each output plane of :func:`augment_packed` came from, as indices into [R, G1, G2, B]: a
+    rotation (bit 2 of ``op``) puts the former G2 on the red row; flips keep the order. Per-plane values
+    (e.g. a (2, 4) noise tensor) follow the samples with ``values[..., plane_order(op)]``."""
+    return [0, 2, 1, 3] if op & 4 else [0, 1, 2, 3]
+
+
 def augment_packed(packed: np.ndarray, op: int, out_hw: tuple[int, int]) -> np.ndarray:
     """Phase-correct flip/rot90 of packed RGGB RAW.
 

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from rawrcl.cfa import align_rggb, pack
-from rawrcl.data.augment import augment_packed
+from rawrcl.data.augment import augment_packed, plane_order
 from rawrcl.errors import RawrclError
 
 #: a file counts as clipped at its minimum when at least this fraction of its samples sit exactly there
@@ -171,8 +171,7 @@ class NoisyCrops(torch.utils.data.Dataset):
         if self.augment:
             op = int(rng.integers(0, 8 if f.row == 0 else 4))  # rotations would make rows columns
             x_a, x_b = (augment_packed(x, op, (c, c)) for x in (x_a, x_b))
-            if op & 4:  # the green on the red row is the former G2
-                noise = noise[:, [0, 2, 1, 3]]
+            noise = noise[:, plane_order(op)]
         item = {
             "x_a": torch.from_numpy(np.array(x_a, dtype=np.float32)),  # a copy: never a view of the file
             "x_b": torch.from_numpy(np.array(x_b, dtype=np.float32)),
