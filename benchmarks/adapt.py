@@ -469,7 +469,7 @@ BLINDSPOT = {
     "lr_schedule": "constant",
     "init": None,  # a blind-spot checkpoint to continue from (a fresh schedule), else from scratch
     "cross": True,  # the head reads each packed pixel's other CFA samples (as adapt; false: before stop 60)
-    "augment": False,  # each crop turned by a random phase-correct flip/rotation (NoisyCrops(augment=True))
+    "augment": False,  # NoisyCrops(augment=…): "flips" (4 flips) or true (all 8 flips/rotations)
 }
 
 
@@ -498,7 +498,7 @@ def burst_blindspot(args, files, score, log) -> dict:
     if o["init"]:
         model.load_state_dict(read_checkpoint(o["init"])["state_dict"])
     train = {"others": files[1:], "frame01": files[1:2], "all": files}[args.bsp_frames]
-    data = NoisyCrops(train, crop=int(o["crop"]), seed=0, augment=bool(o["augment"]))
+    data = NoisyCrops(train, crop=int(o["crop"]), seed=0, augment=o["augment"])
     keep = max(1, args.bsp_steps // 4)
     run = (
         Path(args.out)

@@ -87,6 +87,7 @@ def test_noisy_crops_augment_keeps_phase_noise_and_held_out_band():
     """Augmented crops: every plane still holds one colour's samples and its told noise follows it (a rotation
     swaps G1 and G2); the held-out band is never read; files with row noise are only flipped."""
     from rawrcl.data.noisy_crops import NoiseFile, NoisyCrops
+    from rawrcl.errors import RawrclError
 
     h, w = 64, 48
     packed = np.stack([np.full((h, w), v, np.float32) for v in (0.1, 0.2, 0.3, 0.4)])
@@ -96,9 +97,9 @@ def test_noisy_crops_augment_keeps_phase_noise_and_held_out_band():
     def file(row: float) -> NoiseFile:
         return NoiseFile("f.dng", packed, noise, None, 0.0, "metadata", row, "")
 
-    swapped = {0.0: set(), 0.01: set()}
-    for row in swapped:
-        ds = NoisyCrops([file(row)], crop=32, seed=3, augment=True)
+    swapped = {(0.0, "all"): set(), (0.01, "all"): set(), (0.0, "flips"): set()}
+    for row, mode in swapped:
+        ds = NoisyCrops([file(row)], crop=32, seed=3, augment=True if mode == "all" else mode)
         for s in range(64):
             it = ds[(0, s)]
             for x in (it["x_a"], it["x_b"]):
@@ -106,10 +107,12 @@ def test_noisy_crops_augment_keeps_phase_noise_and_held_out_band():
                 planes = x.flatten(1)
                 assert torch.all(planes == planes[:, :1])  # one colour per plane
                 np.testing.assert_allclose(planes[:, 0].numpy() / 100, it["noise"][0].numpy(), rtol=1e-5)
-            swapped[row].add(bool(it["noise"][0, 1] == 3e-3))
-    assert swapped[0.0] == {False, True} and swapped[0.01] == {False}
+            swapped[row, mode].add(bool(it["noise"][0, 1] == 3e-3))
+    assert swapped[0.0, "all"] == {False, True} and swapped[0.01, "all"] == swapped[0.0, "flips"] == {False}
     plain = NoisyCrops([file(0.0)], crop=32, seed=3)
-    assert plain.describe()["augment"] is False and torch.equal(plain[(0, 1)]["noise"], noise)
+    assert plain.describe()["augment"] == "off" and torch.equal(plain[(0, 1)]["noise"], noise)
+    with pytest.raises(RawrclError, match="augment must be one of"):
+        NoisyCrops([file(0.0)], crop=32, augment="rotate")
 
 
 # ------------------------------------------------------------------------------------------ R2R
@@ -594,6 +597,7 @@ def test_adapt_blindspot_writes_the_start_beside_a_new_network(adapt_env, tmp_pa
     summary = json.loads((run / "adapt.json").read_text())
     assert summary["settings"]["lr"] == 1e-3 and [r["step"] for r in summary["held_out"]] == [0, 3]
     assert summary["verdict"] == "adapted (step 3)"
+    assert json.loads((run / "config.json").read_text())["data"]["augment"] == "flips"  # AUGMENT, recorded
     saved, net = read_checkpoint(run / "denoise.pt"), read_checkpoint(run / "checkpoints" / "step_0000003.pt")
     assert saved["config"]["arch"] == "with_blindspot"
     for k, v in net["state_dict"].items():

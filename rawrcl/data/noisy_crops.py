@@ -92,6 +92,10 @@ def pack_file(
     return NoiseFile(name, packed, noise, floor, frac, source)
 
 
+#: NoisyCrops' augmentation modes: none, the 4 flips, all 8 flips/rotations
+AUGMENT_MODES = ("off", "flips", "all")
+
+
 class NoisyCrops(torch.utils.data.Dataset):
     """Random crops across all files (see module docstring).
 
@@ -102,7 +106,9 @@ class NoisyCrops(torch.utils.data.Dataset):
     seed : crops of key ``(i, s)`` come from ``default_rng([seed, i, s])``.
     holdout : fraction of each file's rows kept for the held-out signal.
     mix : optional ``f(rng) -> {"input", "target", "noise"}`` synthetic supervised sample (packed RAW).
-    augment : turn each crop pair by a random phase-correct flip/rotation (module docstring).
+    augment : turn each crop pair by a random phase-correct transform: ``"all"`` (or True) one of the 8
+        flips/rotations, ``"flips"`` one of the 4 flips (rows stay rows, G1/G2 keep their planes), ``"off"``
+        (or False) none. Files with row noise get flips only.
     """
 
     keyed = True
@@ -114,7 +120,7 @@ class NoisyCrops(torch.utils.data.Dataset):
         seed: int = 0,
         holdout: float = 0.125,
         mix: Callable[[np.random.Generator], dict] | None = None,
-        augment: bool = False,
+        augment: bool | str = False,
     ) -> None:
         if not files:
             raise RawrclError("adaptation needs at least one RAW file")
@@ -122,12 +128,15 @@ class NoisyCrops(torch.utils.data.Dataset):
         self.c = max(8, int(crop) // 2)
         self.seed, self.mix = int(seed), mix
         self.holdout = float(holdout)
-        self.augment = bool(augment)
+        mode = ("all" if augment else "off") if isinstance(augment, bool) else augment
+        if mode not in AUGMENT_MODES:
+            raise RawrclError(f"augment must be one of {', '.join(AUGMENT_MODES)}, not {augment!r}")
+        self.augment = str(mode)
         self.bands: list[int] = []  # first held-out packed row per file
         for f in self.files:
             h, w = f.packed.shape[1:]
             hold = max(self.c, int(round(h * self.holdout))) if self.holdout > 0 else 0
-            need = self.c + self.c // 2 + int(self.augment)
+            need = self.c + self.c // 2 + int(self.augment != "off")
             if h - hold < need or w < need:
                 raise RawrclError(
                     f"{f.name}: {2 * h}×{2 * w} px is too small for {2 * self.c}-px crops and a held-out band"
@@ -161,15 +170,16 @@ class NoisyCrops(torch.utils.data.Dataset):
         f, c = self.files[i], self.c
         top, w = self.bands[i], f.packed.shape[2]
         m = c // 2  # x_b is shifted by up to half a crop
-        e = int(self.augment)  # augment_packed needs one spare packed row and column
+        e = int(self.augment != "off")  # augment_packed needs one spare packed row and column
         ya = int(rng.integers(0, top - c - m - e + 1))
         xa = int(rng.integers(0, w - c - m - e + 1))
         dy, dx = (int(v) for v in rng.integers(0, m + 1, size=2))
         x_a = f.packed[:, ya : ya + c + e, xa : xa + c + e]
         x_b = f.packed[:, ya + dy : ya + dy + c + e, xa + dx : xa + dx + c + e]
         noise = f.noise.clone()
-        if self.augment:
-            op = int(rng.integers(0, 8 if f.row == 0 else 4))  # rotations would make rows columns
+        if e:
+            turns = self.augment == "all" and f.row == 0  # rotations would make rows columns
+            op = int(rng.integers(0, 8 if turns else 4))
             x_a, x_b = (augment_packed(x, op, (c, c)) for x in (x_a, x_b))
             noise = noise[:, plane_order(op)]
         item = {

@@ -9,7 +9,8 @@ anchor: there is no start in it to forget). Alone it stays below the shipped mod
 :class:`~rawrcl.models.blindspot.WithBlindSpot` — the start's estimates and the blind-spot posterior mean,
 re-weighted per tile by Stein's estimate (:class:`~rawrcl.models.sure.SureShrink` over the start as
 ``rawrcl denoise`` runs it and the network), which falls back to the start where the new network does not
-help. The network's head reads each packed pixel's other CFA samples (``cross``, :data:`CROSS`).
+help. The network's head reads each packed pixel's other CFA samples (``cross``, :data:`CROSS`); its
+training crops are flipped at random (:data:`AUGMENT`).
 
 ``--from`` an earlier blind-spot run continues its network (a fresh cosine schedule; measured: a second 6000
 steps at lr 3e-4, docs/adaptation.md). Pipeline: files and noise as every ``adapt``
@@ -53,6 +54,10 @@ WIDTH = 32
 #: the head reads the other CFA samples of each packed pixel (:class:`~rawrcl.models.blindspot.BlindSpotNet`;
 #: since stop 60: alone +0.27 dB on the burst's unseen frame at the default 6000 steps; docs/adaptation.md)
 CROSS = True
+#: each training crop pair flipped left-right/up-down at random, phase-corrected (``NoisyCrops(augment=…)``;
+#: since stop 63: less memorisation of small folders — adapt's held-out SURE higher on one frame and on eight
+#: than without; rotations, which swap G1/G2 and rows/columns, failed on eight in stop 62; docs/adaptation.md)
+AUGMENT = "flips"
 
 
 def start_raw_model(
@@ -107,7 +112,7 @@ def adapt_blindspot(
     else:
         say(f"continuing the blind-spot network of {src}")
         net = net.float().train()
-    data = NoisyCrops(nfiles, crop=c.crop, seed=c.seed)
+    data = NoisyCrops(nfiles, crop=c.crop, seed=c.seed, augment=AUGMENT)
     held = data.held_out()
     cfg = c.trainer_config(
         data.crop, src, resume, force, progress, task="raw-denoise", lr_schedule="cosine", method="blindspot"
