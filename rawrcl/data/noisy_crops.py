@@ -136,13 +136,18 @@ class NoisyCrops(torch.utils.data.Dataset):
         for f in self.files:
             h, w = f.packed.shape[1:]
             hold = max(self.c, int(round(h * self.holdout))) if self.holdout > 0 else 0
-            need = self.c + self.c // 2 + int(self.augment != "off")
+            need = self.c + self.c // 2 + self.spare
             if h - hold < need or w < need:
                 raise RawrclError(
                     f"{f.name}: {2 * h}×{2 * w} px is too small for {2 * self.c}-px crops and a held-out band"
                     " (use a smaller --crop)"
                 )
             self.bands.append(h - hold)
+
+    @property
+    def spare(self) -> int:
+        """Packed rows/columns read beyond each crop: 1 when augmenting (:func:`augment_packed` needs it)."""
+        return int(self.augment != "off")
 
     @property
     def crop(self) -> int:
@@ -170,7 +175,7 @@ class NoisyCrops(torch.utils.data.Dataset):
         f, c = self.files[i], self.c
         top, w = self.bands[i], f.packed.shape[2]
         m = c // 2  # x_b is shifted by up to half a crop
-        e = int(self.augment != "off")  # augment_packed needs one spare packed row and column
+        e = self.spare
         ya = int(rng.integers(0, top - c - m - e + 1))
         xa = int(rng.integers(0, w - c - m - e + 1))
         dy, dx = (int(v) for v in rng.integers(0, m + 1, size=2))
