@@ -72,6 +72,13 @@ from rawrcl.cli.common import LazyChoice, ema_option, user_errors
     help="checkpoints scored on the held-out crops [default: 4; blindspot 1]",
 )
 @click.option(
+    "--held-out",
+    "held_out",
+    default=None,
+    type=int,
+    help="held-out crops that score the checkpoints (more: a surer choice, slower)  [default: 128]",
+)
+@click.option(
     "--forget-tol",
     default=None,
     type=float,
@@ -106,6 +113,7 @@ def adapt(
     mix,
     select,
     evals,
+    held_out,
     forget_tol,
     row_noise,
     ema,
@@ -145,6 +153,7 @@ def adapt(
         anchor=anchor,
         mix=mix,
         evals=evals,
+        held_out=held_out,
         select=select,
         forget_tol=forget_tol,
         row_noise=row_noise,
@@ -161,7 +170,15 @@ def adapt(
     base, best = res["held_out"][0], next(r for r in res["held_out"] if r["step"] == res["selected_step"])
     click.echo(
         f"adapted {len(res['files'])} files with {res['method']} ({res['steps']} steps): {res['verdict']}; "
-        f"held-out SURE {base['sure_psnr']:.2f} → {best['sure_psnr']:.2f} dB, forgetting check "
-        f"{best['forget_db']:+.2f} dB ({best['forget_at']}) → "
+        f"held-out SURE {base['sure_psnr']:.2f} → {best['sure_psnr']:.2f} dB{_gain(base, best)}, "
+        f"forgetting check {best['forget_db']:+.2f} dB ({best['forget_at']}) → "
         f"{res.get('raw_checkpoint') or res.get('jdd_checkpoint') or res['checkpoint']}"
     )
+
+
+def _gain(base: dict, row: dict) -> str:
+    """' (+0.05 ± 0.02)': a kept checkpoint's held-out gain over the start and its standard error (dB)."""
+    se = row.get("sure_gain_se_db")
+    if not row["step"] or se is None:
+        return ""
+    return f" ({row['sure_psnr'] - base['sure_psnr']:+.2f} ± {se:.2f})"

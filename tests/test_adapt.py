@@ -80,7 +80,15 @@ def test_noisy_crops_any_phase_and_floor(adapt_env):
     assert float(it["floor"]) == pytest.approx(files[2].floor)
     assert torch.equal(ds[(2, 5)]["x_a"], it["x_a"])  # deterministic in the key
     held = ds.held_out()
-    assert len(held) == 12 and torch.equal(held[0]["x"], ds.held_out()[0]["x"])
+    assert torch.equal(held[0]["x"], ds.held_out()[0]["x"])  # fixed crops
+    # about `total` in all, at most twice the crops that fit side by side in each file's band
+    cap = [
+        2 * -(-(f.packed.shape[1] - top) // 16) * -(-f.packed.shape[2] // 16)
+        for f, top in zip(files, ds.bands, strict=True)
+    ]
+    assert len(held) == sum(min(128 // 3, k) for k in cap) and len(held) > 12
+    assert len(ds.held_out(6)) == 6 and [c["file"] for c in ds.held_out(6)].count("b.dng") == 2
+    assert all(int(c["x"].shape[1]) == 16 for c in held)
 
 
 def test_noisy_crops_augment_keeps_phase_noise_and_held_out_band():
@@ -203,6 +211,24 @@ def test_held_out_sure_tracks_true_mse():
     assert blur["sure"] < 0.2 * var and blur["sure_psnr"] > ident["sure_psnr"] + 7
 
 
+def test_gain_standard_error_matches_resampling_crops():
+    """The delta-method standard error of a held-out gain is what resampling the crops gives; 0 when the
+    candidate scales every crop alike; NaN with one crop."""
+    from rawrcl.train.adapt_signal import gain_se_db
+
+    rng = np.random.default_rng(0)
+    start = rng.gamma(4.0, 1e-5, 60) * rng.integers(500, 5000, 60)  # crops' SURE sums, unequal sizes
+    cand = start * rng.lognormal(-0.02, 0.08, 60)
+    se = gain_se_db(start, cand)
+    boot = []
+    for _ in range(4000):
+        i = rng.integers(0, 60, 60)
+        boot.append(10 * np.log10(start[i].sum() / cand[i].sum()))
+    assert se == pytest.approx(np.std(boot), rel=0.15) and se > 0.005
+    assert gain_se_db(start, 0.9 * start) == pytest.approx(0.0, abs=1e-9)
+    assert np.isnan(gain_se_db(start[:1], cand[:1]))
+
+
 # ------------------------------------------------------------------------------------------ adapt / CLI
 @pytest.mark.slow
 def test_adapt_cli_writes_a_run_denoise_accepts_and_resume(adapt_env, tmp_path):
@@ -216,6 +242,8 @@ def test_adapt_cli_writes_a_run_denoise_accepts_and_resume(adapt_env, tmp_path):
     assert [r["step"] for r in summary["held_out"]] == [0, 2, 4]
     assert all(np.isfinite(r["sure"]) for r in summary["held_out"])
     assert summary["held_out"][0]["forget_db"] == 0 and all("forget_at" in r for r in summary["held_out"])
+    assert summary["held_out"][0]["sure_gain_se_db"] == 0 and summary["held_out"][1]["sure_gain_se_db"] > 0
+    assert summary["held_out_crops"] > 12 and summary["settings"]["held_out"] == 128
     assert summary["verdict"].startswith(("kept start", "adapted"))
     ck = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
     assert ck["extra"]["adapt"]["files"][1]["file"] == "b.dng" and ck["config"]["noise_aware"]

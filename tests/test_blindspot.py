@@ -214,3 +214,8 @@ def test_the_adapt_benchmark_blindspot_row_runs_end_to_end(tmp_path):
     assert steps == [0, 1, 2], steps
     assert all(len(r["weights_beside"]) == 2 for r in res["rows"][1:])  # start, network
     assert sum("blindspot step" in m for m in logs) == 2
+    # adapt's label-free choice: held-out SURE of the start and of each checkpoint beside it, gain ± SE
+    assert res["held_out_crops"] > 3 and all(np.isfinite(r["held_sure_psnr"]) for r in res["rows"])
+    assert all(r["held_gain_se_db"] >= 0 for r in res["rows"][1:]) and res["selected_step"] in steps
+    best = max(res["rows"], key=lambda r: r["held_sure_psnr"])
+    assert res["selected_step"] == best["step"] and res["options"]["augment"] == "flips"

@@ -238,7 +238,7 @@ def adapt(
         seed=seed,
         mix=synthetic_mix(crop, nfiles, c.mix_own, zoom=c.mix_zoom) if c.mix > 0 else None,
     )
-    held = data.held_out()
+    held = data.held_out(c.held_out)
     teacher = copy.deepcopy(model) if c.distill > 0 else None
     objective = Guarded(method, make_objective(method, alpha), start, c.anchor, c.mix, c.distill, teacher)
     cfg = c.trainer_config(data.crop, src, resume, force, progress, task=task, noise=noise)

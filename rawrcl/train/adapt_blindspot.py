@@ -113,7 +113,7 @@ def adapt_blindspot(
         say(f"continuing the blind-spot network of {src}")
         net = net.float().train()
     data = NoisyCrops(nfiles, crop=c.crop, seed=c.seed, augment=AUGMENT)
-    held = data.held_out()
+    held = data.held_out(c.held_out)
     cfg = c.trainer_config(
         data.crop, src, resume, force, progress, task="raw-denoise", lr_schedule="cosine", method="blindspot"
     )

@@ -87,10 +87,12 @@ def held_out_scores(
     ``r2r``: the clip-aware R2R loss averaged over ``draws`` recorruptions; ``shadow``: mean of
     :func:`shadow_bias` over the pixels near a clip level (reported, not used to choose: it separated a
     clipping-biased model too little, docs/adaptation.md); ``scored``: fraction of pixels clear of
-    clipping. Pixels within 2.5σ of a clip level are not scored by SURE/R2R (the estimates assume unclipped
-    Gaussian noise)."""
+    clipping; ``crop_sure``: each crop's SURE sum (0 for a crop with nothing scored), for
+    :func:`gain_se_db`. Pixels within 2.5σ of a clip level are not scored by SURE/R2R (the estimates assume
+    unclipped Gaussian noise)."""
     model = model.eval()
     tot = {"sure": 0.0, "r2r": 0.0, "n": 0.0, "var": 0.0}
+    per_crop = []
     for k, c in enumerate(crops):
         y = c["x"][None].float()
         noise = c["noise"][None].float()
@@ -100,6 +102,7 @@ def held_out_scores(
         w = scored_mask(xhat, var, floor, 2.5)
         n = float(w.sum())
         if n < 1:
+            per_crop.append(0.0)
             continue
         g = torch.Generator().manual_seed(int(seed) * 100003 + k)
         row = float(c.get("row", 0.0))
@@ -117,13 +120,15 @@ def held_out_scores(
             tot["shadow"] = tot.get("shadow", 0.0) + b
             tot["shadow_n"] = tot.get("shadow_n", 0.0) + nd
         tot["sure"] += float(sure.sum())
+        per_crop.append(float(sure.sum()))
         tot["r2r"] += r2r
         tot["n"] += n
         tot["var"] += float((var * w).sum())
         tot.setdefault("px", 0.0)
         tot["px"] += float(w.numel())
     if tot["n"] < 1:
-        return {"sure": math.nan, "sure_psnr": math.nan, "r2r": math.nan, "scored": 0.0}
+        nan = math.nan
+        return {"sure": nan, "sure_psnr": nan, "r2r": nan, "scored": 0.0, "crop_sure": per_crop}
     sure = tot["sure"] / tot["n"]
     shadow = tot["shadow"] / tot["shadow_n"] if tot.get("shadow_n", 0) >= 1 else 0.0
     r2r = tot["r2r"] / tot["n"] / ((1 + 1 / alpha**2) * tot["var"] / tot["n"])
@@ -133,7 +138,21 @@ def held_out_scores(
         "r2r": r2r,
         "shadow": shadow,
         "scored": tot["n"] / tot["px"],
+        "crop_sure": per_crop,
     }
+
+
+def gain_se_db(start: Sequence[float], cand: Sequence[float]) -> float:
+    """Standard error (dB) of a candidate's held-out SURE gain over the start, −10·log10(Σ cand / Σ start),
+    from the crops' SURE sums (``crop_sure`` of :func:`held_out_scores`, same crops for both): the delta
+    method with the crop as the sampling unit, √(m/(m−1)·Σ aᵢ²)·10/ln 10, aᵢ = startᵢ/Σ start − candᵢ/Σ cand —
+    how much the gain would move with other crops of the same files (and other probes)."""
+    a, b = np.asarray(start, dtype=np.float64), np.asarray(cand, dtype=np.float64)
+    m = a.size
+    if m < 2 or a.sum() <= 0 or b.sum() <= 0:
+        return math.nan
+    d = a / a.sum() - b / b.sum()
+    return float(math.sqrt(m / (m - 1) * float((d**2).sum())) * 10 / math.log(10))
 
 
 def check_crops(
@@ -223,17 +242,21 @@ def keep_or_discard(
     for s, p in cands:
         model = model_at(s, p)
         sc = held_out_scores(model, held, alpha=c.alpha, seed=c.seed)
+        crops = sc.pop("crop_sure")
         fc = check_scores(model, checks)
         row = {"step": s, **{k: round(v, 8) for k, v in sc.items()}}
         if s == 0:
-            base_check = fc
+            base_check, base_crops = fc, crops
+        se = gain_se_db(base_crops, crops) if s else 0.0
+        row["sure_gain_se_db"] = round(se, 4) if math.isfinite(se) else None
         drop = {k: fc[k] - base_check[k] for k in fc}
         worst = min(drop, key=drop.get)
         row.update({"forget_db": round(drop[worst], 4), "forget_at": worst})
         table.append(row)
+        gain = f", {sc['sure_psnr'] - table[0]['sure_psnr']:+.3f} ± {se:.3f} vs start" if s else ""
         say(
-            f"held-out step {s}: SURE {sc['sure']:.4g} ({sc['sure_psnr']:.2f} dB), R2R {sc['r2r']:.4f}; "
-            f"forgetting check: worst {drop[worst]:+.2f} dB ({worst})"
+            f"held-out step {s}: SURE {sc['sure']:.4g} ({sc['sure_psnr']:.2f} dB{gain}), "
+            f"R2R {sc['r2r']:.4f}; forgetting check: worst {drop[worst]:+.2f} dB ({worst})"
         )
     allowed = [r for r in table if r["step"] == 0 or r["forget_db"] >= -c.forget_tol]
     if c.select == "last":
@@ -282,6 +305,7 @@ def adapt_summary(
         "final_worse_than_start": bool(worse),
         "final_forgot": bool(forgot),
         "delta_sure_db": round(best["sure_psnr"] - table[0]["sure_psnr"], 4),
+        "delta_sure_se_db": best["sure_gain_se_db"],
         "train": {k: fit.get(k) for k in ("first_loss", "last_loss", "elapsed_s")},
     }
     if msgs := adapt_warnings(table, best, c):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, fields
 
+from rawrcl.data.noisy_crops import HELD_OUT_CROPS
 from rawrcl.device import normalize_precision
 from rawrcl.errors import RawrclError
 from rawrcl.noise import SYNTHETIC, parse_noise
@@ -233,7 +234,8 @@ class AdaptConfig:
     ``"auto"`` (estimated per file, :mod:`rawrcl.calibration.rows`; used where significant), or a number
     for every file. ``row_switch`` (default on): a banded camera's adapted model keeps the starting weights
     for files told no row noise (config ``row_switch`` of :mod:`rawrcl.models.registry`), so it forgets
-    nothing on them.
+    nothing on them. ``held_out``: about how many fixed crops of the files' held-out bands score the
+    candidates (:meth:`rawrcl.data.noisy_crops.NoisyCrops.held_out`; more = a more precise choice, slower).
     Measured defaults: docs/adaptation.md.
     """
 
@@ -256,6 +258,7 @@ class AdaptConfig:
     seed: int = 0
     row_noise: str = "off"
     row_switch: bool = True
+    held_out: int = HELD_OUT_CROPS
 
     def __post_init__(self) -> None:
         from rawrcl.calibration.rows import parse_row_noise
@@ -268,7 +271,7 @@ class AdaptConfig:
                 object.__setattr__(self, key, v)
         if self.select not in ADAPT_SELECT:
             raise RawrclError(f"--select {self.select!r}: expected {', '.join(ADAPT_SELECT)}")
-        for key in ("steps", "batch_size", "evals"):
+        for key in ("steps", "batch_size", "evals", "held_out"):
             if int(getattr(self, key)) < 1:
                 raise RawrclError(f"--{key.replace('_', '-')} must be ≥ 1")
             object.__setattr__(self, key, int(getattr(self, key)))
