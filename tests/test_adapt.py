@@ -634,6 +634,11 @@ def test_adapt_blindspot_writes_the_start_beside_a_new_network(adapt_env, tmp_pa
         assert torch.equal(saved["state_dict"][f"base.{k}"], v), k
     model, _ = load_for_task(run, "raw-denoise")
     assert isinstance(model, WithBlindSpot)
+    # rawrcl eval RUN --burst runs what denoise --model RUN runs (last.pt is the network alone: no head)
+    from rawrcl.eval.burst_eval import _load_model
+    from rawrcl.infer import TileOptions
+
+    assert isinstance(_load_model(str(run), None, TileOptions())[0], WithBlindSpot)
     assert model.part_names == ("start (its SURE weights)", "blind-spot network")
     out = _cli(["denoise", adapt_env["dngs"] / "a.dng", "-o", tmp_path / "a.dng", "--model", run])
     assert out.exit_code == 0, out.output

@@ -106,8 +106,11 @@ def _load_model(name: str, task: str | None, opts):
             f"{name}: no such checkpoint (or burst baseline; known: {', '.join(BURST_BASELINES)}, default)"
         )
     from rawrcl.export.backend import model_head
+    from rawrcl.models.loading import checkpoint_for
 
-    head = model_head(p / "checkpoints" / "last.pt" if p.is_dir() else p)
+    # a run directory: the file the task's command would run (an adapt run's denoise.pt / jdd.pt, else
+    # last.pt; a blind-spot run's last.pt is its network alone, with no head)
+    head = model_head(checkpoint_for(p, "jdd" if task == "jdd" else "raw-denoise") if p.is_dir() else p)
     if task == "jdd" and head in ("raw", "jdd"):
         return task_model(p, "jdd", opts), "jdd"
     if head == "raw":
