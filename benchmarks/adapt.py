@@ -502,7 +502,9 @@ def burst_blindspot(args, files, score, log) -> dict:
     full = wrap(start.float()).eval()  # the whole start
     rows = [{"step": 0, **score(full)}]
     shipped = maybe_shrink(full, True)  # the start as rawrcl denoise runs it
-    rows[0]["psnr_shipped"] = rows[0]["psnr_beside"] = score(shipped)["psnr"]
+    s_ship = score(shipped)
+    rows[0]["psnr_shipped"] = rows[0]["psnr_beside"] = s_ship["psnr"]
+    rows[0]["psnr_true_beside"] = s_ship.get("psnr_true")
     log(f"  blindspot: the start {shown(rows[0])}")
     torch.manual_seed(0)
     model = BlindSpotDenoiser(width=int(o["width"]), cross=bool(o["cross"]))
@@ -554,7 +556,6 @@ def burst_blindspot(args, files, score, log) -> dict:
         row["held_gain_se_db"] = round(gain_se_db(h0["crop_sure"], h["crop_sure"]), 4)
         rows.append(row)
         log(f"  blindspot step {s}: {shown(row)}")
-    rows[0]["psnr_true_beside"] = rows[0].get("psnr_true")
     best = max(rows, key=lambda r: (r["held_sure_psnr"], -r["step"]))  # adapt: the start unless beaten
     kept = f"step {best['step']}" if best["step"] else "the start"
     return {
