@@ -794,7 +794,8 @@ def table(doc: dict) -> str:
                 )
                 continue
             if name == "supervised":
-                start = doc[part]["runs"].get("r2r", {}).get("rows", [{}])[0]
+                others = [r for n, r in doc[part]["runs"].items() if n != "supervised" and r.get("rows")]
+                start = others[0]["rows"][0] if others else {}  # every adapted run starts from the same model
                 d = rows[-1]["psnr"] - start.get("psnr", math.nan)
                 df = rows[-1]["psnr_forget"] - start.get("psnr_forget", math.nan)
                 p0 = start.get("psnr", math.nan)
