@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rawrcl.train.adapt_blindspot import AUGMENT, CROSS, WIDTH
+from rawrcl.train.adapt_blindspot import AUGMENT, CROSS, LEVELS, WIDTH
 from rawrcl.train.config import AdaptConfig
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -474,6 +474,7 @@ BLINDSPOT = {
     "lr_schedule": "cosine",  # as rawrcl.train.adapt_blindspot
     "init": None,  # a blind-spot checkpoint to continue from (a fresh schedule), else from scratch
     "cross": CROSS,  # the head reads each packed pixel's other CFA samples (false: before stop 60)
+    "levels": LEVELS,  # poolings of each rotation's U-Net (2 until stop 65)
     "augment": AUGMENT,  # NoisyCrops(augment=…): "off", "flips" (4 flips) or "all" (8 flips/rotations)
     "held_out": _ADAPT_BSP.held_out,  # adapt's held-out crops that choose among the checkpoints
 }
@@ -507,7 +508,7 @@ def burst_blindspot(args, files, score, log) -> dict:
     rows[0]["psnr_true_beside"] = s_ship.get("psnr_true")
     log(f"  blindspot: the start {shown(rows[0])}")
     torch.manual_seed(0)
-    model = BlindSpotDenoiser(width=int(o["width"]), cross=bool(o["cross"]))
+    model = BlindSpotDenoiser(width=int(o["width"]), cross=bool(o["cross"]), levels=int(o["levels"]))
     if o["init"]:
         model.load_state_dict(read_checkpoint(o["init"])["state_dict"])
     train = {"others": files[1:], "frame01": files[1:2], "all": files}[args.bsp_frames]

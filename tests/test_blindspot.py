@@ -54,6 +54,33 @@ def test_cross_outputs_read_the_other_samples_of_their_cell_but_never_their_own(
     assert build_model(BlindSpotDenoiser(width=6, cross=True).config).net.cross
 
 
+@pytest.mark.parametrize("levels", [1, 3, 4])
+def test_deeper_branches_stay_blind_and_reach_further(levels):
+    torch.manual_seed(2)
+    net = BlindSpotNet(width=4, cross=True, levels=levels).double()
+    torch.nn.init.normal_(net.head_out.weight, std=0.1)
+    torch.nn.init.normal_(net.centre, std=0.1)
+    m = 2**levels
+    assert net.size_multiple == m
+    y = torch.rand(1, 4, 128, 128, dtype=torch.float64, requires_grad=True)
+    mu, s2 = net(y)
+    i, j = 64, 64
+    for c in range(4):
+        g = torch.autograd.grad(mu[0, c, i, j] + s2[0, c, i, j], y, retain_graph=True)[0]
+        assert float(g[0, c, i, j].abs()) == 0.0
+    g = torch.autograd.grad(mu[0, :, i, j].sum(), y)[0][0].abs().sum(0)
+    reach = int((g.sum(0) > 0).nonzero().flatten().sub(j).abs().max())  # farthest column read
+    # each pooling level about doubles the reach: 19 packed px at 1, 47 at 2 (the default), 99 at 3
+    assert reach >= {1: 16, 3: 64, 4: 64}[levels]
+    with pytest.raises(ValueError, match=f"multiples of {m}"):
+        net(torch.rand(1, 4, m + 1, m, dtype=torch.float64))
+    from rawrcl.models.registry import build_model
+
+    d = BlindSpotDenoiser(width=4, cross=True, levels=levels)
+    assert d.size_multiple == m and build_model(d.config).net.levels == levels
+    assert build_model({"arch": "blindspot", "channels": 4, "width": 4}).net.levels == 2  # before `levels`
+
+
 def test_posterior_mean_lies_between_the_pixel_and_the_prior():
     torch.manual_seed(1)
     m = BlindSpotDenoiser(width=6).eval()

@@ -59,23 +59,32 @@ class _Down(nn.Module):
 
 
 class _Branch(nn.Module):
-    """Two-level U-Net of :class:`_Conv` layers; output row i depends on input rows ≤ i."""
+    """U-Net of :class:`_Conv` layers with ``levels`` poolings (2: ``e0``, ``e1``, ``mid``, ``d1``, ``d0``;
+    each more level one more pair ``e{i}``/``d{i}`` at half the resolution); output row i depends on input
+    rows ≤ i. h, w must be multiples of 2^levels."""
 
-    def __init__(self, cin: int, width: int) -> None:
+    def __init__(self, cin: int, width: int, levels: int = 2) -> None:
         super().__init__()
-        w = width
+        w, self.levels = width, int(levels)
+        if self.levels < 1:
+            raise ValueError(f"levels must be ≥ 1, got {levels}")
         self.e0 = nn.Sequential(_Conv(cin, w), _Conv(w, w))
-        self.e1 = nn.Sequential(_Down(), _Conv(w, w), _Conv(w, w))
+        for i in range(1, self.levels):
+            setattr(self, f"e{i}", nn.Sequential(_Down(), _Conv(w, w), _Conv(w, w)))
+            setattr(self, f"d{i}", nn.Sequential(_Conv(2 * w, w), _Conv(w, w)))
         self.mid = nn.Sequential(_Down(), _Conv(w, w), _Conv(w, w))
-        self.d1 = nn.Sequential(_Conv(2 * w, w), _Conv(w, w))
         self.d0 = nn.Sequential(_Conv(2 * w + cin, w), _Conv(w, w))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        a = self.e0(x)
-        b = self.e1(a)
-        m = self.mid(b)
-        u = self.d1(torch.cat([F.interpolate(m, scale_factor=2.0, mode="nearest"), b], 1))
-        return self.d0(torch.cat([F.interpolate(u, scale_factor=2.0, mode="nearest"), a, x], 1))
+        skips = [self.e0(x)]
+        for i in range(1, self.levels):
+            skips.append(getattr(self, f"e{i}")(skips[-1]))
+        u = self.mid(skips[-1])
+        for i in range(self.levels - 1, 0, -1):
+            u = getattr(self, f"d{i}")(
+                torch.cat([F.interpolate(u, scale_factor=2.0, mode="nearest"), skips[i]], 1)
+            )
+        return self.d0(torch.cat([F.interpolate(u, scale_factor=2.0, mode="nearest"), skips[0], x], 1))
 
 
 def ring_mean(y: torch.Tensor) -> torch.Tensor:
@@ -93,14 +102,15 @@ class BlindSpotNet(nn.Module):
     """Prior N(μ, s²) of each packed pixel from its surroundings only: μ = :func:`ring_mean` + a learned
     correction, log s² = log 1e-4 + a learned offset. ``channels`` packed planes (4), ``width`` features per
     rotation; ``cross``: the head also reads the pixel's other planes (module docstring), each output plane
-    blind to its own sample only."""
+    blind to its own sample only; ``levels`` poolings of each rotation's U-Net (h, w multiples of
+    ``size_multiple`` = 2^levels)."""
 
-    size_multiple = 4
-
-    def __init__(self, channels: int = 4, width: int = 32, cross: bool = False) -> None:
+    def __init__(self, channels: int = 4, width: int = 32, cross: bool = False, levels: int = 2) -> None:
         super().__init__()
         self.channels, self.width, self.cross = int(channels), int(width), bool(cross)
-        self.branch = _Branch(self.channels, self.width)
+        self.levels = int(levels)
+        self.size_multiple = 2**self.levels
+        self.branch = _Branch(self.channels, self.width, self.levels)
         w4, c = 4 * self.width, self.channels
         if not self.cross:
             self.head = nn.Sequential(
@@ -137,8 +147,9 @@ class BlindSpotNet(nn.Module):
     def forward(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(μ, s²) of (B, C, h, w) ``y``; each output pixel independent of the same pixel of ``y`` (with
         ``cross``: each output sample independent of the same sample of ``y``)."""
-        if y.shape[-2] % 4 or y.shape[-1] % 4:
-            raise ValueError(f"BlindSpotNet needs h, w multiples of 4, got {tuple(y.shape[-2:])}")
+        m = self.size_multiple
+        if y.shape[-2] % m or y.shape[-1] % m:
+            raise ValueError(f"BlindSpotNet needs h, w multiples of {m}, got {tuple(y.shape[-2:])}")
         feats = []
         for k in range(4):
             f = self.branch(torch.rot90(y, k, (2, 3)))
@@ -154,20 +165,26 @@ class BlindSpotDenoiser(nn.Module):
     """``model(y, noise)`` → the posterior mean (B, C, h, w) of a :class:`BlindSpotNet` prior and
     Gaussian noise of the told variance; ``noise`` (B, 2 or 3, C) (λshot, λread; a σ_row² row is ignored),
     as noise-aware models take it. ``posterior=False`` returns the prior mean μ alone (the blind-spot
-    estimate). Registered as arch ``"blindspot"`` (config ``channels``, ``width``, ``cross``: absent in
-    checkpoints written before it, = False)."""
+    estimate). Registered as arch ``"blindspot"`` (config ``channels``, ``width``, ``cross``, ``levels``:
+    absent in checkpoints written before them, = False, 2)."""
 
     noise_aware = True
-    size_multiple = 4
     head_name = "raw"
 
     def __init__(
-        self, channels: int = 4, width: int = 32, posterior: bool = True, cross: bool = False
+        self, channels: int = 4, width: int = 32, posterior: bool = True, cross: bool = False, levels: int = 2
     ) -> None:
         super().__init__()
-        self.net = BlindSpotNet(channels, width, cross)
+        self.net = BlindSpotNet(channels, width, cross, levels)
+        self.size_multiple = self.net.size_multiple
         self.posterior = bool(posterior)
-        self.config = {"arch": "blindspot", "channels": channels, "width": width, "cross": bool(cross)}
+        self.config = {
+            "arch": "blindspot",
+            "channels": channels,
+            "width": width,
+            "cross": bool(cross),
+            "levels": self.net.levels,
+        }
 
     def prior(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.net(y)

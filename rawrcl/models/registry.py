@@ -197,7 +197,12 @@ def _two_stage(config: dict) -> nn.Module:
 
 def _blindspot(config: dict) -> nn.Module:
     """A :class:`~rawrcl.models.blindspot.BlindSpotDenoiser`: arch ``blindspot``."""
-    return BlindSpotDenoiser(config["channels"], config["width"], cross=bool(config.get("cross", False)))
+    return BlindSpotDenoiser(
+        config["channels"],
+        config["width"],
+        cross=bool(config.get("cross", False)),
+        levels=int(config.get("levels", 2)),
+    )
 
 
 def _with_blindspot(config: dict) -> nn.Module:
@@ -218,12 +223,13 @@ ARCHS: dict[str, Callable[[dict], nn.Module]] = {
 
 
 def _blindspot_config(cfg: dict) -> dict:
-    """Validate a ``blindspot`` config: ``channels`` (4, packed RAW), ``width`` (32) ≥ 1 and ``cross`` (a
-    bool; False when absent, as in checkpoints written before it)."""
+    """Validate a ``blindspot`` config: ``channels`` (4, packed RAW), ``width`` (32) ≥ 1, ``cross`` (a
+    bool; False when absent, as in checkpoints written before it) and ``levels`` (poolings, 2 when absent)."""
     channels, width, cross = cfg.get("channels", 4), cfg.get("width", 32), cfg.get("cross", False)
+    levels = cfg.get("levels", 2)
     if not isinstance(cross, bool):
         raise RawrclError(f"a blind-spot model's cross must be true or false, got {cross!r}")
-    for name, v in (("channels", channels), ("width", width)):
+    for name, v in (("channels", channels), ("width", width), ("levels", levels)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise RawrclError(f"a blind-spot model's {name} must be a whole number ≥ 1, got {v!r}")
     if channels != 4:
@@ -236,6 +242,7 @@ def _blindspot_config(cfg: dict) -> dict:
         "channels": 4,
         "width": width,
         "cross": cross,
+        "levels": levels,
     }
 
 

@@ -54,6 +54,8 @@ WIDTH = 32
 #: the head reads the other CFA samples of each packed pixel (:class:`~rawrcl.models.blindspot.BlindSpotNet`;
 #: since stop 60: alone +0.27 dB on the burst's unseen frame at the default 6000 steps; docs/adaptation.md)
 CROSS = True
+#: poolings of each rotation's U-Net (:class:`~rawrcl.models.blindspot.BlindSpotNet`)
+LEVELS = 2
 #: each training crop pair flipped left-right/up-down at random, phase-corrected (``NoisyCrops(augment=…)``;
 #: since stop 63: less memorisation of small folders — adapt's held-out SURE higher on one frame and on eight
 #: than without; rotations, which swap G1/G2 and rows/columns, failed on eight in stop 62; docs/adaptation.md)
@@ -108,7 +110,7 @@ def adapt_blindspot(
     start, base, net, src = start_raw_model(source)
     torch.manual_seed(c.seed)
     if net is None:
-        net = BlindSpotDenoiser(width=WIDTH, cross=CROSS)
+        net = BlindSpotDenoiser(width=WIDTH, cross=CROSS, levels=LEVELS)
     else:
         say(f"continuing the blind-spot network of {src}")
         net = net.float().train()
