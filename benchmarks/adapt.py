@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rawrcl.train.adapt_blindspot import AUGMENT, CROSS, LEVELS, WIDTH
+from rawrcl.train.adapt_blindspot import AUGMENT, CROSS, LEVELS, LR_SCHEDULE, WIDTH
 from rawrcl.train.config import AdaptConfig
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -471,7 +471,7 @@ BLINDSPOT = {
     "batch_size": _ADAPT_BSP.batch_size,
     "lr": _ADAPT_BSP.lr,
     "ema": _ADAPT_BSP.ema,
-    "lr_schedule": "cosine",  # as rawrcl.train.adapt_blindspot
+    "lr_schedule": LR_SCHEDULE,
     "init": None,  # a blind-spot checkpoint to continue from (a fresh schedule), else from scratch
     "cross": CROSS,  # the head reads each packed pixel's other CFA samples (false: before stop 60)
     "levels": LEVELS,  # poolings of each rotation's U-Net (2 until stop 65)

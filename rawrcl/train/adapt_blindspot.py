@@ -54,6 +54,8 @@ WIDTH = 32
 #: the head reads the other CFA samples of each packed pixel (:class:`~rawrcl.models.blindspot.BlindSpotNet`;
 #: since stop 60: alone +0.27 dB on the burst's unseen frame at the default 6000 steps; docs/adaptation.md)
 CROSS = True
+#: the network's learning-rate schedule (from ``--lr`` down to 0 over ``--steps``)
+LR_SCHEDULE = "cosine"
 #: poolings of each rotation's U-Net (:class:`~rawrcl.models.blindspot.BlindSpotNet`)
 LEVELS = 2
 #: each training crop pair flipped left-right/up-down at random, phase-corrected (``NoisyCrops(augment=…)``;
@@ -117,7 +119,14 @@ def adapt_blindspot(
     data = NoisyCrops(nfiles, crop=c.crop, seed=c.seed, augment=AUGMENT)
     held = data.held_out(c.held_out)
     cfg = c.trainer_config(
-        data.crop, src, resume, force, progress, task="raw-denoise", lr_schedule="cosine", method="blindspot"
+        data.crop,
+        src,
+        resume,
+        force,
+        progress,
+        task="raw-denoise",
+        lr_schedule=LR_SCHEDULE,
+        method="blindspot",
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / RUN_RAW).unlink(missing_ok=True)  # written again at the end

@@ -91,7 +91,7 @@ def held_out_scores(
     :func:`gain_se_db`. Pixels within 2.5σ of a clip level are not scored by SURE/R2R (the estimates assume
     unclipped Gaussian noise)."""
     model = model.eval()
-    tot = {"sure": 0.0, "r2r": 0.0, "n": 0.0, "var": 0.0}
+    tot = {"r2r": 0.0, "n": 0.0, "var": 0.0}
     per_crop = []
     for k, c in enumerate(crops):
         y = c["x"][None].float()
@@ -119,7 +119,6 @@ def held_out_scores(
             b, nd = shadow_bias(fy, y, noise, float(c["floor"]), xhat, var)
             tot["shadow"] = tot.get("shadow", 0.0) + b
             tot["shadow_n"] = tot.get("shadow_n", 0.0) + nd
-        tot["sure"] += float(sure.sum())
         per_crop.append(float(sure.sum()))
         tot["r2r"] += r2r
         tot["n"] += n
@@ -129,7 +128,7 @@ def held_out_scores(
     if tot["n"] < 1:
         nan = math.nan
         return {"sure": nan, "sure_psnr": nan, "r2r": nan, "scored": 0.0, "crop_sure": per_crop}
-    sure = tot["sure"] / tot["n"]
+    sure = sum(per_crop) / tot["n"]
     shadow = tot["shadow"] / tot["shadow_n"] if tot.get("shadow_n", 0) >= 1 else 0.0
     r2r = tot["r2r"] / tot["n"] / ((1 + 1 / alpha**2) * tot["var"] / tot["n"])
     return {
