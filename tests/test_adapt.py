@@ -121,6 +121,13 @@ def test_noisy_crops_augment_keeps_phase_noise_and_held_out_band():
     assert plain.describe()["augment"] == "off" and torch.equal(plain[(0, 1)]["noise"], noise)
     with pytest.raises(RawrclError, match="augment must be one of"):
         NoisyCrops([file(0.0)], crop=32, augment="rotate")
+    # larger training crops with the held-out crops of the default size: the same band and held-out set
+    big = NoisyCrops([file(0.0)], crop=48, seed=3, augment="flips", held_crop=32)
+    assert big.bands == plain.bands == [48] and big.describe()["held_crop"] == 32
+    assert all(torch.equal(a["x"], b["x"]) for a, b in zip(big.held_out(), plain.held_out(), strict=True))
+    for s in range(32):
+        assert big[(0, s)]["x_a"].shape == (4, 24, 24) and float(big[(0, s)]["x_b"].max()) < 9.0
+    assert NoisyCrops([file(0.0)], crop=48).bands == [40]  # without it the band is one 48-px crop high
 
 
 # ------------------------------------------------------------------------------------------ R2R

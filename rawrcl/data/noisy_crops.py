@@ -112,6 +112,8 @@ class NoisyCrops(torch.utils.data.Dataset):
     augment : turn each crop pair by a random phase-correct transform: ``"all"`` (or True) one of the 8
         flips/rotations, ``"flips"`` one of the 4 flips (rows stay rows, G1/G2 keep their planes), ``"off"``
         (or False) none. Files with row noise get flips only.
+    held_crop : size in mosaic pixels of the held-out crops (None: ``crop``); the held-out band is at least
+        one of them high, so training crops larger than it leave the band, and the held-out set, unchanged.
     """
 
     keyed = True
@@ -124,11 +126,13 @@ class NoisyCrops(torch.utils.data.Dataset):
         holdout: float = 0.125,
         mix: Callable[[np.random.Generator], dict] | None = None,
         augment: bool | str = False,
+        held_crop: int | None = None,
     ) -> None:
         if not files:
             raise RawrclError("adaptation needs at least one RAW file")
         self.files = list(files)
         self.c = max(8, int(crop) // 2)
+        self.hc = self.c if held_crop is None else max(8, int(held_crop) // 2)
         self.seed, self.mix = int(seed), mix
         self.holdout = float(holdout)
         mode = ("all" if augment else "off") if isinstance(augment, bool) else augment
@@ -138,7 +142,7 @@ class NoisyCrops(torch.utils.data.Dataset):
         self.bands: list[int] = []  # first held-out packed row per file
         for f in self.files:
             h, w = f.packed.shape[1:]
-            hold = max(self.c, int(round(h * self.holdout))) if self.holdout > 0 else 0
+            hold = max(self.hc, int(round(h * self.holdout))) if self.holdout > 0 else 0
             need = self.c + self.c // 2 + self.spare
             if h - hold < need or w < need:
                 raise RawrclError(
@@ -164,6 +168,7 @@ class NoisyCrops(torch.utils.data.Dataset):
             "kind": "noisy-crops",
             "crop": self.crop,
             "holdout": self.holdout,
+            "held_crop": 2 * self.hc,
             "files": [f.describe() for f in self.files],
             "mix": self.mix is not None,
             "augment": self.augment,
@@ -213,7 +218,7 @@ class NoisyCrops(torch.utils.data.Dataset):
         for i, f in enumerate(self.files):
             rng = np.random.default_rng([self.seed, 7919, i])
             h, w = f.packed.shape[1:]
-            c, top = self.c, self.bands[i]
+            c, top = self.hc, self.bands[i]
             per = min(share, 2 * -(-(h - top) // c) * -(-w // c))
             for _ in range(per):
                 y = int(rng.integers(top, h - c + 1))
