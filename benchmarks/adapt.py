@@ -477,7 +477,7 @@ BLINDSPOT = {
     "levels": LEVELS,  # poolings of each rotation's U-Net (2 until stop 65)
     "augment": AUGMENT,  # NoisyCrops(augment=…): "off", "flips" (4 flips) or "all" (8 flips/rotations)
     "held_out": _ADAPT_BSP.held_out,  # adapt's held-out crops that choose among the checkpoints
-    "held_crop": _ADAPT_BSP.crop,  # their size (mosaic px): adapt's crop, whatever the training crop
+    "held_crop": _ADAPT_BSP.crop,  # their size (mosaic px): adapt's default, or the training crop if smaller
 }
 
 
@@ -513,7 +513,13 @@ def burst_blindspot(args, files, score, log) -> dict:
     if o["init"]:
         model.load_state_dict(read_checkpoint(o["init"])["state_dict"])
     train = {"others": files[1:], "frame01": files[1:2], "all": files}[args.bsp_frames]
-    data = NoisyCrops(train, crop=int(o["crop"]), seed=0, augment=o["augment"], held_crop=int(o["held_crop"]))
+    data = NoisyCrops(
+        train,
+        crop=int(o["crop"]),
+        seed=0,
+        augment=o["augment"],
+        held_crop=min(int(o["held_crop"]), int(o["crop"])),
+    )
     keep = max(1, args.bsp_steps // 4)
     run = (
         Path(args.out)
