@@ -196,13 +196,10 @@ def _two_stage(config: dict) -> nn.Module:
 
 
 def _blindspot(config: dict) -> nn.Module:
-    """A :class:`~rawrcl.models.blindspot.BlindSpotDenoiser`: arch ``blindspot``."""
-    return BlindSpotDenoiser(
-        config["channels"],
-        config["width"],
-        cross=bool(config.get("cross", False)),
-        levels=int(config.get("levels", 2)),
-    )
+    """A :class:`~rawrcl.models.blindspot.BlindSpotDenoiser`: arch ``blindspot`` (``config`` validated by
+    :func:`_blindspot_config`, which fills the keys older checkpoints lack)."""
+    c = config
+    return BlindSpotDenoiser(c["channels"], c["width"], cross=c["cross"], levels=c["levels"])
 
 
 def _with_blindspot(config: dict) -> nn.Module:
