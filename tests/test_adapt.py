@@ -216,6 +216,13 @@ def test_held_out_sure_tracks_true_mse():
     var = 2e-3 * 0.3 + 1e-5
     assert ident["sure"] == pytest.approx(var, rel=0.1)  # identity: true MSE = the noise variance
     assert blur["sure"] < 0.2 * var and blur["sure_psnr"] > ident["sure_psnr"] + 7
+    # without the R2R pass (adapt unless --select r2r): the same SURE, two forward passes fewer per crop
+    calls = []
+    counted = Blur()
+    counted.register_forward_hook(lambda *a: calls.append(1))
+    fast = held_out_scores(counted, crops, r2r=False)
+    assert "r2r" not in fast and "r2r" in blur and len(calls) == 3 * len(crops)
+    assert fast["sure"] == blur["sure"] and fast["crop_sure"] == blur["crop_sure"]
 
 
 def test_gain_standard_error_matches_resampling_crops():

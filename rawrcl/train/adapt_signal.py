@@ -75,7 +75,12 @@ def shadow_bias(
 
 @torch.no_grad()
 def held_out_scores(
-    model: nn.Module, crops: Sequence[dict], alpha: float = 0.5, draws: int = 2, seed: int = 0
+    model: nn.Module,
+    crops: Sequence[dict],
+    alpha: float = 0.5,
+    draws: int = 2,
+    seed: int = 0,
+    r2r: bool = True,
 ) -> dict:
     """Label-free scores of ``model`` on fixed crops (lower is better), common random numbers across models.
 
@@ -84,7 +89,9 @@ def held_out_scores(
     neighbours, ``draws`` probes per term, ε = 0.05·σ; with row noise σ_row (crop key ``row``) also
     − σ_row² + 2σ_row²·Σ_{j in i's row} ∂fᵢ/∂y_j); ``sure_psnr`` =
     −10·log10(sure) (dB, [0, 1]);
-    ``r2r``: the clip-aware R2R loss averaged over ``draws`` recorruptions; ``shadow``: mean of
+    ``r2r``: the clip-aware R2R loss averaged over ``draws`` recorruptions (with ``r2r=False`` not computed —
+    ``draws`` forward passes fewer per crop — and absent; SURE is the same either way: its probes are drawn
+    first); ``shadow``: mean of
     :func:`shadow_bias` over the pixels near a clip level (reported, not used to choose: it separated a
     clipping-biased model too little, docs/adaptation.md); ``scored``: fraction of pixels clear of
     clipping; ``crop_sure``: each crop's SURE sum (0 for a crop with nothing scored), for
@@ -110,35 +117,36 @@ def held_out_scores(
         rows = torch.tensor([row])  # 0: no row term
         fy, sure = sure_map(lambda t, c=cond: call(model, t, c), y, var, rows, 0.05, draws, g)
         sure = sure * w
-        r2r = 0.0
-        for _ in range(draws):
+        loss = 0.0
+        for _ in range(draws if r2r else 0):
             r = recorrupt(y, noise, floor, alpha, True, 2.5, generator=g, row=rows)
             out = call(model, r["input"], r["noise"]).float()
-            r2r += float((((out - r["target"]) ** 2) * w).sum()) / draws
+            loss += float((((out - r["target"]) ** 2) * w).sum()) / draws
         if float(c["floor"]) > -0.5:  # shadows of a clipped file: censored-mean consistency
             b, nd = shadow_bias(fy, y, noise, float(c["floor"]), xhat, var)
             tot["shadow"] = tot.get("shadow", 0.0) + b
             tot["shadow_n"] = tot.get("shadow_n", 0.0) + nd
         per_crop.append(float(sure.sum()))
-        tot["r2r"] += r2r
+        tot["r2r"] += loss
         tot["n"] += n
         tot["var"] += float((var * w).sum())
         tot.setdefault("px", 0.0)
         tot["px"] += float(w.numel())
     if tot["n"] < 1:
         nan = math.nan
-        return {"sure": nan, "sure_psnr": nan, "r2r": nan, "scored": 0.0, "crop_sure": per_crop}
+        return {
+            "sure": nan,
+            "sure_psnr": nan,
+            **({"r2r": nan} if r2r else {}),
+            "scored": 0.0,
+            "crop_sure": per_crop,
+        }
     sure = sum(per_crop) / tot["n"]
     shadow = tot["shadow"] / tot["shadow_n"] if tot.get("shadow_n", 0) >= 1 else 0.0
-    r2r = tot["r2r"] / tot["n"] / ((1 + 1 / alpha**2) * tot["var"] / tot["n"])
-    return {
-        "sure": sure,
-        "sure_psnr": -10 * math.log10(sure) if sure > 0 else math.inf,
-        "r2r": r2r,
-        "shadow": shadow,
-        "scored": tot["n"] / tot["px"],
-        "crop_sure": per_crop,
-    }
+    res = {"sure": sure, "sure_psnr": -10 * math.log10(sure) if sure > 0 else math.inf}
+    if r2r:
+        res["r2r"] = tot["r2r"] / tot["n"] / ((1 + 1 / alpha**2) * tot["var"] / tot["n"])
+    return {**res, "shadow": shadow, "scored": tot["n"] / tot["px"], "crop_sure": per_crop}
 
 
 def gain_se_db(start: Sequence[float], cand: Sequence[float]) -> float:
@@ -240,7 +248,7 @@ def keep_or_discard(
     table = []
     for s, p in cands:
         model = model_at(s, p)
-        sc = held_out_scores(model, held, alpha=c.alpha, seed=c.seed)
+        sc = held_out_scores(model, held, alpha=c.alpha, seed=c.seed, r2r=c.select == "r2r")
         crops = sc.pop("crop_sure")
         fc = check_scores(model, checks)
         row = {"step": s, **{k: round(v, 8) for k, v in sc.items()}}
@@ -253,9 +261,10 @@ def keep_or_discard(
         row.update({"forget_db": round(drop[worst], 4), "forget_at": worst})
         table.append(row)
         gain = f", {sc['sure_psnr'] - table[0]['sure_psnr']:+.3f} ± {se:.3f} vs start" if s else ""
+        r2r = f", R2R {sc['r2r']:.4f}" if "r2r" in sc else ""
         say(
-            f"held-out step {s}: SURE {sc['sure']:.4g} ({sc['sure_psnr']:.2f} dB{gain}), "
-            f"R2R {sc['r2r']:.4f}; forgetting check: worst {drop[worst]:+.2f} dB ({worst})"
+            f"held-out step {s}: SURE {sc['sure']:.4g} ({sc['sure_psnr']:.2f} dB{gain}){r2r}; "
+            f"forgetting check: worst {drop[worst]:+.2f} dB ({worst})"
         )
     allowed = [r for r in table if r["step"] == 0 or r["forget_db"] >= -c.forget_tol]
     if c.select == "last":
