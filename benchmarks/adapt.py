@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rawrcl.train.adapt_blindspot import AUGMENT, CROSS, LEVELS, LR_SCHEDULE, WIDTH
+from rawrcl.train.adapt_blindspot import AUGMENT, CROSS, HELD_CROP, LEVELS, LR_SCHEDULE, WIDTH
 from rawrcl.train.config import AdaptConfig
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -477,7 +477,7 @@ BLINDSPOT = {
     "levels": LEVELS,  # poolings of each rotation's U-Net (2 until stop 65)
     "augment": AUGMENT,  # NoisyCrops(augment=…): "off", "flips" (4 flips) or "all" (8 flips/rotations)
     "held_out": _ADAPT_BSP.held_out,  # adapt's held-out crops that choose among the checkpoints
-    "held_crop": _ADAPT_BSP.crop,  # their size (mosaic px): adapt's default, or the training crop if smaller
+    "held_crop": HELD_CROP,  # their size (mosaic px; as adapt: the training crop's on files too small for it)
 }
 
 
@@ -491,12 +491,12 @@ def burst_blindspot(args, files, score, log) -> dict:
     (``held_sure_psnr``, the gain's standard error ``held_gain_se_db``; the training files' held-out bands,
     :func:`rawrcl.train.adapt_signal.held_out_scores`) — without the forgetting check, which ``adapt`` also
     runs (≈ 10–25 CPU min per composite)."""
-    from rawrcl.data.noisy_crops import NoisyCrops
     from rawrcl.methods.blindspot import BlindSpotNLL
     from rawrcl.models.blindspot import BlindSpotDenoiser, WithBlindSpot
     from rawrcl.models.registry import read_checkpoint
     from rawrcl.models.shrink import maybe_shrink
     from rawrcl.train import Trainer
+    from rawrcl.train.adapt_blindspot import blindspot_crops
     from rawrcl.train.adapt_signal import gain_se_db, held_out_scores
 
     o = {**BLINDSPOT, **{k: v for k, v in args.extra.items() if k in BLINDSPOT}}
@@ -513,13 +513,7 @@ def burst_blindspot(args, files, score, log) -> dict:
     if o["init"]:
         model.load_state_dict(read_checkpoint(o["init"])["state_dict"])
     train = {"others": files[1:], "frame01": files[1:2], "all": files}[args.bsp_frames]
-    data = NoisyCrops(
-        train,
-        crop=int(o["crop"]),
-        seed=0,
-        augment=o["augment"],
-        held_crop=min(int(o["held_crop"]), int(o["crop"])),
-    )
+    data = blindspot_crops(train, int(o["crop"]), augment=o["augment"], held_crop=int(o["held_crop"]))
     keep = max(1, args.bsp_steps // 4)
     run = (
         Path(args.out)

@@ -46,8 +46,12 @@ from rawrcl.cli.common import LazyChoice, ema_option, user_errors
 )
 @click.option("--noise-profile", default=None, type=click.Path(), help="noise profile consulted by auto")
 @click.option("--noise-scale", default=1.0, show_default=True, type=float, help="multiplies both λ")
-@click.option("--batch-size", default=None, type=int, help="crop pairs per step  [default: 4, = 8 crops]")
-@click.option("--crop", default=None, type=int, help="crop side in mosaic pixels  [default: 128]")
+@click.option(
+    "--batch-size", default=None, type=int, help="crop pairs per step  [default: 4, = 8 crops; blindspot 16]"
+)
+@click.option(
+    "--crop", default=None, type=int, help="crop side in mosaic pixels  [default: 128; blindspot 64]"
+)
 @click.option("--lr", default=None, type=float, help="learning rate  [default: 3e-5; blindspot 1e-3, cosine]")
 @click.option(
     "--anchor", default=None, type=float, help="weight of Σ(θ − θ₀)² towards the start  [default: 0.05]"

@@ -130,6 +130,31 @@ def test_noisy_crops_augment_keeps_phase_noise_and_held_out_band():
     assert NoisyCrops([file(0.0)], crop=48).bands == [40]  # without it the band is one 48-px crop high
 
 
+def test_blindspot_crops_hold_out_128_px_crops_whatever_the_training_crop():
+    """adapt --method blindspot trains on 64-px crops and scores on 128-px held-out crops (what its signal
+    was measured with); files too small for those get held-out crops of the training size."""
+    from rawrcl.data.noisy_crops import NoiseFile
+    from rawrcl.train.adapt_blindspot import HELD_CROP, blindspot_crops
+    from rawrcl.train.config import AdaptConfig
+
+    c = AdaptConfig(method="blindspot")
+    assert (c.crop, c.batch_size, HELD_CROP) == (64, 16, 128)
+    assert (AdaptConfig().crop, AdaptConfig().batch_size) == (128, 4)  # the fine-tune keeps its own
+    noise = torch.tensor([[1e-3] * 4, [1e-5] * 4])
+    rng = np.random.default_rng(0)
+
+    def files(h: int, w: int) -> list:
+        return [NoiseFile("f.dng", rng.random((4, h, w), dtype=np.float32), noise, None, 0.0, "metadata")]
+
+    ds = blindspot_crops(files(300, 200), c.crop)
+    assert ds.describe()["held_crop"] == 128 and ds.crop == 64 and ds.augment == "flips"
+    assert ds.bands == [300 - 64]  # one 64-packed-px held-out crop high (> 300/8)
+    assert {tuple(h["x"].shape) for h in ds.held_out(8)} == {(4, 64, 64)}
+    assert ds[(0, 0)]["x_a"].shape == (4, 32, 32)
+    small = blindspot_crops(files(80, 60), 32)  # 64 packed rows would leave no room to train
+    assert small.describe()["held_crop"] == 32 and small.bands == [80 - 16]
+
+
 # ------------------------------------------------------------------------------------------ R2R
 def test_r2r_target_unbiased_and_clip_aware_less_biased():
     """Poisson–Gaussian noise without clipping: the mean over many recorruptions of the target y2 is the clean
@@ -622,6 +647,7 @@ def test_adapt_blindspot_writes_the_start_beside_a_new_network(adapt_env, tmp_pa
     c = AdaptConfig.from_options(method="blindspot")
     assert (c.steps, c.lr, c.ema, c.evals) == (6000, 1e-3, 0.999, 1)
     assert (AdaptConfig().steps, AdaptConfig().lr, AdaptConfig().ema) == (400, 3e-5, None)
+    assert (c.crop, c.batch_size) == (64, 16)
     torch.manual_seed(2)
     base = {"arch": "unet", "in_channels": 4, "width": 4, "depth": 2, "skip": True, "noise_aware": True}
     src = tmp_path / "blend.pt"

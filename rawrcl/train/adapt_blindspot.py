@@ -31,7 +31,7 @@ import copy
 import json
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -62,6 +62,26 @@ LEVELS = 2
 #: since stop 63: less memorisation of small folders — adapt's held-out SURE higher on one frame and on eight
 #: than without; rotations, which swap G1/G2 and rows/columns, failed on eight in stop 62; docs/adaptation.md)
 AUGMENT = "flips"
+#: mosaic px of the held-out crops that choose among the checkpoints, whatever the training crop (64 since
+#: stop 67): the size adapt's held-out signal was measured at (stop 64); on files too small for them the
+#: training crop's
+HELD_CROP = 128
+
+
+def blindspot_crops(
+    files: Sequence[NoiseFile],
+    crop: int,
+    seed: int = 0,
+    augment: str = AUGMENT,
+    held_crop: int = HELD_CROP,
+) -> NoisyCrops:
+    """The blind-spot network's training crops of ``files`` (``crop`` mosaic px, ``augment`` as
+    :class:`NoisyCrops`'s) with held-out crops of ``held_crop`` px — of the training crop's size when the
+    files are too small for those."""
+    try:
+        return NoisyCrops(files, crop=crop, seed=seed, augment=augment, held_crop=held_crop)
+    except RawrclError:
+        return NoisyCrops(files, crop=crop, seed=seed, augment=augment)
 
 
 def start_raw_model(
@@ -116,7 +136,7 @@ def adapt_blindspot(
     else:
         say(f"continuing the blind-spot network of {src}")
         net = net.float().train()
-    data = NoisyCrops(nfiles, crop=c.crop, seed=c.seed, augment=AUGMENT)
+    data = blindspot_crops(nfiles, c.crop, c.seed)
     held = data.held_out(c.held_out)
     cfg = c.trainer_config(
         data.crop,
