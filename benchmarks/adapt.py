@@ -467,7 +467,7 @@ def burst_supervised(args, burst, files, score, log) -> dict:
 _ADAPT_BSP = AdaptConfig(method="blindspot")
 BLINDSPOT = {
     "width": WIDTH,
-    "crop": _ADAPT_BSP.crop,
+    "crop": _ADAPT_BSP.crop,  # 64 px, 16 pairs since stop 67: earlier rows add '{"crop":128,"batch_size":4}'
     "batch_size": _ADAPT_BSP.batch_size,
     "lr": _ADAPT_BSP.lr,
     "ema": _ADAPT_BSP.ema,
