@@ -15,11 +15,11 @@ training crops are flipped at random (:data:`AUGMENT`).
 ``--from`` an earlier blind-spot run continues its network (a fresh cosine schedule; measured: a second 6000
 steps at lr 3e-4, docs/adaptation.md). Pipeline: files and noise as every ``adapt``
 (:func:`rawrcl.train.adapt.load_adapt_files`; row noise is not modelled: the blind spot assumes independent
-pixels); training with a cosine learning rate and weight
-averaging (:data:`rawrcl.train.config.ADAPT_METHOD_DEFAULTS`: 6000 steps, lr 1e-3, EMA 0.999); the start and
-the kept checkpoints beside it scored by the same keep-or-discard as every ``adapt``
-(:func:`rawrcl.train.adapt_signal.keep_or_discard`: held-out SURE, the forgetting check), each as
-``rawrcl denoise`` runs it (with SURE weights). Output: ``RUN/denoise.pt``
+pixels); training with a cosine learning rate and weight averaging
+(:data:`rawrcl.train.config.ADAPT_METHOD_DEFAULTS`: 6000 steps of 16 pairs of 64-px crops, lr 1e-3, EMA 0.999;
+held-out crops of :data:`HELD_CROP` px); the start and the kept checkpoints beside it scored by the same
+keep-or-discard as every ``adapt`` (:func:`rawrcl.train.adapt_signal.keep_or_discard`: held-out SURE, the
+forgetting check), each as ``rawrcl denoise`` runs it (with SURE weights). Output: ``RUN/denoise.pt``
 (:data:`~rawrcl.models.loading.RUN_RAW`) — the combination, or a copy of the start when the start is kept —
 which ``rawrcl denoise --model RUN`` and ``rawrcl eval RUN --burst`` run; ``RUN/checkpoints/`` hold the
 blind-spot network alone (``--resume``).

@@ -133,20 +133,19 @@ def held_out_scores(
         tot.setdefault("px", 0.0)
         tot["px"] += float(w.numel())
     if tot["n"] < 1:
-        nan = math.nan
-        return {
-            "sure": nan,
-            "sure_psnr": nan,
-            **({"r2r": nan} if r2r else {}),
-            "scored": 0.0,
-            "crop_sure": per_crop,
+        res = {"sure": math.nan, "sure_psnr": math.nan, "r2r": math.nan, "scored": 0.0}
+    else:
+        sure = sum(per_crop) / tot["n"]
+        res = {
+            "sure": sure,
+            "sure_psnr": -10 * math.log10(sure) if sure > 0 else math.inf,
+            "r2r": tot["r2r"] / tot["n"] / ((1 + 1 / alpha**2) * tot["var"] / tot["n"]),
+            "shadow": tot["shadow"] / tot["shadow_n"] if tot.get("shadow_n", 0) >= 1 else 0.0,
+            "scored": tot["n"] / tot["px"],
         }
-    sure = sum(per_crop) / tot["n"]
-    shadow = tot["shadow"] / tot["shadow_n"] if tot.get("shadow_n", 0) >= 1 else 0.0
-    res = {"sure": sure, "sure_psnr": -10 * math.log10(sure) if sure > 0 else math.inf}
-    if r2r:
-        res["r2r"] = tot["r2r"] / tot["n"] / ((1 + 1 / alpha**2) * tot["var"] / tot["n"])
-    return {**res, "shadow": shadow, "scored": tot["n"] / tot["px"], "crop_sure": per_crop}
+    if not r2r:
+        del res["r2r"]
+    return {**res, "crop_sure": per_crop}
 
 
 def gain_se_db(start: Sequence[float], cand: Sequence[float]) -> float:
@@ -261,9 +260,9 @@ def keep_or_discard(
         row.update({"forget_db": round(drop[worst], 4), "forget_at": worst})
         table.append(row)
         gain = f", {sc['sure_psnr'] - table[0]['sure_psnr']:+.3f} ± {se:.3f} vs start" if s else ""
-        r2r = f", R2R {sc['r2r']:.4f}" if "r2r" in sc else ""
+        r2r_txt = f", R2R {sc['r2r']:.4f}" if "r2r" in sc else ""
         say(
-            f"held-out step {s}: SURE {sc['sure']:.4g} ({sc['sure_psnr']:.2f} dB{gain}){r2r}; "
+            f"held-out step {s}: SURE {sc['sure']:.4g} ({sc['sure_psnr']:.2f} dB{gain}){r2r_txt}; "
             f"forgetting check: worst {drop[worst]:+.2f} dB ({worst})"
         )
     allowed = [r for r in table if r["step"] == 0 or r["forget_db"] >= -c.forget_tol]
