@@ -485,6 +485,41 @@ def test_adapt_config_validates_and_resume_keeps_it(adapt_env, tmp_path):
     assert res.exit_code != 0 and "--mix must be" in res.output and "Traceback" not in res.output
 
 
+def test_adapt_cli_help_states_the_configs_defaults():
+    """The CLI does not import ``rawrcl.train`` at start-up, so its help repeats the defaults as text: every
+    ``[default: X; blindspot Y]`` naming an :class:`AdaptConfig` field must be the config's own."""
+    import re
+
+    from rawrcl.cli.adapt import adapt as adapt_cmd
+
+    from rawrcl.train.config import AdaptConfig
+
+    plain, blind = AdaptConfig(), AdaptConfig(method="blindspot")
+    fields = set(plain.to_dict())
+    checked = set()
+    for opt in adapt_cmd.params:
+        m = re.search(r"\[default: ([^\]]+)\]", getattr(opt, "help", None) or "")
+        if opt.name not in fields or m is None:
+            continue
+        text = m.group(1)
+        first = text.split(";")[0].split(",")[0].strip()
+        want = getattr(plain, opt.name)
+        same = first == str(want) or (_num(first) is not None and _num(first) == _num(want))
+        assert same, (opt.name, first)
+        b = re.search(r"blindspot ([0-9.e+-]+)", text)
+        if b:
+            assert _num(b.group(1)) == _num(getattr(blind, opt.name)), (opt.name, b.group(1))
+        checked.add(opt.name)
+    assert {"steps", "batch_size", "crop", "lr", "evals", "anchor", "mix", "select", "held_out"} <= checked
+
+
+def _num(v) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
 def _kept_denoiser_with_the_sources_jdd_stage(path: Path, run: Path, src: Path) -> dict:
     """The checkpoint at ``path``, checked to hold the run's kept (plain) denoiser as its first stage and the
     source's JDD stage as its second."""
