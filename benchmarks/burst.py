@@ -4,9 +4,10 @@ docstring).
 
 Rows: the noisy target; GAT+BM3D with the burst's measured per-plane NLF; GAT+BM3D with ``rawrcl
 calibrate``'s single-image estimate of the target (``calibrate_file(path, "image")``, per plane);
-``nlm_raw`` (burst NLF); the shipped RAW denoiser (``load_for_task(None, "raw-denoise")`` + ``denoise_cfa``,
-tiled defaults) with and without the self-ensemble (``TileOptions(self_ensemble=True)``, = ``--tta``); the
-shipped JDD model (``jdd_cfa``) and Gharbi et al. 2016 (``--gharbi DIR``; σ = sqrt(mean over planes of
+``nlm_raw`` (burst NLF); the shipped RAW denoiser as ``rawrcl denoise`` runs it (``--noise auto``: these DNGs
+carry no NoiseProfile, so the single-image estimate; SURE weights; tiled defaults; ``model_output``) with and
+without the self-ensemble (``TileOptions(self_ensemble=True)``, = ``--tta``); the shipped JDD default the same
+way and Gharbi et al. 2016 (``--gharbi DIR``; σ = sqrt(mean over planes of
 λshot·mean + λread), burst NLF) as JDD, scored at each pixel's own CFA colour.
 
 Columns: PSNR (dB, linear [0, 1], CFA domain, 32-px border, strict mask: pixels every frame covers and no
@@ -73,8 +74,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args, skip: set[str]) -> int:
+    from rawrcl.calibration.resolve import file_noise
+
+    from rawrcl.eval.burst_eval import model_output
     from rawrcl.gat import gat_bm3d, nlm_raw
-    from rawrcl.infer import TileOptions, denoise_cfa, jdd_cfa
+    from rawrcl.infer import TileOptions
+    from rawrcl.infer.noise import row_noise_for
+    from rawrcl.io.raw import read_raw
+    from rawrcl.models.conditioning import is_noise_aware
     from rawrcl.models.loading import load_for_task
 
     for out in (args.figure, args.json):
@@ -178,18 +185,29 @@ def run(args, skip: set[str]) -> int:
     if "nlm" not in skip:
         out, s = timed(lambda: grid.unpack(nlm_raw(packed, ls, lr)))
         add("nlm_raw (burst NLF)", "raw", out, s)
+    told = None  # what `rawrcl denoise` / `rawrcl jdd` tell a noise-aware model: --noise auto
+
+    def shipped(task: str, opts: TileOptions) -> np.ndarray:
+        nonlocal told
+        model = load_for_task(None, task)[0]
+        nm = None
+        if is_noise_aware(model):
+            if told is None:
+                told = file_noise(read_raw(burst.paths[0], clip=False), "auto", path=burst.paths[0])
+                print(f"  models told --noise auto: {told.source_text}", file=sys.stderr)
+            nm = row_noise_for(model, br.target, burst.pattern, told.model)
+        return model_output(
+            model, "raw" if task == "raw-denoise" else "jdd", br.target, burst.pattern, nm, opts
+        )[0]
+
     if "raw" not in skip:
-        model = load_for_task(None, "raw-denoise")[0]
-        out, s = timed(lambda: denoise_cfa(model, br.target, burst.pattern, TileOptions()))
+        out, s = timed(lambda: shipped("raw-denoise", TileOptions()))
         add("shipped RAW denoiser", "raw", out, s)
         if "tta" not in skip:
-            out, s = timed(
-                lambda: denoise_cfa(model, br.target, burst.pattern, TileOptions(self_ensemble=True))
-            )
+            out, s = timed(lambda: shipped("raw-denoise", TileOptions(self_ensemble=True)))
             add("shipped RAW denoiser --tta", "raw", out, s)
     if "jdd" not in skip:
-        model = load_for_task(None, "jdd")[0]
-        out, s = timed(lambda: jdd_cfa(model, br.target, burst.pattern, TileOptions()))
+        out, s = timed(lambda: shipped("jdd", TileOptions()))
         add("shipped JDD (CFA sites)", "jdd", out, s)
     if "gharbi" not in skip and Path(args.gharbi).is_dir():
         from rawrcl.eval.gharbi2016 import gharbi_jdd, load_gharbi2016

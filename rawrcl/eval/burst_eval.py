@@ -139,6 +139,28 @@ def gharbi_on_mosaic(
     return out, float(sigma[0])
 
 
+def model_output(
+    model,
+    kind: str,
+    mosaic: np.ndarray,
+    pattern: str,
+    noise: NoiseModel | None,
+    opts,
+    shrink: bool | None = None,
+) -> tuple[np.ndarray, str | None]:
+    """A rawrcl model's output on ``mosaic`` (H, W) [0, 1] as ``rawrcl denoise`` (``kind`` "raw": (H, W))
+    or ``rawrcl jdd`` ("jdd": (3, H, W) linear RGB) runs it: told ``noise`` (None: a blind model), the SURE
+    weights per ``shrink`` (None: the command's default), tiled per ``opts``. Returns (output, the SURE
+    weights' one-line summary or None)."""
+    from rawrcl.infer.noise import bind_noise
+    from rawrcl.infer.pipeline import denoise_cfa, jdd_cfa
+    from rawrcl.models.shrink import shrink_summary
+
+    net = bind_noise(model, noise, 4, shrink)
+    out = (denoise_cfa if kind == "raw" else jdd_cfa)(net, mosaic, pattern, opts)
+    return out, shrink_summary(net)
+
+
 def evaluate_burst(
     method: str,
     folder: str | os.PathLike,
@@ -182,10 +204,9 @@ def evaluate_burst(
     Raises :class:`RawrclError` (one line) for a folder that is not a burst of one static scene (too few
     frames, frames that differ in size or phase, failed registration, motion) and for unknown methods.
     """
-    from rawrcl.infer.noise import bind_noise, row_noise_for
-    from rawrcl.infer.pipeline import TileOptions, denoise_cfa, jdd_cfa
+    from rawrcl.infer.noise import row_noise_for
+    from rawrcl.infer.pipeline import TileOptions
     from rawrcl.io.raw import read_raw
-    from rawrcl.models.shrink import shrink_summary
 
     say = log or (lambda s: None)
     t_all = time.perf_counter()
@@ -261,10 +282,8 @@ def evaluate_burst(
         if fuse > 0 and kind == "jdd":
             out = jdd_fused(model, br.target, burst.pattern, nm, fuse, opts, say, "target")
         else:
-            fn = denoise_cfa if kind == "raw" else jdd_cfa
-            net = bind_noise(model, nm, 4, shrink)
-            out = fn(net, br.target, burst.pattern, opts)
-            if (text := shrink_summary(net)) is not None:
+            out, text = model_output(model, kind, br.target, burst.pattern, nm, opts, shrink)
+            if text is not None:
                 say(text)
                 noise_rec["sure"] = text
         if fuse > 0 and kind == "raw":
