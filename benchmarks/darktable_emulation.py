@@ -7,9 +7,11 @@ Exports the model (default: shipped JDD weights) as a darktable package (512 til
 :func:`rawrcl.export.dt_emulate.restore_raw_bayer` on the file with ``output_scale: absolute`` (what
 rawrcl writes) and with ``match_gain`` (darktable's default), and compares each pixel's own CFA colour
 with ``rawrcl jdd`` run whole-frame (fp32) on (a) the file as rawrcl reads it and (b) its crop to the R
-origin (darktable's packing grid). Prints a Markdown table in [0, 1] units: max / mean / p99.9 |diff| over
-pixels owned by one darktable tile and ≥ 100 px from the border, over seams, over the border band; and the
-per-tile match_gain factors.
+origin (darktable's packing grid). A noise-aware model (the shipped default) gets the file's ``--noise auto``
+baked into the package and is compared with the same network told the same noise (without the SURE weights
+``rawrcl jdd`` adds by default: the package holds the network only). Prints a Markdown table in [0, 1]
+units: max / mean / p99.9 |diff| over pixels owned by one darktable tile and ≥ 100 px from the border, over
+seams, over the border band; and the per-tile match_gain factors.
 """
 
 from __future__ import annotations
@@ -38,10 +40,14 @@ def main(argv: list[str] | None = None) -> None:
     if not Path(args.raw).is_file():
         sys.exit(f"{args.raw}: not found (pass --raw FILE)")
 
+    from rawrcl.calibration.resolve import file_noise
+
     from rawrcl.export.build import prepare
     from rawrcl.export.darktable import write_package
     from rawrcl.export.dt_emulate import load_bayer_variant, ort_runner, restore_raw_bayer
+    from rawrcl.export.noise import BakedNLF
     from rawrcl.infer import TileOptions, jdd_cfa
+    from rawrcl.infer.noise import bind_noise
     from rawrcl.io.raw import read_raw
     from rawrcl.models import adapt, load_checkpoint
     from rawrcl.models.loading import default_weights_path
@@ -57,14 +63,22 @@ def main(argv: list[str] | None = None) -> None:
     site_rng = white - site_black
     dn = site_black + cfa * site_rng  # the file's DN: rawrcl reads (DN - black) / (white - black)
     print(f"{args.raw}: {w}×{h} {pattern}, black {black}, white {white:g}", file=sys.stderr)
+    net = adapt(model, cfg.get("head"), "jdd")
+    baked = None  # a noise-aware model (the shipped default): the file's noise baked into the package
+    if cfg.get("noise_aware"):
+        told = file_noise(raw, "auto", path=args.raw)
+        shot, read = (tuple(float(v) for v in row) for row in told.model.params(4).double().numpy())
+        baked = BakedNLF(shot, read, {"source": told.source_text})
+        net = bind_noise(net, baked.model(), 4, shrink=False)  # the package's network: no SURE weights
+        print(f"noise baked in ({told.source_text}): λshot {shot}, λread {read}", file=sys.stderr)
     tmp = tempfile.mkdtemp(prefix="rawrcl-dt-")
-    info = write_package(prepare(model, cfg, head="jdd"), tmp, "rawdenoise-bench", checkpoint=ckpt)
+    package = prepare(model, cfg, head="jdd", noise=baked)
+    info = write_package(package, tmp, "rawdenoise-bench", checkpoint=ckpt)
     variant = load_bayer_variant(info["path"])
     run = ort_runner(variant.onnx)
     colour = {"R": 0, "G": 1, "B": 2}
     y0, x0 = divmod(pattern.index("R"), 2)
     opts = TileOptions(tile=4096, overlap=0, precision="fp32", device="cpu")
-    net = adapt(model, cfg.get("head"), "jdd")
 
     def own(rgb: np.ndarray, pat: str) -> np.ndarray:
         ch = np.array([colour[c] for c in pat]).reshape(2, 2)
