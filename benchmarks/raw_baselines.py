@@ -1,5 +1,5 @@
 """RAW-domain baselines on synthetic mosaics: noisy input, GAT+BM3D (true noise parameters), the shipped RAW
-denoiser — PSNR linear on the packed CFA, exactly as ``rawrcl eval --task raw-denoise`` computes
+denoiser (told the same true parameters; SURE weights as the commands run it) — PSNR linear on the packed CFA, exactly as ``rawrcl eval --task raw-denoise`` computes
 ``psnr_linear`` (output clipped to [0, 1], data range 1, 4-packed-pixel border).
 
 Test photos (default): the last 10 (sorted) of ``cbsd68`` (the project's held-out split) and every 8th of the
@@ -77,9 +77,11 @@ def measure(args) -> list[dict]:
         methods["gat+bm3d (no declip)"] = lambda x, ls, lr: gat_bm3d(x, ls, lr, black_clipped=False)
     if not args.no_shipped:
         from rawrcl.models.loading import load_for_task
+        from rawrcl.noise import NoiseModel
 
         run = model_predictor(load_for_task(None, "raw-denoise")[0], get_task("raw-denoise"))
-        methods["shipped raw denoiser"] = lambda x, ls, lr: run(x, None, {})
+        # told the true noise parameters, as GAT+BM3D is (and as `rawrcl eval` tells noise-aware models)
+        methods["shipped raw denoiser"] = lambda x, ls, lr: run(x, None, {"noise": NoiseModel(ls, lr)})
     rows = []
     for domain, unprocess in (("photo-valued", False), ("unprocessed", True)):
         task = get_task("raw-denoise", unprocess=unprocess)

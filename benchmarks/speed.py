@@ -7,8 +7,10 @@
 
 Rows (all on the same synthetic Bayer frame, RGGB, values in [0, 1]):
 
-- ``rawrcl jdd`` / ``rawrcl denoise`` with the shipped default models (or a randomly initialised model
-  of the same configuration when the weights are absent: the speed is the same), through the real
+- ``rawrcl jdd`` / ``rawrcl denoise`` with the shipped default models, told one noise level (λshot 2e-3,
+  λread 5e-5; the single-image estimate is not timed: ``benchmarks/command_speed.py`` times whole commands)
+  with the commands' SURE weights (or a randomly initialised model of the same configuration when the weights
+  are absent: the speed is the same), through the real
   tiled path (:func:`rawrcl.infer.jdd_cfa` / :func:`rawrcl.infer.denoise_cfa`), on the CPU in fp32 and
   bf16 autocast, and on CUDA (bf16 autocast, channels-last, batched tiles) when available;
 - ``colour-demosaicing Menon2007`` (DDFAPD) on the same CFA (CPU, numpy);
@@ -55,13 +57,18 @@ def synthetic_cfa(mp: float, seed: int = 0) -> np.ndarray:
 
 
 def _model(task: str, width: int | None):
+    from rawrcl.infer.noise import bind_noise
     from rawrcl.models import build_model
     from rawrcl.models.loading import load_for_task
+    from rawrcl.noise import NoiseModel
     from rawrcl.tasks import get_task
 
     try:
         if width is None:
-            return load_for_task(None, task)[0], "shipped"
+            # noise-aware defaults run told one noise level (the single-image estimate is not timed here;
+            # benchmarks/command_speed.py times whole commands) and with the commands' SURE weights
+            model = bind_noise(load_for_task(None, task)[0], NoiseModel(2e-3, 5e-5), 4, shrink=None)
+            return model, "shipped"
     except Exception as exc:  # noqa: BLE001 - fall back to a random model of the default size
         print(f"[speed] {task}: {exc}; timing a random U-Net of width 24 instead", file=sys.stderr)
     head = get_task(task).head
