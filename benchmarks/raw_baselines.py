@@ -1,6 +1,7 @@
 """RAW-domain baselines on synthetic mosaics: noisy input, GAT+BM3D (true noise parameters), the shipped RAW
-denoiser (told the same true parameters; SURE weights as the commands run it) — PSNR linear on the packed CFA, exactly as ``rawrcl eval --task raw-denoise`` computes
-``psnr_linear`` (output clipped to [0, 1], data range 1, 4-packed-pixel border).
+denoiser (told the same true parameters; SURE weights as the commands run it) — PSNR linear on the packed
+CFA, exactly as ``rawrcl eval --task raw-denoise`` computes ``psnr_linear`` (output clipped to [0, 1], data
+range 1, 4-packed-pixel border).
 
 Test photos (default): the last 10 (sorted) of ``cbsd68`` (the project's held-out split) and every 8th of the
 sorted ``sunhays80`` (10 photos), each photo-valued (photo values taken as linear camera RGB) and unprocessed
