@@ -193,6 +193,48 @@ def test_with_blindspot_is_a_checkpoint_and_sure_weights_lean_on_the_right_estim
     assert "blind-spot network" in shrink_summary(shrunk)
 
 
+def test_near_a_clip_level_the_composite_keeps_the_start():
+    """SURE cannot score samples near a clip level, so a blind-spot composite's weights are unchecked there:
+    SureShrink gives the start in the black-clipped shadows (within 1.5 std of black) and the weighed output
+    far from any clip; without clipping nothing changes (stop 69: the network had lifted the shadows of
+    hdrplus_burst2 by up to 4 dB beside the shipped model)."""
+    from rawrcl.models.blindspot import WithBlindSpot
+    from rawrcl.models.sure import SureShrink, near_clips_to
+    from rawrcl.noise import NoiseModel
+
+    nm = NoiseModel(2e-3, 2e-5)
+    noise = nm.conditioning(4)[None]
+    yy, xx = torch.meshgrid(torch.linspace(0, 1, 64), torch.linspace(0, 1, 64), indexing="ij")
+    clean = (0.3 * xx**2).expand(1, 4, 64, 64).contiguous()  # from black to 0.3
+    y = clean + nm.std(clean) * torch.randn(clean.shape, generator=torch.Generator().manual_seed(2))
+    first, out = clean.clone(), clean + 0.01
+    got = near_clips_to(first, out, y.clamp_min(0), noise)  # black-clipped input
+    sd = nm.std(clean)
+    torch.testing.assert_close(got[clean < 1.4 * sd], first[clean < 1.4 * sd])
+    torch.testing.assert_close(got[clean > 3.6 * sd], out[clean > 3.6 * sd])
+    torch.testing.assert_close(near_clips_to(first, out, y, noise), out)  # unclipped: noise below black
+
+    class Shift(torch.nn.Module):  # a base and a "network" that disagree by a constant
+        noise_aware, head_name, config = True, "raw", {}
+
+        def __init__(self, d):
+            super().__init__()
+            self.d = d
+
+        def forward(self, t, n):
+            return clean.expand_as(t) + self.d
+
+    net = BlindSpotDenoiser(width=4)
+    net.forward = lambda t, n: clean.expand_as(t) + 0.004
+    shrunk = SureShrink(WithBlindSpot(Shift(0.0), net))
+    assert shrunk.first_near_clips and not SureShrink(Shift(0.0)).first_near_clips
+    with torch.no_grad():
+        res = shrunk(y.clamp_min(0), noise)
+        start = shrunk.model.parts(y.clamp_min(0), noise)[0]
+    dark = clean < 1.4 * sd
+    torch.testing.assert_close(res[dark], start[dark])
+
+
 def test_the_adapt_benchmark_blindspot_row_runs_end_to_end(tmp_path):
     """benchmarks/adapt.py's blind-spot row (train, then score every kept checkpoint alone, as a prior and
     beside the start with SURE weights) on tiny files: it crashed in its log line once (a list rounded)."""

@@ -220,6 +220,9 @@ class WithBlindSpot(nn.Module):
     #: SureShrink probes 4 × 4 windows of each tile, not 2 × 2: with 4 the network's weight swung 0 ↔ 0.26
     #: with the windows' placement alone (docs/adaptation.md, "The cross head, nested SURE weights …")
     sure_grid = 4
+    #: near a clip level (where SURE cannot score) SureShrink outputs the start: there the network lifted the
+    #: shadows of a black-clipped burst (docs/adaptation.md, "The shadows")
+    sure_first_near_clips = True
 
     def __init__(self, base: nn.Module, blindspot: BlindSpotDenoiser) -> None:
         super().__init__()

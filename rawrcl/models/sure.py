@@ -70,6 +70,9 @@ class SureShrink(nn.Module):
         #: probe windows per side: 2 (4 windows), or the model's ``sure_grid`` (a blind-spot composite: 4,
         #: i.e. 16 windows; 4 gave its network's weight too much variance, docs/adaptation.md)
         self.grid = int(getattr(model, "sure_grid", 2))
+        #: the weighed output only where SURE could score it (:func:`scorable`), the first part elsewhere: a
+        #: blind-spot composite's network is unchecked next to a clip level (:meth:`first_near_clips`)
+        self.first_near_clips = bool(getattr(model, "sure_first_near_clips", False))
         self.last_weights: torch.Tensor | None = None
         self.seen: list[list[float]] = []
 
@@ -95,6 +98,8 @@ class SureShrink(nn.Module):
         out = xs + sum(w[:, k, None, None, None].to(xs.dtype) * (p - xs) for k, p in enumerate(parts))
         if bool(keep.any()):
             out = torch.where(keep[:, None, None, None], self.own(parts, noise), out)
+        if self.first_near_clips:
+            out = near_clips_to(parts[0].to(out.dtype), out, x, noise)
         return out
 
     def _windows(self, h: int, w: int) -> list[tuple[int, int, int]] | None:
@@ -206,6 +211,26 @@ def clip_levels(y: torch.Tensor, share: float = 1e-3) -> tuple[torch.Tensor, tor
     return torch.where(at_lo, lo, -inf), torch.where(at_hi, hi, inf)
 
 
+def near_clips_to(
+    first: torch.Tensor, out: torch.Tensor, x: torch.Tensor, noise: torch.Tensor
+) -> torch.Tensor:
+    """``out`` where ``first`` (the first estimate) lies ≥ 3.5 noise std from the input ``x``'s clip levels,
+    ``first`` within 1.5 std of them, a linear ramp between: SURE cannot score the samples near a clip (its
+    mask, :func:`scorable`, keeps those ≥ 2.5 std away), so there its weights are unchecked. Measured on
+    ``hdrplus_burst2`` (stop 69): a blind-spot network beside the shipped model lifted the shadows where other
+    frames clip, 0.8–4.2 dB below the shipped model there (docs/adaptation.md). Shapes (B, 4, h, w);
+    ``noise`` (B, ≥ 2, 4)."""
+    lo, hi = (v.view(-1, 1, 1, 1) for v in clip_levels(x.float()))
+    f = first.float()
+    sd = (noise[:, 0, :, None, None].float() * f.clamp_min(0) + noise[:, 1, :, None, None].float()).clamp_min(
+        0
+    )
+    sd = sd.sqrt().clamp_min(1e-8)
+    dist = torch.minimum((f - lo) / sd, (hi - f) / sd)  # +inf without clipping
+    m = ((dist - 1.5) / 2).clamp(0, 1).to(out.dtype)
+    return first + m * (out - first)
+
+
 def scorable(levels: tuple[torch.Tensor, torch.Tensor], f: torch.Tensor, sd: torch.Tensor) -> torch.Tensor:
     """(B, C, h, w) float mask of the samples SURE may score: the estimate ``f`` at least 2.5 noise std
     ``sd`` away from the input's clip ``levels`` (:func:`clip_levels`), where the noise is not
@@ -214,4 +239,14 @@ def scorable(levels: tuple[torch.Tensor, torch.Tensor], f: torch.Tensor, sd: tor
     return ((f - 2.5 * sd > lo) & (f + 2.5 * sd < hi)).float()
 
 
-__all__ = ["MARGIN", "PROBE", "SLACK", "WINDOW", "SureShrink", "best_weights", "clip_levels", "scorable"]
+__all__ = [
+    "MARGIN",
+    "PROBE",
+    "SLACK",
+    "WINDOW",
+    "SureShrink",
+    "best_weights",
+    "clip_levels",
+    "near_clips_to",
+    "scorable",
+]
