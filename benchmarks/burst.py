@@ -187,9 +187,13 @@ def run(args, skip: set[str]) -> int:
         add("nlm_raw (burst NLF)", "raw", out, s)
     told = None  # what `rawrcl denoise` / `rawrcl jdd` tell a noise-aware model: --noise auto
 
+    models: dict = {}  # each default read once (the RAW one serves two rows)
+
     def shipped(task: str, opts: TileOptions) -> np.ndarray:
         nonlocal told
-        model = load_for_task(None, task)[0]
+        if task not in models:
+            models[task] = load_for_task(None, task)[0]
+        model = models[task]
         nm = None
         if is_noise_aware(model):
             if told is None:

@@ -9,6 +9,17 @@ import pytest
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 SHARED_RAW = SHARED / "data" / "raw"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load_benchmark(name: str):
+    """The script ``benchmarks/<name>.py`` imported as a module (benchmarks are scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _write_png(path: Path, rgb: np.ndarray) -> Path:

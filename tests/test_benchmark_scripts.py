@@ -3,21 +3,12 @@ parameters" after the defaults became noise-aware, unnoticed until stop 69). Tin
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from tests.conftest import load_benchmark
 
 
 def test_speed_benchmark_times_the_shipped_defaults():
-    rows = _load("speed").main(["--mp", "0.05", "--tile", "128", "--skip", "cpu-bf16,menon,libraw,gpu"])
+    argv = ["--mp", "0.05", "--tile", "128", "--skip", "cpu-bf16,menon,libraw,gpu"]
+    rows = load_benchmark("speed").main(argv)
     got = {r["method"]: r for r in rows}
     assert set(got) == {"rawrcl jdd", "rawrcl denoise"}
     for r in got.values():
@@ -40,7 +31,8 @@ def test_darktable_emulation_benchmark_on_the_noise_aware_default(tmp_path, caps
     noisy = clean + rng.normal(size=clean.shape) * np.sqrt(2e-3 * clean + 2e-5)
     dn = np.clip(np.rint(noisy * (4095 - 256) + 256), 0, 4095).astype(np.uint16)
     path = write_dng(tmp_path / "f.dng", dn, "GRBG", 256, 4095)
-    _load("darktable_emulation").main(["--raw", str(path), "--threads", str(torch.get_num_threads())])
+    bench = load_benchmark("darktable_emulation")
+    bench.main(["--raw", str(path), "--threads", str(torch.get_num_threads())])
     out = capsys.readouterr()
     assert "noise baked in (image estimate)" in out.err
     owned = "| absolute | rawrcl jdd (R-origin crop) | one"

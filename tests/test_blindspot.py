@@ -239,18 +239,14 @@ def test_the_adapt_benchmark_blindspot_row_runs_end_to_end(tmp_path):
     """benchmarks/adapt.py's blind-spot row (train, then score every kept checkpoint alone, as a prior and
     beside the start with SURE weights) on tiny files: it crashed in its log line once (a list rounded)."""
     import argparse
-    import importlib.util
-    from pathlib import Path
 
     from rawrcl.data.noisy_crops import pack_file
     from rawrcl.models.compose import DenoiseThenDemosaic
     from rawrcl.models.registry import build_model, save_checkpoint
     from rawrcl.noise import NoiseModel
+    from tests.conftest import load_benchmark
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "adapt.py"
-    spec = importlib.util.spec_from_file_location("bench_adapt", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("adapt")
     torch.manual_seed(0)
     cfg = {"arch": "unet", "in_channels": 4, "width": 4, "depth": 2, "skip": True, "noise_aware": True}
     start = DenoiseThenDemosaic(

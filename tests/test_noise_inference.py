@@ -372,14 +372,10 @@ def test_burst_eval_of_a_checkpoint_and_target(burst_dir, models, tmp_path, spy)
 def test_the_burst_benchmark_scores_the_defaults_as_the_commands_do(burst_dir, tmp_path):
     """benchmarks/burst.py's model rows ran the noise-aware defaults without a noise level and stopped ("needs
     the noise parameters") until stop 69: its RAW and JDD rows must equal `rawrcl eval default --burst`."""
-    import importlib.util
-
     from rawrcl.eval.burst_eval import evaluate_burst
+    from tests.conftest import load_benchmark
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "burst.py"
-    spec = importlib.util.spec_from_file_location("bench_burst", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("burst")
     out = tmp_path / "table.json"
     argv = ["--burst", str(burst_dir), "--target", "frame01", "--skip", "bm3d,calib,nlm,tta,gharbi"]
     assert bench.main([*argv, "--threads", "1", "--json", str(out)]) == 0

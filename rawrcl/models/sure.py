@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 
 from rawrcl.models.geometry import size_multiple
+from rawrcl.noise.maps import variance_map
 
 #: side of each probe window, packed pixels; the outer ``MARGIN`` of it is not scored (border effects)
 WINDOW = 64
@@ -135,9 +136,7 @@ class SureShrink(nn.Module):
             for y, f0, m in pieces:
                 if f0 is None:
                     f0 = [p.float() for p in self.parts(y, noise)]
-                v = (noise[:, 0, :, None, None] * f0[0].clamp_min(0) + noise[:, 1, :, None, None]).clamp_min(
-                    0
-                )
+                v = variance_map(f0[0], noise).clamp_min(0)
                 sd = v.sqrt()
                 eps = PROBE * sd.mean(dim=(1, 2, 3), keepdim=True).clamp_min(1e-6)
                 probe = torch.randint(0, 2, y.shape, generator=gen, device=y.device).to(y.dtype) * 2 - 1
@@ -222,10 +221,7 @@ def near_clips_to(
     ``noise`` (B, ≥ 2, 4)."""
     lo, hi = (v.view(-1, 1, 1, 1) for v in clip_levels(x.float()))
     f = first.float()
-    sd = (noise[:, 0, :, None, None].float() * f.clamp_min(0) + noise[:, 1, :, None, None].float()).clamp_min(
-        0
-    )
-    sd = sd.sqrt().clamp_min(1e-8)
+    sd = variance_map(f, noise.float()).clamp_min(0).sqrt().clamp_min(1e-8)
     dist = torch.minimum((f - lo) / sd, (hi - f) / sd)  # +inf without clipping
     m = ((dist - 1.5) / 2).clamp(0, 1).to(out.dtype)
     return first + m * (out - first)
