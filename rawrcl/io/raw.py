@@ -105,6 +105,22 @@ def _check_dng_is_bayer(path: Path, tags: dict) -> None:
             raise _refuse(path, f"CFA repeat pattern {shown} (e.g. X-Trans), not a 2×2 Bayer mosaic")
 
 
+def _check_linearization_table(path: Path, tags: dict) -> None:
+    """Refuse a DNG LinearizationTable that LibRaw would apply wrongly without a word: DNG's is SHORT with at
+    least 2 entries; LibRaw reads one of another type as SHORTs (a LONG table becomes its values' 16-bit
+    halves, interleaved) and maps every pixel through a 1-entry table to that one value."""
+    table = tags.get("linearization_table")
+    if not tags.get("is_dng") or table is None:
+        return
+    kind, count = table
+    if kind != "SHORT" or count < 2:
+        raise _refuse(path, f"LinearizationTable of {count} {kind} values (DNG: SHORT, at least 2 entries)")
+
+
+#: TIFF Compression codes of a DNG's raw IFD that LibRaw (0.22) does not decode for integer CFA data
+_UNDECODED_DNG_CODECS = {5: "LZW (5)", 8: "deflate (8)", 32946: "deflate (32946)", 52546: "JPEG XL (52546)"}
+
+
 def _libraw_error(path: Path, exc: Exception, notes: list[str] | None = None) -> RawrclError:
     import rawpy
 
@@ -432,6 +448,7 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
     except Exception:  # tag reading is best effort; LibRaw decides readability
         tags = {}
     _check_dng_is_bayer(p, tags)
+    _check_linearization_table(p, tags)
     if tags.get("data_problem"):
         raise _refuse(p, tags["data_problem"])
     shape = tags.get("shape")
@@ -440,7 +457,17 @@ def read_raw(path: str | os.PathLike, *, clip: bool = True) -> RawImage:
             p, f"{shape[1]}×{shape[0]} px: too small (LibRaw reads images of at least {MIN_SIZE}×{MIN_SIZE})"
         )
 
-    raw = _decode(p, tiff=bool(tags.get("is_tiff")))
+    try:
+        raw = _decode(p, tiff=bool(tags.get("is_tiff")))
+    except RawrclError:
+        codec = _UNDECODED_DNG_CODECS.get(tags.get("compression")) if tags.get("is_dng") else None
+        if codec:  # LibRaw's own words ("corrupted data", "unsupported format") would blame the file
+            raise _refuse(
+                p,
+                f"DNG pixel data compressed with {codec}, which LibRaw cannot decode (re-save it "
+                "uncompressed or with lossless JPEG, e.g. with Adobe DNG Converter)",
+            ) from None
+        raise
     with raw:
         try:
             if raw.raw_type != rawpy.RawType.Flat:

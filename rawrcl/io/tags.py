@@ -184,7 +184,9 @@ def read_dng_tags(path: str | os.PathLike, *, rendering: bool = True) -> dict:
     data is truncated, missing or of an absurd size; :func:`read_raw` refuses such files), and whichever
     of make, model, unique_camera_model, dng_version, iso, exposure_time, black_level, white_level,
     cfa_pattern, cfa_repeat_pattern_dim, color_matrix_1/2, baseline_exposure, calibration_illuminant_1/2,
-    as_shot_neutral, noise_profile are present (raw IFD values take precedence over IFD0 ones); for a DNG
+    as_shot_neutral, noise_profile are present (raw IFD values take precedence over IFD0 ones),
+    ``linearization_table`` as (TIFF type name, count) when the raw IFD has one, the raw IFD's TIFF
+    ``compression`` code; for a DNG
     also ``rendering_tags``: :func:`read_rendering_tags` with every opcode list, read in the same pass
     (``rendering=False``: not read — for callers that only need levels, pattern and noise metadata).
 
@@ -238,6 +240,11 @@ def _read_tags(p: Path, tifffile, rendering: bool) -> dict:
             out["photometric"] = int(raw_page.photometric)
             out["samples_per_pixel"] = int(raw_page.samplesperpixel)
             out["shape"] = [int(s) for s in raw_page.shape]
+            out["compression"] = int(raw_page.compression)
+            table = raw_page.tags.get(50712)  # LinearizationTable: its layout (LibRaw applies the values)
+            if table is not None:
+                kind = getattr(table.dtype, "name", str(table.dtype))  # "SHORT", "LONG", …
+                out["linearization_table"] = (kind, int(table.count))
             if rendering and 50706 in ifd0.tags:  # a DNG: what a denoised copy carries over
                 try:
                     out["rendering_tags"] = _rendering_values(ifd0, raw_page, OPCODE_TAGS)
