@@ -6,8 +6,8 @@ score the unseen frame 00 against the registered burst reference (``rawrcl.eval.
 border: PSNR and the true-error equivalent). Also frame 01 alone (a user with one photo) and the
 transductive case (frames 00–08). ``--runs blindspot``: the blind-spot network with the posterior-mean step
 (Laine et al. 2019) trained from scratch on frames 01–08 (``--bsp-steps``; ``--bsp-frames`` frame01 or all for
-the one-photo and transductive cases), its own row, scored alone and beside the start with SURE weights
-(what ``rawrcl adapt --method blindspot`` writes).
+the one-photo and transductive cases, frames01-04 or frames05-08 for half the folder), its own row, scored
+alone and beside the start with SURE weights (what ``rawrcl adapt --method blindspot`` writes).
 
 Part ``synth`` (a camera the model never saw): 12-bit, black-clipped (black level 0) files with fixed
 Poisson–Gaussian noise outside the shipped model's training range (read noise beyond the camera sampler's
@@ -512,7 +512,7 @@ def burst_blindspot(args, files, score, log) -> dict:
     model = BlindSpotDenoiser(width=int(o["width"]), cross=bool(o["cross"]), levels=int(o["levels"]))
     if o["init"]:
         model.load_state_dict(read_checkpoint(o["init"])["state_dict"])
-    train = {"others": files[1:], "frame01": files[1:2], "all": files}[args.bsp_frames]
+    train = BSP_FRAMES[args.bsp_frames](files)
     data = blindspot_crops(train, int(o["crop"]), augment=o["augment"], held_crop=int(o["held_crop"]))
     keep = max(1, args.bsp_steps // 4)
     run = (
@@ -570,6 +570,16 @@ def burst_blindspot(args, files, score, log) -> dict:
         "default_step": rows[-1]["step"] if rows[-1]["held_sure_psnr"] > rows[0]["held_sure_psnr"] else 0,
         "verdict": f"held-out SURE keeps {kept} (forgetting check not run here)",
     }
+
+
+#: the burst files (frame 00 first) a blind-spot row trains on, by --bsp-frames
+BSP_FRAMES = {
+    "others": lambda files: files[1:],
+    "frame01": lambda files: files[1:2],
+    "all": lambda files: files,
+    "frames01-04": lambda files: files[1:5],
+    "frames05-08": lambda files: files[5:9],
+}
 
 
 # ------------------------------------------------------------------------------------------ synthetic
@@ -831,8 +841,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--bsp-frames",
         default="others",
-        choices=("others", "frame01", "all"),
-        help="burst: blindspot's files",
+        choices=tuple(BSP_FRAMES),
+        help="burst: blindspot's files (frames01-04 / frames05-08: one half of the eight: cross-fitting)",
     )
     ap.add_argument("--burst", default=str(SHARED / "data" / "raw" / "hdrplus_burst2"))
     ap.add_argument("--sunhays", default=str(SHARED / "data" / "sunhays80"))
