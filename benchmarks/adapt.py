@@ -3,11 +3,13 @@
 Part ``burst`` (real noise): adapt the starting model on frames 01–08 of ``../shared/data/raw/hdrplus_burst2``
 (noise per file from ``file_noise(auto)``: these DNGs carry no NoiseProfile, so the single-image estimate),
 score the unseen frame 00 against the registered burst reference (``rawrcl.eval.burst``, strict mask, 32-px
-border: PSNR and the true-error equivalent). Also frame 01 alone (a user with one photo) and the
-transductive case (frames 00–08). ``--runs blindspot``: the blind-spot network with the posterior-mean step
-(Laine et al. 2019) trained from scratch on frames 01–08 (``--bsp-steps``; ``--bsp-frames`` frame01 or all for
-the one-photo and transductive cases, frames01-04 or frames05-08 for half the folder), its own row, scored
-alone and beside the start with SURE weights (what ``rawrcl adapt --method blindspot`` writes).
+border: PSNR and the true-error equivalent; the loose mask, and the shadows — pixels the target keeps and
+another frame clips — as PSNR and mean output − reference, ``psnr_shadows`` / ``shadow_bias``). Also frame 01
+alone (a user with one photo) and the transductive case (frames 00–08). ``--runs blindspot``: the blind-spot
+network with the posterior-mean step (Laine et al. 2019) trained from scratch on frames 01–08
+(``--bsp-steps``; ``--bsp-frames`` frame01 or all for the one-photo and transductive cases, frames01-04 or
+frames05-08 for half the folder), its own row, scored alone and beside the start with SURE weights (what
+``rawrcl adapt --method blindspot`` writes).
 
 Part ``synth`` (a camera the model never saw): 12-bit, black-clipped (black level 0) files with fixed
 Poisson–Gaussian noise outside the shipped model's training range (read noise beyond the camera sampler's
@@ -170,6 +172,7 @@ def part_burst(args, doc: dict, path: Path, log) -> None:
     from rawrcl.data.noisy_crops import load_noise_files
     from rawrcl.eval import burst as B
     from rawrcl.eval import burst_score as S
+    from rawrcl.eval.metrics import psnr_from_mse
     from rawrcl.infer import TileOptions, denoise_cfa
     from rawrcl.models.conditioning import WithNoise
 
@@ -193,12 +196,20 @@ def part_burst(args, doc: dict, path: Path, log) -> None:
         sc = S.score_raw(br, out, B.BORDER)
         lo = S.score_raw(br, out, B.BORDER, loose)
         rec = {"psnr": sc["psnr"], "psnr_true": sc["psnr_true"], "psnr_loose": lo["psnr"]}
+        # the shadows: target unclipped, another frame clipped (the reference there is biased up)
+        d = np.clip(out[shadows], 0, 1) - br.reference[shadows]
+        rec.update(
+            psnr_shadows=psnr_from_mse(float(np.mean(d.astype(np.float64) ** 2))), shadow_bias=float(d.mean())
+        )
         if args.split:  # the right half, whose content no training crop saw
             te = S.score_raw(br, out, B.BORDER, right)
             rec.update(psnr_right=te["psnr"], psnr_right_true=te["psnr_true"])
         return rec
 
     loose = br.valid & ~burst.clipped[0]  # as benchmarks/burst.py: keeps the shadows the strict mask drops
+    shadows = br.metric_mask(
+        B.BORDER, loose & ~br.mask
+    )  # the pixels loose adds (docs/adaptation.md, "The shadows")
     cut = burst.shape[1] // 2
     right = br.mask.copy()
     right[:, : cut + SPLIT_MARGIN] = False
@@ -507,6 +518,7 @@ def burst_blindspot(args, files, score, log) -> dict:
     s_ship = score(shipped)
     rows[0]["psnr_shipped"] = rows[0]["psnr_beside"] = s_ship["psnr"]
     rows[0]["psnr_true_beside"] = s_ship.get("psnr_true")
+    rows[0]["psnr_shadows_beside"] = s_ship["psnr_shadows"]
     log(f"  blindspot: the start {shown(rows[0])}")
     torch.manual_seed(0)
     model = BlindSpotDenoiser(width=int(o["width"]), cross=bool(o["cross"]), levels=int(o["levels"]))
@@ -552,6 +564,7 @@ def burst_blindspot(args, files, score, log) -> dict:
         beside = maybe_shrink(WithBlindSpot(full, model), True)  # what rawrcl adapt --method blindspot writes
         sb = score(beside)
         row["psnr_beside"], row["psnr_true_beside"] = sb["psnr"], sb.get("psnr_true")
+        row["psnr_shadows_beside"] = sb["psnr_shadows"]
         row["weights_beside"] = [round(w, 3) for w in beside.seen[-1]]
         h = held_out_scores(beside, held)
         row["held_sure_psnr"] = h["sure_psnr"]
