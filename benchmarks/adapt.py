@@ -207,9 +207,8 @@ def part_burst(args, doc: dict, path: Path, log) -> None:
         return rec
 
     loose = br.valid & ~burst.clipped[0]  # as benchmarks/burst.py: keeps the shadows the strict mask drops
-    shadows = br.metric_mask(
-        B.BORDER, loose & ~br.mask
-    )  # the pixels loose adds (docs/adaptation.md, "The shadows")
+    # the pixels loose adds: the shadows (docs/adaptation.md, "The shadows")
+    shadows = br.metric_mask(B.BORDER, loose & ~br.mask)
     cut = burst.shape[1] // 2
     right = br.mask.copy()
     right[:, : cut + SPLIT_MARGIN] = False
