@@ -517,7 +517,7 @@ def burst_blindspot(args, files, score, log) -> dict:
     s_ship = score(shipped)
     rows[0]["psnr_shipped"] = rows[0]["psnr_beside"] = s_ship["psnr"]
     rows[0]["psnr_true_beside"] = s_ship.get("psnr_true")
-    rows[0]["psnr_shadows_beside"] = s_ship["psnr_shadows"]
+    rows[0]["psnr_shadows_beside"] = s_ship.get("psnr_shadows")
     log(f"  blindspot: the start {shown(rows[0])}")
     torch.manual_seed(0)
     model = BlindSpotDenoiser(width=int(o["width"]), cross=bool(o["cross"]), levels=int(o["levels"]))
@@ -563,7 +563,7 @@ def burst_blindspot(args, files, score, log) -> dict:
         beside = maybe_shrink(WithBlindSpot(full, model), True)  # what rawrcl adapt --method blindspot writes
         sb = score(beside)
         row["psnr_beside"], row["psnr_true_beside"] = sb["psnr"], sb.get("psnr_true")
-        row["psnr_shadows_beside"] = sb["psnr_shadows"]
+        row["psnr_shadows_beside"] = sb.get("psnr_shadows")
         row["weights_beside"] = [round(w, 3) for w in beside.seen[-1]]
         h = held_out_scores(beside, held)
         row["held_sure_psnr"] = h["sure_psnr"]
