@@ -523,7 +523,7 @@ def burst_blindspot(args, files, score, log) -> dict:
     model = BlindSpotDenoiser(width=int(o["width"]), cross=bool(o["cross"]), levels=int(o["levels"]))
     if o["init"]:
         model.load_state_dict(read_checkpoint(o["init"])["state_dict"])
-    train = BSP_FRAMES[args.bsp_frames](files)
+    train = files[BSP_FRAMES[args.bsp_frames]]
     data = blindspot_crops(train, int(o["crop"]), augment=o["augment"], held_crop=int(o["held_crop"]))
     keep = max(1, args.bsp_steps // 4)
     run = (
@@ -584,13 +584,13 @@ def burst_blindspot(args, files, score, log) -> dict:
     }
 
 
-#: the burst files (frame 00 first) a blind-spot row trains on, by --bsp-frames
+#: which of the burst files (frame 00 first) a blind-spot row trains on, by --bsp-frames
 BSP_FRAMES = {
-    "others": lambda files: files[1:],
-    "frame01": lambda files: files[1:2],
-    "all": lambda files: files,
-    "frames01-04": lambda files: files[1:5],
-    "frames05-08": lambda files: files[5:9],
+    "others": slice(1, None),
+    "frame01": slice(1, 2),
+    "all": slice(None),
+    "frames01-04": slice(1, 5),
+    "frames05-08": slice(5, 9),
 }
 
 
