@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rawrcl.train.adapt_blindspot import AUGMENT, CROSS, HELD_CROP, LEVELS, LR_SCHEDULE, WIDTH
+from rawrcl.train.adapt_blindspot import AUGMENT, CENSORED, CROSS, HELD_CROP, LEVELS, LR_SCHEDULE, WIDTH
 from rawrcl.train.config import AdaptConfig
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -487,6 +487,7 @@ BLINDSPOT = {
     "levels": LEVELS,  # poolings of each rotation's U-Net (2 until stop 65)
     "augment": AUGMENT,  # NoisyCrops(augment=…): "off", "flips" (4 flips) or "all" (8 flips/rotations)
     "held_out": _ADAPT_BSP.held_out,  # adapt's held-out crops that choose among the checkpoints
+    "censored": CENSORED,  # the censored likelihood for clipped samples (False: those near a clip unscored)
     "held_crop": HELD_CROP,  # their size (mosaic px; as adapt: the training crop's on files too small for it)
 }
 
@@ -546,7 +547,7 @@ def burst_blindspot(args, files, score, log) -> dict:
         "progress": False,
     }
     t = time.perf_counter()
-    Trainer(model, BlindSpotNLL(), data, run, cfg).fit()
+    Trainer(model, BlindSpotNLL(censored=bool(o["censored"])), data, run, cfg).fit()
     secs = time.perf_counter() - t
     held = data.held_out(int(o["held_out"]))
     h0 = held_out_scores(shipped, held)

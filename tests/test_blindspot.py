@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rawrcl.methods import make_method
-from rawrcl.methods.blindspot import BlindSpotNLL
+from rawrcl.methods.blindspot import BlindSpotNLL, censored_nll
 from rawrcl.models.blindspot import BlindSpotDenoiser, BlindSpotNet
 
 
@@ -128,6 +128,59 @@ def test_likelihood_training_on_noisy_crops_only_learns_the_prior():
     # a file clipped at 0: samples near the floor are not scored
     r = method({"x_a": torch.zeros(2, 4, 16, 16), "noise": noise[:2], "floor": torch.zeros(2)}, model)
     assert r["scored"] == 0.0 and float(r["loss"].detach()) == 0.0
+
+
+def test_the_censored_likelihood_finds_the_clean_level_of_a_black_clipped_flat_patch():
+    """A flat patch 0.5 noise std above a black clip (31 % of the samples at 0): the censored likelihood is
+    maximised at the clean level and the noise std, while the Gaussian likelihood of the stored values is
+    maximised at their (biased-up) mean and too small a spread; unclipped samples keep the Gaussian term."""
+    torch.manual_seed(0)
+    x, sd = 0.01, 0.02
+    y = (x + sd * torch.randn(1, 1, 200, 200)).clamp_min(0.0)
+    floor = torch.zeros(1)
+
+    def best(censored: bool) -> tuple[float, float]:
+        """Maximum-likelihood (level, std) of the stored values ``y``."""
+        p = torch.tensor([0.02, -4.0], requires_grad=True)  # level, log std
+        opt = torch.optim.LBFGS([p], max_iter=200, line_search_fn="strong_wolfe")
+
+        def nll() -> torch.Tensor:
+            opt.zero_grad()
+            mu, tot = p[0].expand_as(y), torch.exp(2 * p[1]).expand_as(y)
+            g = 0.5 * ((y - mu) ** 2 / tot + torch.log(tot))
+            loss = (censored_nll(y, mu, tot, floor, g)[0] if censored else g).mean()
+            loss.backward()
+            return loss
+
+        opt.step(nll)
+        return float(p[0].detach()), float(p[1].detach().exp())
+
+    mu_c, sd_c = best(True)
+    mu_g, sd_g = best(False)
+    assert abs(mu_c - x) < 0.001 and abs(sd_c - sd) < 0.001, (mu_c, sd_c)
+    assert mu_g > x + 0.003 and sd_g < sd - 0.004, (mu_g, sd_g)
+    # unclipped samples: the Gaussian term unchanged; clipped ones: −log Φ((floor − μ)/σ)
+    mu, tot = torch.full_like(y, x), torch.full_like(y, sd**2)
+    g = 0.5 * ((y - mu) ** 2 / tot + torch.log(tot))
+    nll, w, share = censored_nll(y, mu, tot, floor, g)
+    at0 = y == 0
+    assert torch.equal(nll[~at0], g[~at0]) and float(w.min()) == 1.0
+    assert abs(share - float(at0.float().mean())) < 1e-6 and 0.25 < share < 0.37
+    expect = -torch.special.log_ndtr(torch.tensor(-x / sd))
+    assert torch.allclose(nll[at0], expect.expand(int(at0.sum())))
+
+
+def test_the_censored_objective_scores_every_sample_and_trains():
+    """``censored=True``: every sample of a black-clipped crop is scored (the plain objective leaves the
+    ones near the floor out), the censored share is reported and the loss has a gradient."""
+    torch.manual_seed(1)
+    y = (0.01 + 0.01 * torch.randn(2, 4, 16, 16)).clamp_min(0.0)
+    batch = {"x_a": y, "noise": torch.tensor([[[1e-3] * 4, [1e-4] * 4]] * 2), "floor": torch.zeros(2)}
+    model = BlindSpotDenoiser(width=8, cross=True)
+    plain, cens = BlindSpotNLL()(batch, model), BlindSpotNLL(censored=True)(batch, model)
+    assert plain["scored"] < 0.2 and cens["scored"] == 1.0 and cens["censored"] > 0.1
+    cens["loss"].backward()
+    assert any(p.grad is not None and float(p.grad.abs().sum()) > 0 for p in model.parameters())
 
 
 def test_with_blindspot_is_a_checkpoint_and_sure_weights_lean_on_the_right_estimate(tmp_path):
