@@ -486,8 +486,8 @@ BLINDSPOT = {
     "cross": CROSS,  # the head reads each packed pixel's other CFA samples (false: before stop 60)
     "levels": LEVELS,  # poolings of each rotation's U-Net (2 until stop 65)
     "augment": AUGMENT,  # NoisyCrops(augment=…): "off", "flips" (4 flips) or "all" (8 flips/rotations)
-    "held_out": _ADAPT_BSP.held_out,  # adapt's held-out crops that choose among the checkpoints
     "censored": CENSORED,  # the censored likelihood for clipped samples (False: those near a clip unscored)
+    "held_out": _ADAPT_BSP.held_out,  # adapt's held-out crops that choose among the checkpoints
     "held_crop": HELD_CROP,  # their size (mosaic px; as adapt: the training crop's on files too small for it)
 }
 

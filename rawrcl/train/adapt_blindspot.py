@@ -10,7 +10,8 @@ anchor: there is no start in it to forget). Alone it stays below the shipped mod
 re-weighted per tile by Stein's estimate (:class:`~rawrcl.models.sure.SureShrink` over the start as
 ``rawrcl denoise`` runs it and the network), which falls back to the start where the new network does not
 help. The network's head reads each packed pixel's other CFA samples (``cross``, :data:`CROSS`); its
-training crops are flipped at random (:data:`AUGMENT`).
+training crops are flipped at random (:data:`AUGMENT`); clipped samples are scored by the censored likelihood
+(:data:`CENSORED`).
 
 ``--from`` an earlier blind-spot run continues its network (a fresh cosine schedule; measured: a second 6000
 steps at lr 3e-4, docs/adaptation.md). Pipeline: files and noise as every ``adapt``
