@@ -700,6 +700,8 @@ def test_adapt_blindspot_writes_the_start_beside_a_new_network(adapt_env, tmp_pa
     summary = json.loads((run / "adapt.json").read_text())
     assert summary["settings"]["lr"] == 1e-3 and [r["step"] for r in summary["held_out"]] == [0, 3]
     assert summary["verdict"] == "adapted (step 3)"
+    assert summary["objective"] == {"method": "blindspot", "margin": 2.5, "censored": True}  # CENSORED
+    assert read_checkpoint(run / "denoise.pt")["extra"]["adapt"]["objective"]["censored"] is True
     assert json.loads((run / "config.json").read_text())["data"]["augment"] == "flips"  # AUGMENT, recorded
     saved, net = read_checkpoint(run / "denoise.pt"), read_checkpoint(run / "checkpoints" / "step_0000003.pt")
     assert saved["config"]["arch"] == "with_blindspot"

@@ -156,7 +156,8 @@ def adapt_blindspot(
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / RUN_RAW).unlink(missing_ok=True)  # written again at the end
-    fit = Trainer(net, BlindSpotNLL(censored=CENSORED), data, out, cfg).fit()
+    objective = BlindSpotNLL(censored=CENSORED)
+    fit = Trainer(net, objective, data, out, cfg).fit()
 
     ck = out / "checkpoints"
     cands: list[tuple[int, Path | None]] = [(0, None)]
@@ -174,6 +175,7 @@ def adapt_blindspot(
 
     table, best = keep_or_discard(cands, model_at, held, c, say)
     summary = adapt_summary(out, out / RUN_RAW, src, c, nfiles, len(held), table, best, fit)
+    summary["objective"] = objective.config()  # e.g. censored: which likelihood trained the network
     extra = {"adapt": {k: v for k, v in summary.items() if k not in ("run_dir", "checkpoint")}}
     if best["step"] == 0:
         save_checkpoint(out / RUN_RAW, start, None, extra)
