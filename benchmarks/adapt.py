@@ -521,7 +521,9 @@ def burst_blindspot(args, files, score, log) -> dict:
     rows[0]["psnr_shadows_beside"] = s_ship.get("psnr_shadows")
     log(f"  blindspot: the start {shown(rows[0])}")
     torch.manual_seed(0)
-    model = BlindSpotDenoiser(width=int(o["width"]), cross=bool(o["cross"]), levels=int(o["levels"]))
+    model = BlindSpotDenoiser(
+        width=int(o["width"]), cross=bool(o["cross"]), levels=int(o["levels"]), censored=bool(o["censored"])
+    )
     if o["init"]:
         model.load_state_dict(read_checkpoint(o["init"])["state_dict"])
     train = files[BSP_FRAMES[args.bsp_frames]]

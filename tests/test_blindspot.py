@@ -8,7 +8,7 @@ import torch
 
 from rawrcl.methods import make_method
 from rawrcl.methods.blindspot import BlindSpotNLL, censored_nll
-from rawrcl.models.blindspot import BlindSpotDenoiser, BlindSpotNet
+from rawrcl.models.blindspot import BlindSpotDenoiser, BlindSpotNet, clipped_posterior
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -94,6 +94,34 @@ def test_posterior_mean_lies_between_the_pixel_and_the_prior():
     lo, hi = torch.minimum(y, mu), torch.maximum(y, mu)
     assert bool(((out >= lo - 1e-6) & (out <= hi + 1e-6)).all())
     assert make_method("blindspot").name == "blindspot"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_clipped_posterior_is_the_mean_of_the_clean_value_given_the_clip(dtype):
+    # x ~ N(mu, s2), y = clip(x + n, 0, 1): where y = 0 the mean of x over the clipped draws, not the Gaussian
+    # update of the value 0; elsewhere the Gaussian update untouched; at 1 the mirror case
+    g = torch.Generator().manual_seed(0)
+    n = 200_000
+    mu = torch.full((1, 1, 2, n), 0.002, dtype=dtype)
+    mu[:, :, 1] = 0.997
+    s2, v = torch.full_like(mu, 1e-5), torch.full_like(mu, 4e-5)
+    x = mu + s2.sqrt() * torch.randn(mu.shape, generator=g, dtype=dtype)
+    unclipped = x + v.sqrt() * torch.randn(mu.shape, generator=g, dtype=dtype)
+    y = unclipped.clamp(0, 1)
+    post = (s2 * y + v * mu) / (s2 + v)
+    out = clipped_posterior(y, mu, s2, v, post)
+    assert out.dtype == dtype
+    low, high = y <= 1e-7, y >= 1 - 1e-7  # the clip tolerance of clip_levels' users
+    assert 0.3 < float(low[..., 0, :].float().mean()) < 0.5
+    assert 0.25 < float(high[..., 1, :].float().mean()) < 0.45
+    # standard error of the empirical means ≈ 1e-5: the Gaussian update is 1e-3 off
+    assert abs(float(out[low].mean() - x[low].mean())) < 5e-5
+    assert abs(float(out[high].mean() - x[high].mean())) < 5e-5
+    assert float(post[low].mean() - x[low].mean()) > 5e-4
+    assert torch.equal(out[~(low | high)], post[~(low | high)])
+    assert float(((out - x) ** 2).mean()) < float(((post - x) ** 2).mean())
+    # an unclipped input (noise beyond black and white kept) is returned as it is
+    assert torch.equal(clipped_posterior(unclipped, mu, s2, v, post), post)
 
 
 def test_likelihood_training_on_noisy_crops_only_learns_the_prior():
@@ -286,6 +314,29 @@ def test_near_a_clip_level_the_composite_keeps_the_start():
         start = shrunk.model.parts(y.clamp_min(0), noise)[0]
     dark = clean < 1.4 * sd
     torch.testing.assert_close(res[dark], start[dark])
+    # a network trained with the censored likelihood goes without the guard (stop 72): beside a start 0.01
+    # off, an exact network's weighed output reaches the shadows
+    net.forward = lambda t, n: clean.expand_as(t)
+    errs = []
+    for censored in (False, True):
+        net.censored = censored
+        shrunk = SureShrink(WithBlindSpot(Shift(0.01), net))
+        assert shrunk.first_near_clips is not censored
+        with torch.no_grad():
+            errs.append(float((shrunk(y.clamp_min(0), noise) - clean)[dark].abs().mean()))
+    assert errs[0] > 0.005 and errs[1] < 0.2 * errs[0], errs
+
+
+def test_the_censored_flag_is_kept_in_a_checkpoint_and_absent_means_false():
+    from rawrcl.errors import RawrclError
+    from rawrcl.models.registry import build_model
+
+    net = BlindSpotDenoiser(width=4, censored=True)
+    assert net.config["censored"] is True and build_model(net.config).censored
+    old = {k: v for k, v in net.config.items() if k != "censored"}  # written before stop 72
+    assert build_model(old).censored is False
+    with pytest.raises(RawrclError, match="censored must be true or false"):
+        build_model({**net.config, "censored": 1})
 
 
 def test_the_adapt_benchmark_blindspot_row_runs_end_to_end(tmp_path):

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rawrcl.models.geometry import size_multiple
-from rawrcl.models.sure import SureShrink
+from rawrcl.models.sure import SureShrink, clip_levels
 from rawrcl.noise import variance_map
 
 #: log of the prior variance an untrained head starts at (the head's output is added): 1e-4, a typical RAW
@@ -165,25 +165,42 @@ class BlindSpotDenoiser(nn.Module):
     """``model(y, noise)`` → the posterior mean (B, C, h, w) of a :class:`BlindSpotNet` prior and
     Gaussian noise of the told variance; ``noise`` (B, 2 or 3, C) (λshot, λread; a σ_row² row is ignored),
     as noise-aware models take it. ``posterior=False`` returns the prior mean μ alone (the blind-spot
-    estimate). Registered as arch ``"blindspot"`` (config ``channels``, ``width``, ``cross``, ``levels``:
-    absent in checkpoints written before them, = False, 2)."""
+    estimate). ``censored``: the network was trained with the censored likelihood
+    (:func:`rawrcl.methods.blindspot.censored_nll`), which scores the clipped samples too — then a composite
+    need not keep the start near the clip levels (:class:`WithBlindSpot`). Registered as arch ``"blindspot"``
+    (config ``channels``, ``width``, ``cross``, ``levels``, ``censored``: absent in checkpoints written before
+    them, = False, 2, False)."""
 
     noise_aware = True
     head_name = "raw"
+    #: a sample at a clip level of its input gets :func:`clipped_posterior` (the posterior given only that the
+    #: noisy value lies beyond the clip), not the Gaussian update applied to the clipped value
+    clipped_posterior = False
 
     def __init__(
-        self, channels: int = 4, width: int = 32, posterior: bool = True, cross: bool = False, levels: int = 2
+        self,
+        channels: int = 4,
+        width: int = 32,
+        posterior: bool = True,
+        cross: bool = False,
+        levels: int = 2,
+        censored: bool = False,
     ) -> None:
         super().__init__()
         self.net = BlindSpotNet(channels, width, cross, levels)
         self.size_multiple = self.net.size_multiple
         self.posterior = bool(posterior)
-        self.config = {
+        self.censored = bool(censored)
+
+    @property
+    def config(self) -> dict:
+        return {
             "arch": "blindspot",
-            "channels": channels,
-            "width": width,
-            "cross": bool(cross),
+            "channels": self.net.channels,
+            "width": self.net.width,
+            "cross": self.net.cross,
             "levels": self.net.levels,
+            "censored": self.censored,
         }
 
     def prior(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -194,7 +211,32 @@ class BlindSpotDenoiser(nn.Module):
         if not self.posterior:
             return mu
         v = variance_map(mu, noise[:, :2]).clamp_min(1e-12)
-        return (s2 * y + v * mu) / (s2 + v)
+        post = (s2 * y + v * mu) / (s2 + v)
+        return clipped_posterior(y, mu, s2, v, post) if self.clipped_posterior else post
+
+
+def clipped_posterior(
+    y: torch.Tensor, mu: torch.Tensor, s2: torch.Tensor, v: torch.Tensor, post: torch.Tensor
+) -> torch.Tensor:
+    """``post`` (B, C, h, w) where ``y`` is not at a clip level of its own samples (:func:`clip_levels`), else
+    the mean of the clean value x ~ N(μ, s²) given only that y = x + n, n ~ N(0, v), lies beyond the clip:
+    E[x | y ≤ lo] = μ − s²/√t · φ(a)/Φ(a), a = (lo − μ)/√t, and E[x | y ≥ hi] = μ + s²/√t · φ(b)/Φ(b),
+    b = (μ − hi)/√t, t = s² + v — the truncated-normal counterpart of the censored likelihood the network is
+    trained with (:func:`rawrcl.methods.blindspot.censored_nll`). All (B, C, h, w) in [0, 1] units."""
+    lo, hi = (t.view(-1, 1, 1, 1) for t in clip_levels(y.float()))
+    low, high = y.float() <= lo + 1e-7, y.float() >= hi - 1e-7
+    if not bool((low | high).any()):
+        return post
+    mu32, s232 = mu.float(), s2.float()
+    sd = (s232 + v.float()).sqrt()
+    a = ((torch.where(torch.isfinite(lo), lo, 0.0) - mu32) / sd).clamp(-40, 40)
+    b = ((mu32 - torch.where(torch.isfinite(hi), hi, 1.0)) / sd).clamp(-40, 40)
+
+    def mills(z: torch.Tensor) -> torch.Tensor:  # φ(z)/Φ(z), stable far into the lower tail
+        return torch.exp(-0.5 * z * z - 0.5 * math.log(2 * math.pi) - torch.special.log_ndtr(z))
+
+    out = torch.where(low, (mu32 - s232 / sd * mills(a)).to(post.dtype), post)
+    return torch.where(high, (mu32 + s232 / sd * mills(b)).to(post.dtype), out)
 
 
 class WithBlindSpot(nn.Module):
@@ -220,9 +262,6 @@ class WithBlindSpot(nn.Module):
     #: SureShrink probes 4 × 4 windows of each tile, not 2 × 2: with 4 the network's weight swung 0 ↔ 0.26
     #: with the windows' placement alone (docs/adaptation.md, "The cross head, nested SURE weights …")
     sure_grid = 4
-    #: near a clip level (where SURE cannot score) SureShrink outputs the start: there the network lifted the
-    #: shadows of a black-clipped burst (docs/adaptation.md, "The shadows")
-    sure_first_near_clips = True
 
     def __init__(self, base: nn.Module, blindspot: BlindSpotDenoiser) -> None:
         super().__init__()
@@ -245,6 +284,15 @@ class WithBlindSpot(nn.Module):
             "blindspot": dict(self.blindspot.config),
         }
 
+    @property
+    def sure_first_near_clips(self) -> bool:
+        """Near a clip level (where SURE cannot score) SureShrink outputs the start, unless the network was
+        trained with the censored likelihood: a network trained with the clipped samples left out lifted the
+        shadows of a black-clipped burst (docs/adaptation.md, "The shadows"); a censored one, beside the start
+        without this guard, is better on two synthetic clipped bursts against their truth, in the shadows too
+        ("Lifting the shadow guard for censored networks")."""
+        return not self.blindspot.censored
+
     def parts(self, x: torch.Tensor, noise: torch.Tensor) -> list[torch.Tensor]:
         start = self._start[0](x, noise)
         return [start, self.blindspot(x, noise[:, :2]).to(start.dtype)]
@@ -257,4 +305,4 @@ class WithBlindSpot(nn.Module):
         return self.base(x, noise)
 
 
-__all__ = ["BlindSpotDenoiser", "BlindSpotNet", "WithBlindSpot", "ring_mean"]
+__all__ = ["BlindSpotDenoiser", "BlindSpotNet", "WithBlindSpot", "clipped_posterior", "ring_mean"]

@@ -199,7 +199,9 @@ def _blindspot(config: dict) -> nn.Module:
     """A :class:`~rawrcl.models.blindspot.BlindSpotDenoiser`: arch ``blindspot`` (``config`` validated by
     :func:`_blindspot_config`, which fills the keys older checkpoints lack)."""
     c = config
-    return BlindSpotDenoiser(c["channels"], c["width"], cross=c["cross"], levels=c["levels"])
+    return BlindSpotDenoiser(
+        c["channels"], c["width"], cross=c["cross"], levels=c["levels"], censored=c["censored"]
+    )
 
 
 def _with_blindspot(config: dict) -> nn.Module:
@@ -220,12 +222,14 @@ ARCHS: dict[str, Callable[[dict], nn.Module]] = {
 
 
 def _blindspot_config(cfg: dict) -> dict:
-    """Validate a ``blindspot`` config: ``channels`` (4, packed RAW), ``width`` (32) ≥ 1, ``cross`` (a
-    bool; False when absent, as in checkpoints written before it) and ``levels`` (poolings, 2 when absent)."""
+    """Validate a ``blindspot`` config: ``channels`` (4, packed RAW), ``width`` (32) ≥ 1, ``cross`` and
+    ``censored`` (bools; False when absent, as in checkpoints written before them) and ``levels`` (poolings,
+    2 when absent)."""
     channels, width, cross = cfg.get("channels", 4), cfg.get("width", 32), cfg.get("cross", False)
-    levels = cfg.get("levels", 2)
-    if not isinstance(cross, bool):
-        raise RawrclError(f"a blind-spot model's cross must be true or false, got {cross!r}")
+    levels, censored = cfg.get("levels", 2), cfg.get("censored", False)
+    for name, flag in (("cross", cross), ("censored", censored)):
+        if not isinstance(flag, bool):
+            raise RawrclError(f"a blind-spot model's {name} must be true or false, got {flag!r}")
     for name, v in (("channels", channels), ("width", width), ("levels", levels)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise RawrclError(f"a blind-spot model's {name} must be a whole number ≥ 1, got {v!r}")
@@ -240,6 +244,7 @@ def _blindspot_config(cfg: dict) -> dict:
         "width": width,
         "cross": cross,
         "levels": levels,
+        "censored": censored,
     }
 
 

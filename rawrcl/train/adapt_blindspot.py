@@ -142,6 +142,7 @@ def adapt_blindspot(
     else:
         say(f"continuing the blind-spot network of {src}")
         net = net.float().train()
+    net.censored = CENSORED  # the objective it is trained with (a composite's shadow guard follows it)
     data = blindspot_crops(nfiles, c.crop, c.seed)
     held = data.held_out(c.held_out)
     cfg = c.trainer_config(
