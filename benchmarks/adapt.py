@@ -549,7 +549,7 @@ def burst_blindspot(args, files, score, log) -> dict:
         "progress": False,
     }
     t = time.perf_counter()
-    Trainer(model, BlindSpotNLL(censored=bool(o["censored"])), data, run, cfg).fit()
+    Trainer(model, BlindSpotNLL(censored=model.censored), data, run, cfg).fit()
     secs = time.perf_counter() - t
     held = data.held_out(int(o["held_out"]))
     h0 = held_out_scores(shipped, held)

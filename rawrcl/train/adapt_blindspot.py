@@ -142,7 +142,8 @@ def adapt_blindspot(
     else:
         say(f"continuing the blind-spot network of {src}")
         net = net.float().train()
-    net.censored = CENSORED  # the objective it is trained with (a composite's shadow guard follows it)
+    objective = BlindSpotNLL(censored=CENSORED)
+    net.censored = objective.censored  # its training likelihood (a composite's shadow guard follows it)
     data = blindspot_crops(nfiles, c.crop, c.seed)
     held = data.held_out(c.held_out)
     cfg = c.trainer_config(
@@ -157,7 +158,6 @@ def adapt_blindspot(
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / RUN_RAW).unlink(missing_ok=True)  # written again at the end
-    objective = BlindSpotNLL(censored=CENSORED)
     fit = Trainer(net, objective, data, out, cfg).fit()
 
     ck = out / "checkpoints"
