@@ -21,6 +21,7 @@ import torch
 from rawrcl.methods.base import Method
 from rawrcl.methods.r2r import neighbour_mean, noisy_crops, scored_mask, signal_variance
 from rawrcl.models.registry import unwrap
+from rawrcl.models.sure import CLIP_TOL
 
 
 class BlindSpotNLL(Method):
@@ -42,7 +43,8 @@ class BlindSpotNLL(Method):
         tot = s2 + v
         nll = 0.5 * ((y - mu) ** 2 / tot + torch.log(tot) + math.log(2 * math.pi))
         if self.censored:
-            nll, w, share = censored_nll(y, mu, tot, floor, nll)
+            nll, share = censored_nll(y, mu, tot, floor, nll)
+            w = torch.ones_like(y)  # every sample scored
         else:
             xhat = neighbour_mean(y)
             w = scored_mask(xhat, signal_variance(xhat, noise), floor, self.margin)
@@ -55,17 +57,17 @@ class BlindSpotNLL(Method):
 
 def censored_nll(
     y: torch.Tensor, mu: torch.Tensor, tot: torch.Tensor, floor: torch.Tensor, nll: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """(nll, weight, share of censored samples): ``nll`` (the Gaussian one, (B, C, h, w)) replaced by
+) -> tuple[torch.Tensor, float]:
+    """(nll, share of censored samples): ``nll`` (the Gaussian one, (B, C, h, w)) replaced by
     −log Φ((floor − μ)/√tot) where ``y`` sits at its file's ``floor`` (B,) (−1: not clipped) and by
-    −log Φ((μ − 1)/√tot) where it sits at 1; every sample weighted 1."""
+    −log Φ((μ − 1)/√tot) where it sits at 1."""
     sd = tot.sqrt()
     fl = floor.to(y.dtype).view(-1, 1, 1, 1)
-    low = (fl > -0.5) & (y <= fl + 1e-7)
-    high = y >= 1.0 - 1e-7
+    low = (fl > -0.5) & (y <= fl + CLIP_TOL)
+    high = y >= 1.0 - CLIP_TOL
     nll = torch.where(low, -torch.special.log_ndtr((fl - mu) / sd), nll)
     nll = torch.where(high, -torch.special.log_ndtr((mu - 1.0) / sd), nll)
-    return nll, torch.ones_like(y), float((low | high).float().mean())
+    return nll, float((low | high).float().mean())
 
 
 __all__ = ["BlindSpotNLL", "censored_nll"]

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rawrcl.models.geometry import size_multiple
-from rawrcl.models.sure import SureShrink, clip_levels
+from rawrcl.models.sure import CLIP_TOL, SureShrink, clip_levels
 from rawrcl.noise import variance_map
 
 #: log of the prior variance an untrained head starts at (the head's output is added): 1e-4, a typical RAW
@@ -226,7 +226,7 @@ def clipped_posterior(
     b = (μ − hi)/√t, t = s² + v — the truncated-normal counterpart of the censored likelihood the network is
     trained with (:func:`rawrcl.methods.blindspot.censored_nll`). All (B, C, h, w) in [0, 1] units."""
     lo, hi = (t.view(-1, 1, 1, 1) for t in clip_levels(y.float()))
-    low, high = y.float() <= lo + 1e-7, y.float() >= hi - 1e-7
+    low, high = y.float() <= lo + CLIP_TOL, y.float() >= hi - CLIP_TOL
     if not bool((low | high).any()):
         return post
     mu32, s232 = mu.float(), s2.float()

@@ -196,6 +196,12 @@ def best_weights(gram: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
     return torch.stack(out).to(rhs.dtype)
 
 
+#: how close (in [0, 1] units) a sample must sit to a clip level to count as clipped there: far below a
+#: 16-bit step (1.5e-5), above float32 rounding near 1 (6e-8); one value for SURE, the blind-spot likelihood
+#: and its posterior
+CLIP_TOL = 1e-7
+
+
 def clip_levels(y: torch.Tensor, share: float = 1e-3) -> tuple[torch.Tensor, torch.Tensor]:
     """(B,) black and white clip levels of the samples ``y`` (B, C, h, w): the minimum (maximum) where at
     least ``share`` of the samples, and at least two, pile up on it, else −inf (+inf) — an unclipped file
@@ -204,8 +210,8 @@ def clip_levels(y: torch.Tensor, share: float = 1e-3) -> tuple[torch.Tensor, tor
     flat = y.flatten(1)
     lo, hi = flat.amin(1), flat.amax(1)
     need = max(2.0, share * flat.shape[1])
-    at_lo = (flat <= lo[:, None] + 1e-7).sum(1) >= need
-    at_hi = (flat >= hi[:, None] - 1e-7).sum(1) >= need
+    at_lo = (flat <= lo[:, None] + CLIP_TOL).sum(1) >= need
+    at_hi = (flat >= hi[:, None] - CLIP_TOL).sum(1) >= need
     inf = torch.full_like(lo, float("inf"))
     return torch.where(at_lo, lo, -inf), torch.where(at_hi, hi, inf)
 
