@@ -9,6 +9,7 @@ import torch
 from rawrcl.methods import make_method
 from rawrcl.methods.blindspot import BlindSpotNLL, censored_nll
 from rawrcl.models.blindspot import BlindSpotDenoiser, BlindSpotNet, clipped_posterior
+from rawrcl.models.sure import CLIP_TOL
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -111,7 +112,7 @@ def test_clipped_posterior_is_the_mean_of_the_clean_value_given_the_clip(dtype):
     post = (s2 * y + v * mu) / (s2 + v)
     out = clipped_posterior(y, mu, s2, v, post)
     assert out.dtype == dtype
-    low, high = y <= 1e-7, y >= 1 - 1e-7  # the clip tolerance of clip_levels' users
+    low, high = y <= CLIP_TOL, y >= 1 - CLIP_TOL
     assert 0.3 < float(low[..., 0, :].float().mean()) < 0.5
     assert 0.25 < float(high[..., 1, :].float().mean()) < 0.45
     # standard error of the empirical means ≈ 1e-5: the Gaussian update is 1e-3 off
