@@ -130,6 +130,16 @@ def test_noisy_crops_augment_keeps_phase_noise_and_held_out_band():
     assert NoisyCrops([file(0.0)], crop=48).bands == [40]  # without it the band is one 48-px crop high
 
 
+def test_adapt_runs_write_last_pt_often_whatever_they_keep():
+    """A hard kill loses at most ADAPT_SAVE_EVERY steps: the blind-spot default keeps one checkpoint (step
+    6000) and wrote its resumable last.pt only there until stop 74."""
+    from rawrcl.train.config import ADAPT_SAVE_EVERY, AdaptConfig
+
+    for c, keep in ((AdaptConfig(method="blindspot"), 6000), (AdaptConfig(), 100), (AdaptConfig(steps=7), 1)):
+        t = c.trainer_config(64, "default", False, False, False)
+        assert t["keep_every"] == keep and t["save_every"] == min(keep, ADAPT_SAVE_EVERY) == min(keep, 200)
+
+
 def test_blindspot_crops_hold_out_128_px_crops_whatever_the_training_crop():
     """adapt --method blindspot trains on 64-px crops and scores on 128-px held-out crops (what its signal
     was measured with); files too small for those get held-out crops of the training size."""
