@@ -275,6 +275,38 @@ def test_with_blindspot_is_a_checkpoint_and_sure_weights_lean_on_the_right_estim
     assert "blind-spot network" in shrink_summary(shrunk)
 
 
+def test_a_start_that_gives_back_its_input_leaves_the_network_its_weight():
+    """Where the start's own SURE weights choose the input alone, the composite's first estimate equals the
+    input: SureShrink gives it weight 0 and weighs the network without it (it used to output the start, i.e.
+    the noisy input, on such tiles; a stop-74 machine met it in tests/test_adapt.py's small run)."""
+    from rawrcl.models.blindspot import BlindSpotDenoiser, WithBlindSpot
+    from rawrcl.models.sure import SureShrink
+    from rawrcl.noise import NoiseModel
+
+    class Identity(torch.nn.Module):  # a start that returns its input
+        noise_aware, head_name, config = True, "raw", {}
+
+        def forward(self, x, noise):
+            return x.clone()
+
+    yy, xx = torch.meshgrid(torch.linspace(0, 1, 64), torch.linspace(0, 1, 64), indexing="ij")
+    clean = (0.2 + 0.1 * torch.sin(6 * xx) * torch.cos(4 * yy)).expand(1, 4, 64, 64).contiguous()
+    nm = NoiseModel(2e-3, 2e-5)
+    y = clean + nm.std(clean) * torch.randn(clean.shape, generator=torch.Generator().manual_seed(3))
+    oracle = BlindSpotDenoiser(width=4)
+    oracle.forward = lambda t, n: clean.expand_as(t)
+    shrunk = SureShrink(WithBlindSpot(Identity(), oracle))
+    with torch.no_grad():
+        out = shrunk(y, nm.conditioning(4)[None])
+    w = shrunk.last_weights[0]
+    assert w[0] == 0 and w[1] > 0.9, w
+    assert float(((out - clean) ** 2).mean()) < 0.05 * float(((y - clean) ** 2).mean())
+    alone = SureShrink(Identity())  # one estimate equal to the input: the model's own output, as before
+    with torch.no_grad():
+        torch.testing.assert_close(alone(y, nm.conditioning(4)[None]), y)
+    assert bool(alone.last_weights.isnan().all())
+
+
 def test_near_a_clip_level_the_composite_keeps_the_start():
     """SURE cannot score samples near a clip level, so a blind-spot composite's weights are unchecked there:
     SureShrink gives the start in the black-clipped shadows (within 1.5 std of black) and the weighed output

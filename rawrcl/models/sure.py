@@ -55,7 +55,9 @@ class SureShrink(nn.Module):
     2 windows a side are probed whole (one more pass); larger ones on a g × g grid of windows of
     :data:`WINDOW` packed pixels spread over the input (two passes of those windows; g = 2, or the model's
     ``sure_grid``: :attr:`grid`). A sample told row (banding) noise, or with
-    under 5 % of scorable samples, gets the model's own output. The weights of the last call are in
+    under 5 % of scorable samples, or whose every estimate equals the input where SURE scores, gets the
+    model's own output (an estimate equal to the input gets weight 0, the others theirs without it). The
+    weights of the last call are in
     :attr:`last_weights` (B, K), every set so far in :attr:`seen` (for logs and tests).
     """
 
@@ -152,8 +154,11 @@ class SureShrink(nn.Module):
                         gram[:, j, i] = gram[:, i, j]
                 cnt += ok.sum(dim=(1, 2, 3))
                 total += ok[0].numel()
-        weight = best_weights(gram, SLACK * rhs)
-        keep = (cnt < 0.05 * total) | (gram.diagonal(dim1=1, dim2=2) <= 0).any(dim=1)
+        # a part equal to the input where SURE scores (e.g. a start whose own SURE weights chose the input)
+        # changes nothing: weight 0, the others weighed without it; the model's own output only when all are
+        dead = gram.diagonal(dim1=1, dim2=2) <= 0
+        weight = best_weights(gram, SLACK * rhs.masked_fill(dead, 0)).masked_fill(dead, 0)
+        keep = (cnt < 0.05 * total) | dead.all(dim=1)
         if noise.shape[1] > 2:
             keep |= (noise[:, 2] > 0).any(dim=1)
         return weight.float(), keep
