@@ -34,7 +34,7 @@ from rawrcl.cli.common import LazyChoice, ema_option, user_errors
     help="r2r: clipping-aware Recorrupted-to-Recorrupted; r2r-plain: as published; sure: Stein's unbiased "
     "risk estimate at the files' own noise; n2s: Noise2Self; rcl: the paper's residual contrastive loss; "
     "blindspot: a blind-spot network trained from scratch, run beside the start with SURE weights "
-    "(≈ 40–50 min on 2 cores; docs/adaptation.md compares them)  [default: sure]",
+    "(6000 steps: ≈ 45 min to 2 h on 2 cores, by machine; docs/adaptation.md compares them)  [default: sure]",
 )
 @click.option("--steps", default=None, type=int, help="optimiser steps  [default: 400; blindspot 6000]")
 @click.option(
