@@ -57,8 +57,8 @@ class SureShrink(nn.Module):
     ``sure_grid``: :attr:`grid`). A sample told row (banding) noise, or with
     under 5 % of scorable samples, or whose every estimate equals the input where SURE scores, gets the
     model's own output (an estimate equal to the input gets weight 0, the others theirs without it). The
-    weights of the last call are in
-    :attr:`last_weights` (B, K), every set so far in :attr:`seen` (for logs and tests).
+    weights of the last call are in :attr:`last_weights` (B, K), every set so far in :attr:`seen` (for logs
+    and tests).
     """
 
     noise_aware = True
