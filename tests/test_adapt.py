@@ -419,11 +419,19 @@ def test_forgetting_check_scores_and_guard(adapt_env, tmp_path):
 
     good, bad = check_scores(Shift(0.0), a), check_scores(Shift(0.1), a)
     assert all(bad[k] < good[k] - 1 for k in good)
+    # told the start's scores, scoring stops at the first failed condition, an enlarged one
+    stopped = check_scores(Shift(0.1), a, good, 0.1)
+    assert list(stopped) == [a[n]["key"]] and stopped[a[n]["key"]] == bad[a[n]["key"]]
+    assert len(check_scores(Shift(0.0), a, good, 0.1)) == len(a)  # a model that passes: every condition
     summ = adapt(
         adapt_env["dngs"], tmp_path / "r", source=adapt_env["ckpt"], steps=2, crop=32, batch_size=2,
-        evals=1, forget_tol=-1.0, progress=False,
+        evals=2, forget_tol=-1.0, progress=False,
     )  # fmt: skip
     assert summ["selected_step"] == 0 and summ["verdict"] == "kept start" and summ["final_forgot"]
+    # the failed checkpoint before the final one was checked only until it failed; the final in full
+    rows = summ["held_out"]
+    assert [r["step"] for r in rows] == [0, 1, 2] and rows[1].get("forget_stopped")
+    assert "forget_stopped" not in rows[2]
 
 
 def test_train_only_changes_only_the_named_parameters(adapt_env, tmp_path):

@@ -115,6 +115,19 @@ def test_sigkill_and_resume(tmp_path):
     assert _losses(run) == _losses(tmp_path / "ref")
 
 
+@pytest.mark.parametrize("capability", ["AVX2", "AVX512"])
+def test_trainer_memory_format_follows_the_cpu(tmp_path, monkeypatch, capability):
+    """``channels_last="auto"`` trains in NHWC on an AVX-512 CPU and in the plain layout on an AVX2 one."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    torch.manual_seed(0)
+    model = build_model({"arch": "unet", "in_channels": 4, "head": "jdd", "width": 8, "depth": 2})
+    conf = {"steps": 1, "batch_size": 2, "log_every": 1, "device": "cpu"}
+    Trainer(model, make_method("n2s"), _dataset(), tmp_path / "run", conf).fit()
+    w = next(p for p in model.parameters() if p.ndim == 4 and p.shape[1] > 1)
+    assert w.is_contiguous(memory_format=torch.channels_last) is (capability == "AVX512")
+    assert w.is_contiguous() is (capability == "AVX2")
+
+
 def _ddp_worker(rank, world, port, out):
     os.environ.update(
         MASTER_ADDR="127.0.0.1",

@@ -40,7 +40,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 import torch.nn as nn
 
-from rawrcl.device import resolve_device, resolve_precision
+from rawrcl.device import resolve_device, resolve_precision, use_channels_last
 from rawrcl.errors import RawrclError
 from rawrcl.infer.memory import keep_freed_memory
 from rawrcl.models.geometry import pad_to_multiple, size_multiple
@@ -199,8 +199,8 @@ def tiled_apply(
     batch_tiles : tiles per forward pass.
     device : "cpu", "cuda", "cuda:1", None/"auto" (CUDA when available).
     precision : "auto" | "fp32" | "bf16" | "fp16" (autocast dtype; see :func:`resolve_precision`).
-    channels_last : use channels-last memory format (default: on CUDA and CPU — on the CPU oneDNN runs the
-        U-Net's convolutions ≈ 1.35–1.7× faster in NHWC, measured at 12 MP on 2 threads; off elsewhere).
+    channels_last : use channels-last memory format (default :func:`rawrcl.device.use_channels_last`: on
+        CUDA and CPU, off elsewhere).
     multiple : the model's size multiple (default :func:`rawrcl.models.size_multiple`).
     progress : called with the number of tiles just finished (e.g. ``tqdm.update``).
 
@@ -221,7 +221,7 @@ def tiled_apply(
         raise RawrclError(f"--tile {asked}{rounded} must be at least twice --overlap {overlap}")
     dtype = resolve_precision(precision, dev)
     if channels_last is None:
-        channels_last = dev.type in ("cuda", "cpu")
+        channels_last = use_channels_last(dev)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     model.to(dev, memory_format=fmt)
 

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from rawrcl.device import use_channels_last
 from rawrcl.methods.r2r import neighbour_mean, recorrupt, scored_mask, signal_variance
 from rawrcl.methods.sure import sure_map
 from rawrcl.models.conditioning import call
@@ -73,6 +74,16 @@ def shadow_bias(
     return float(r[dark].sum()), float(dark.sum())
 
 
+def for_scoring(model: nn.Module) -> nn.Module:
+    """``model`` in eval mode and in the inference memory format of its device
+    (:func:`rawrcl.device.use_channels_last`): a model trained in the plain layout on an AVX2-only CPU is
+    scored ≈ 1.36× faster in channels-last. Changes ``model`` in place; returns it."""
+    p = next(model.parameters(), None)
+    dev = p.device if p is not None else torch.device("cpu")
+    fmt = torch.channels_last if use_channels_last(dev) else torch.contiguous_format
+    return model.eval().to(memory_format=fmt)
+
+
 @torch.no_grad()
 def held_out_scores(
     model: nn.Module,
@@ -97,7 +108,7 @@ def held_out_scores(
     clipping; ``crop_sure``: each crop's SURE sum (0 for a crop with nothing scored), for
     :func:`gain_se_db`. Pixels within 2.5σ of a clip level are not scored by SURE/R2R (the estimates assume
     unclipped Gaussian noise)."""
-    model = model.eval()
+    model = for_scoring(model)
     tot = {"r2r": 0.0, "n": 0.0, "var": 0.0}
     per_crop = []
     for k, c in enumerate(crops):
@@ -214,10 +225,19 @@ def check_crops(
 
 
 @torch.no_grad()
-def check_scores(model: nn.Module, crops: Sequence[dict]) -> dict[str, float]:
+def check_scores(
+    model: nn.Module,
+    crops: Sequence[dict],
+    base: dict[str, float] | None = None,
+    tol: float = math.inf,
+) -> dict[str, float]:
     """PSNR (dB, packed RAW, [0, 1], peak 1; MSE over all the condition's pixels) of ``model`` on each
-    :func:`check_crops` condition."""
-    model = model.eval()
+    :func:`check_crops` condition. With ``base`` (the start's scores) the enlarged conditions go first (what
+    adaptation forgets first) and scoring stops at the first condition more than ``tol`` dB below ``base``:
+    the result then holds the conditions scored so far, that one last."""
+    model = for_scoring(model)
+    if base is not None:
+        crops = sorted(crops, key=lambda c: not is_enlarged(c["key"]))  # stable: enlarged first
     res = {}
     for c in crops:
         se, n = 0.0, 0
@@ -226,6 +246,8 @@ def check_scores(model: nn.Module, crops: Sequence[dict]) -> dict[str, float]:
             se += float(((out - y) ** 2).sum())
             n += y.numel()
         res[c["key"]] = -10 * math.log10(max(se / n, 1e-20))
+        if base is not None and res[c["key"]] - base[c["key"]] < -tol:
+            break
     return res
 
 
@@ -242,14 +264,18 @@ def keep_or_discard(
     checks = check_crops()
     say(
         f"scoring {len(cands)} checkpoints (start included) on the held-out crops and the forgetting check "
-        "(on 2 cores ≈ 20 s each for a fine-tune, 3–7 min for a blind-spot composite)"
+        "(on 2 cores ≈ 20–35 s each for a fine-tune, 3–7 min for a blind-spot composite)"
     )
-    table = []
-    for s, p in cands:
+    table: list[dict] = []
+    base_check: dict[str, float] = {}
+    for i, (s, p) in enumerate(cands):
         model = model_at(s, p)
         sc = held_out_scores(model, held, alpha=c.alpha, seed=c.seed, r2r=c.select == "r2r")
         crops = sc.pop("crop_sure")
-        fc = check_scores(model, checks)
+        # the start and the final weights in full (the warnings quote the final's worst condition); the
+        # others only until they fail, which is all the choice needs
+        full = s == 0 or i == len(cands) - 1
+        fc = check_scores(model, checks, None if full else base_check, c.forget_tol)
         row = {"step": s, **{k: round(v, 8) for k, v in sc.items()}}
         if s == 0:
             base_check, base_crops = fc, crops
@@ -258,12 +284,15 @@ def keep_or_discard(
         drop = {k: fc[k] - base_check[k] for k in fc}
         worst = min(drop, key=drop.get)
         row.update({"forget_db": round(drop[worst], 4), "forget_at": worst})
+        if len(fc) < len(base_check):
+            row["forget_stopped"] = True  # stopped at its first failed condition: not necessarily the worst
         table.append(row)
         gain = f", {sc['sure_psnr'] - table[0]['sure_psnr']:+.3f} ± {se:.3f} vs start" if s else ""
         r2r_txt = f", R2R {sc['r2r']:.4f}" if "r2r" in sc else ""
+        which = "beyond the tolerance, not scored further" if row.get("forget_stopped") else "worst"
         say(
             f"held-out step {s}: SURE {sc['sure']:.4g} ({sc['sure_psnr']:.2f} dB{gain}){r2r_txt}; "
-            f"forgetting check: worst {drop[worst]:+.2f} dB ({worst})"
+            f"forgetting check: {which} {drop[worst]:+.2f} dB ({worst})"
         )
     allowed = [r for r in table if r["step"] == 0 or r["forget_db"] >= -c.forget_tol]
     if c.select == "last":
