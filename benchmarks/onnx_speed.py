@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from rawrcl.export.backend import cached_export
     from rawrcl.export.build import prepare
     from rawrcl.export.darktable import write_package
+    from rawrcl.export.noise import BakedNLF
     from rawrcl.export.ort import OrtModel
     from rawrcl.infer import TileOptions, denoise_cfa, jdd_cfa
     from rawrcl.infer.noise import bind_noise
@@ -85,7 +86,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if task == "jdd":
             model, cfg = load_checkpoint(default_weights_path("jdd"))
             tmp = tempfile.mkdtemp(prefix="rawrcl-dt-")
-            info = write_package(prepare(model, cfg, head="jdd"), tmp, "rawdenoise-speed", tile=args.tile)
+            baked = BakedNLF((2e-3,) * 4, (5e-5,) * 4)  # a darktable graph has one input: the level baked in
+            prep = prepare(model, cfg, head="jdd", noise=baked if cfg.get("noise_aware") else None)
+            info = write_package(prep, tmp, "rawdenoise-speed", tile=args.tile)
             engines["onnxruntime static 512"] = OrtModel(Path(info["path"]) / "model_bayer.onnx")
         outs, times = {}, {k: [] for k in engines}
         for m in engines.values():
