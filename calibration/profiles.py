@@ -1,27 +1,5 @@
-"""Saving calibrations into camera noise profiles (file format and lookup: :mod:`rawrcl.noise.profiles`).
-
-File format (``rawrcl-noise-profile/1``)::
-
-    {
-      "format": "rawrcl-noise-profile/1",
-      "units": "[0,1] after black/white level; variance = lambda_shot*x + lambda_read",
-      "cameras": {
-        "<make> <model>": {
-          "make": "...", "model": "...",
-          "entries": [
-            {"iso": 100, "per_plane": {"R": [ls, lr], "G1": [...], "G2": [...], "B": [...]},
-             "lambda_shot": ls_avg, "lambda_read": lr_avg, "method": "flats", "source": "..."},
-            ...
-          ]
-        }
-      }
-    }
-
-Lookup at an ISO that was not measured interpolates log λ linearly in log ISO between the two
-nearest measured ISOs (per plane, per parameter); outside the measured range it extrapolates from
-the two end points and flags it. With a single measured ISO it scales physically (λshot ∝ ISO,
-λread ∝ ISO², i.e. gain applied before read noise) and flags the extrapolation.
-"""
+"""Saving calibrations into camera noise profiles (``rawrcl-noise-profile/1``; the file format and the lookup
+between measured ISOs are described once, in :mod:`rawrcl.noise.profiles`)."""
 
 from __future__ import annotations
 
