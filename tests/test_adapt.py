@@ -434,6 +434,27 @@ def test_forgetting_check_scores_and_guard(adapt_env, tmp_path):
     assert "forget_stopped" not in rows[2]
 
 
+def test_forget_hint_points_to_what_helped():
+    """When the forgetting check makes a fine-tune keep the start, the warning names what helped where it
+    failed: a larger --mix at 1×, --method blindspot on smooth (enlarged) content; nothing once a checkpoint
+    was kept, nor for the blind-spot method (its start is never changed)."""
+    from rawrcl.train.adapt_signal import adapt_warnings, forget_hint
+    from rawrcl.train.config import AdaptConfig
+
+    kept, adapted, sure = {"step": 0}, {"step": 100}, AdaptConfig()
+    assert "--method blindspot" in forget_hint("unproc L1 4x", kept, sure)
+    assert "--mix (e.g. 2)" in forget_hint("unproc L1", kept, sure)
+    assert forget_hint("unproc L1 4x", adapted, sure) == ""
+    assert forget_hint("unproc L1 4x", kept, AdaptConfig(method="blindspot")) == ""
+    table = [
+        {"step": 0, "sure": 1e-4, "forget_db": 0.0, "forget_at": "photo L1"},
+        {"step": 100, "sure": 0.9e-4, "forget_db": -0.8, "forget_at": "unproc L1 4x"},
+    ]
+    with pytest.warns(UserWarning, match="lost 0.80 dB at unproc L1 4x .*--method blindspot"):
+        (msg,) = adapt_warnings(table, kept, sure)
+    assert "kept the starting weights" in msg
+
+
 def test_train_only_changes_only_the_named_parameters(adapt_env, tmp_path):
     from rawrcl.errors import RawrclError
     from rawrcl.models.registry import load_checkpoint, read_checkpoint
