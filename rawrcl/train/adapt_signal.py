@@ -384,6 +384,6 @@ def forget_hint(forget_at: str, best: dict, c: AdaptConfig) -> str:
     if is_enlarged(forget_at):
         return (
             "; smooth (enlarged) content, as on the measured real burst, where a larger --mix did not help "
-            "and --method blindspot (a new network beside the start, 45 min – 2 h) gained +0.11 dB"
+            "and --method blindspot (a new network beside the unchanged start, 45 min – 2 h) gained"
         )
     return "; a larger --mix (e.g. 2) replays more of what the model did well"
