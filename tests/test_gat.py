@@ -138,5 +138,7 @@ def test_banded_bm3d_matches_the_whole_frame():
     mse_w, mse_b = (float(np.mean((o - x) ** 2)) for o in (whole, banded))
     assert banded.shape == y.shape and banded.dtype == np.float32
     assert mse_b < 1.05 * mse_w and float(np.abs(banded - whole).mean()) < 0.2 * math.sqrt(mse_w)
-    one = banded_gat_bm3d(y[:, :40], ls, lr, band=48, overlap=16)  # one band; BM3D varies ~5e-7 run to run
-    np.testing.assert_allclose(one, RB.gat_bm3d(y[:, :40], ls, lr), atol=1e-5)
+    # one band: the whole-frame call; BM3D itself varies run to run (~5e-7 typically, 1.6e-5 seen once in CI),
+    # far below the noise std (≈ 0.02) that a wrong band would show
+    one = banded_gat_bm3d(y[:, :40], ls, lr, band=48, overlap=16)
+    np.testing.assert_allclose(one, RB.gat_bm3d(y[:, :40], ls, lr), atol=1e-4)
