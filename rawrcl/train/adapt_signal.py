@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 
 from rawrcl.device import use_channels_last
+from rawrcl.methods import OWN_MODEL
 from rawrcl.methods.r2r import neighbour_mean, recorrupt, scored_mask, signal_variance
 from rawrcl.methods.sure import sure_map
 from rawrcl.models.conditioning import call
@@ -375,11 +376,11 @@ def adapt_warnings(table: list[dict], best: dict, c: AdaptConfig) -> list[str]:
 
 def forget_hint(forget_at: str, best: dict, c: AdaptConfig) -> str:
     """What to try when the forgetting check at condition ``forget_at`` made ``adapt`` keep the start ("" when
-    a checkpoint was kept, or for the blind-spot method, whose start is never changed): a larger ``--mix``
-    helped at 1× (synthetic cameras); on enlarged (smooth) conditions — the measured real burst — it did not,
-    and only ``--method blindspot``, which leaves the starting weights as they are, gained there
+    a checkpoint was kept, or for a method with its own network beside the start, ``OWN_MODEL``): a larger
+    ``--mix`` helped at 1× (synthetic cameras); on enlarged (smooth) conditions — the measured real burst — it
+    did not, and only ``--method blindspot``, which leaves the starting weights as they are, gained there
     (docs/adaptation.md)."""
-    if best["step"] != 0 or c.method == "blindspot":
+    if best["step"] != 0 or c.method in OWN_MODEL:  # their start is never changed
         return ""
     if is_enlarged(forget_at):
         return (
