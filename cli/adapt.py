@@ -89,6 +89,13 @@ from rawrcl.cli.common import LazyChoice, ema_option, user_errors
     help="dB a kept checkpoint may lose on any condition of the forgetting check  [default: 0.1]",
 )
 @click.option(
+    "--noise-slack",
+    default=None,
+    type=float,
+    help="uncertainty of the told noise variance: with --select sure a checkpoint is kept only if it beats "
+    "the start for every variance within ×[1/S, S] of the told one  [default: 1.2; 1 = trust it]",
+)
+@click.option(
     "--row-noise",
     default=None,
     help="row (banding) noise std in [0, 1] units: off, auto (estimated per file, used where "
@@ -119,6 +126,7 @@ def adapt(
     evals,
     held_out,
     forget_tol,
+    noise_slack,
     row_noise,
     ema,
     seed,
@@ -131,9 +139,10 @@ def adapt(
     The options not given keep their defaults (with --resume: the run's saved configuration, which
     RUN/config.json holds as run_config). Each file's noise comes from --noise (per file: folders
     mixing ISOs work). The bottom 1/8 of every file is held out; the run keeps, among the checkpoints
-    within --forget-tol on the forgetting check, the one with the best held-out label-free score, or
-    the starting weights (RUN/adapt.json says which). Use the result with ``rawrcl denoise --model RUN``
-    (and with --task jdd, ``rawrcl jdd --model RUN``).
+    within --forget-tol on the forgetting check whose held-out gain holds within --noise-slack of the
+    told noise, the one with the best held-out label-free score, or the starting weights (RUN/adapt.json
+    says which). Use the result with ``rawrcl denoise --model RUN`` (and with --task jdd, ``rawrcl jdd
+    --model RUN``).
     """
     from rawrcl.errors import RawrclError
     from rawrcl.train.adapt import adapt as _adapt
@@ -160,6 +169,7 @@ def adapt(
         held_out=held_out,
         select=select,
         forget_tol=forget_tol,
+        noise_slack=noise_slack,
         row_noise=row_noise,
         ema=ema,
         seed=seed,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -231,33 +232,74 @@ def test_held_out_sure_tracks_true_mse():
     """SURE on fixed crops ranks an identity 'denoiser' far worse than a good one, close to their true MSE."""
     from rawrcl.train.adapt_signal import held_out_scores
 
-    class Blur(torch.nn.Module):
-        noise_aware = False
-
-        def forward(self, x):
-            return torch.nn.functional.avg_pool2d(
-                torch.nn.functional.pad(x, (2,) * 4, mode="replicate"), 5, 1
-            )
-
-    g = torch.Generator().manual_seed(1)
-    x = torch.full((4, 32, 32), 0.3)
-    lam = torch.tensor([[2e-3] * 4, [1e-5] * 4])
-    crops = []
-    for _ in range(4):
-        y = x + torch.randn(x.shape, generator=g) * (2e-3 * x + 1e-5).sqrt()
-        crops.append({"x": y, "noise": lam, "floor": -1.0})
+    crops = _flat_crops()
     ident = held_out_scores(torch.nn.Identity(), crops)
-    blur = held_out_scores(Blur(), crops)
+    blur = held_out_scores(_Blur(), crops)
     var = 2e-3 * 0.3 + 1e-5
     assert ident["sure"] == pytest.approx(var, rel=0.1)  # identity: true MSE = the noise variance
     assert blur["sure"] < 0.2 * var and blur["sure_psnr"] > ident["sure_psnr"] + 7
     # without the R2R pass (adapt unless --select r2r): the same SURE, two forward passes fewer per crop
     calls = []
-    counted = Blur()
+    counted = _Blur()
     counted.register_forward_hook(lambda *a: calls.append(1))
     fast = held_out_scores(counted, crops, r2r=False)
     assert "r2r" not in fast and "r2r" in blur and len(calls) == 3 * len(crops)
     assert fast["sure"] == blur["sure"] and fast["crop_sure"] == blur["crop_sure"]
+
+
+def _flat_crops(scale: float = 1.0, n: int = 4) -> list[dict]:
+    """Noisy crops of a flat 0.3 grey (λshot 2e-3, λread 1e-5), told ``scale`` × their true λ."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.full((4, 32, 32), 0.3)
+    lam = torch.tensor([[2e-3] * 4, [1e-5] * 4])
+    crops = []
+    for _ in range(n):
+        y = x + torch.randn(x.shape, generator=g) * (2e-3 * x + 1e-5).sqrt()
+        crops.append({"x": y, "noise": lam * scale, "floor": -1.0})
+    return crops
+
+
+class _Blur(torch.nn.Module):
+    noise_aware = False
+
+    def forward(self, x):
+        return torch.nn.functional.avg_pool2d(torch.nn.functional.pad(x, (2,) * 4, mode="replicate"), 5, 1)
+
+
+def test_sure_scale_range_is_where_the_held_out_gain_holds():
+    """SURE told s·v is linear in s: the break-even scale of :func:`sure_scale_range` is where the two
+    models' held-out SURE are equal when told that variance (exact for linear models); an identity
+    'denoiser' beats a blur only if the noise were far below the told, the blur beats it from there up."""
+    from rawrcl.train.adapt_signal import held_out_scores, holds, scale_text, sure_scale_range
+
+    blur, ident = held_out_scores(_Blur(), _flat_crops()), held_out_scores(torch.nn.Identity(), _flat_crops())
+    lo, hi = sure_scale_range(blur["crop_sure"], blur["crop_fit"], ident["crop_sure"], ident["crop_fit"])
+    assert lo == 0 and 0.2 < hi < 1 / 1.2 and not holds((lo, hi), 1.2) and "below" in scale_text((lo, hi))
+    at = [held_out_scores(m, _flat_crops(hi)) for m in (_Blur(), torch.nn.Identity())]
+    assert sum(at[0]["crop_sure"]) == pytest.approx(sum(at[1]["crop_sure"]), rel=1e-4)
+    back = sure_scale_range(ident["crop_sure"], ident["crop_fit"], blur["crop_sure"], blur["crop_fit"])
+    assert back == (pytest.approx(hi), math.inf) and holds(back, 1.2) and not holds(back, 1 / hi + 0.1)
+    same = sure_scale_range(blur["crop_sure"], blur["crop_fit"], blur["crop_sure"], blur["crop_fit"])
+    assert same is None and not holds(same, 1.0)  # no gain at any scale
+    assert holds(sure_scale_range([2.0], [3.0], [1.0], [2.0]), 100)  # lower fit, same variance part: always
+
+
+def test_adapt_keeps_the_start_when_a_gain_holds_only_within_the_noise_slack():
+    """A checkpoint better on the held-out SURE, but only for a told variance within ``noise_slack``, is not
+    kept: the warning says so and how to make the choice surer; with ``noise_slack`` 1 it would be."""
+    from rawrcl.train.adapt_signal import adapt_warnings, holds
+    from rawrcl.train.config import AdaptConfig
+
+    rows = [
+        {"step": 0, "sure": 1e-4, "forget_db": 0.0, "forget_at": "photo L1", "sure_holds": True},
+        {"step": 100, "sure": 0.9e-4, "forget_db": -0.02, "forget_at": "photo L7 4x", "sure_holds": False,
+         "sure_scales": [0.0, 1.11]},
+    ]  # fmt: skip
+    with pytest.warns(UserWarning, match=r"step 100 .* below 1.11× the told one .*--resume --noise-slack 1"):
+        (msg,) = adapt_warnings(rows, rows[0], AdaptConfig())
+    assert "kept the starting weights" in msg
+    assert adapt_warnings(rows, rows[1], AdaptConfig()) == []  # a checkpoint was kept: nothing to say
+    assert holds((0.0, 1.11), 1.0) and not holds((0.0, 1.11), 1.2)
 
 
 def test_gain_standard_error_matches_resampling_crops():
@@ -293,6 +335,16 @@ def test_adapt_cli_writes_a_run_denoise_accepts_and_resume(adapt_env, tmp_path):
     assert summary["held_out"][0]["forget_db"] == 0 and all("forget_at" in r for r in summary["held_out"])
     assert summary["held_out"][0]["sure_gain_se_db"] == 0 and summary["held_out"][1]["sure_gain_se_db"] > 0
     assert summary["held_out_crops"] > 12 and summary["settings"]["held_out"] == 128
+    assert summary["settings"]["noise_slack"] == 1.2 and summary["held_out"][0]["sure_holds"]
+    assert all(
+        r["sure_holds"]
+        == (
+            r["sure_scales"] is not None
+            and r["sure_scales"][0] <= 1 / 1.2
+            and (r["sure_scales"][1] is None or r["sure_scales"][1] >= 1.2)
+        )
+        for r in summary["held_out"]
+    )
     assert summary["verdict"].startswith(("kept start", "adapted"))
     ck = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
     assert ck["extra"]["adapt"]["files"][1]["file"] == "b.dng" and ck["config"]["noise_aware"]

@@ -107,11 +107,12 @@ def held_out_scores(
     :func:`shadow_bias` over the pixels near a clip level (reported, not used to choose: it separated a
     clipping-biased model too little, docs/adaptation.md); ``scored``: fraction of pixels clear of
     clipping; ``crop_sure``: each crop's SURE sum (0 for a crop with nothing scored), for
-    :func:`gain_se_db`. Pixels within 2.5σ of a clip level are not scored by SURE/R2R (the estimates assume
-    unclipped Gaussian noise)."""
+    :func:`gain_se_db`; ``crop_fit``: each crop's Σ (f(y) − y)² over the same pixels, the part of its SURE
+    that does not scale with the told variance (:func:`sure_scale_range`). Pixels within 2.5σ of a clip
+    level are not scored by SURE/R2R (the estimates assume unclipped Gaussian noise)."""
     model = for_scoring(model)
     tot = {"r2r": 0.0, "n": 0.0, "var": 0.0}
-    per_crop = []
+    per_crop, fit = [], []
     for k, c in enumerate(crops):
         y = c["x"][None].float()
         noise = c["noise"][None].float()
@@ -122,6 +123,7 @@ def held_out_scores(
         n = float(w.sum())
         if n < 1:
             per_crop.append(0.0)
+            fit.append(0.0)
             continue
         g = torch.Generator().manual_seed(int(seed) * 100003 + k)
         row = float(c.get("row", 0.0))
@@ -139,6 +141,7 @@ def held_out_scores(
             tot["shadow"] = tot.get("shadow", 0.0) + b
             tot["shadow_n"] = tot.get("shadow_n", 0.0) + nd
         per_crop.append(float(sure.sum()))
+        fit.append(float((((fy - y) ** 2) * w).sum()))
         tot["r2r"] += loss
         tot["n"] += n
         tot["var"] += float((var * w).sum())
@@ -157,7 +160,7 @@ def held_out_scores(
         }
     if not r2r:
         del res["r2r"]
-    return {**res, "crop_sure": per_crop}
+    return {**res, "crop_sure": per_crop, "crop_fit": fit}
 
 
 def gain_se_db(start: Sequence[float], cand: Sequence[float]) -> float:
@@ -171,6 +174,30 @@ def gain_se_db(start: Sequence[float], cand: Sequence[float]) -> float:
         return math.nan
     d = a / a.sum() - b / b.sum()
     return float(math.sqrt(m / (m - 1) * float((d**2).sum())) * 10 / math.log(10))
+
+
+def sure_scale_range(
+    start_sure: Sequence[float],
+    start_fit: Sequence[float],
+    cand_sure: Sequence[float],
+    cand_fit: Sequence[float],
+) -> tuple[float, float] | None:
+    """The scales s of the told noise variance over which a candidate's held-out SURE stays below the start's:
+    ``(lo, hi)`` (``hi`` may be ``inf``), or None when there is none.
+
+    From the crops' ``crop_sure`` / ``crop_fit`` of :func:`held_out_scores` (same crops for both): SURE
+    told s·v is Σ fit + s·(Σ sure − Σ fit), so the candidate's difference to the start is dA + s·dB, linear in
+    s. Near a good denoiser SURE is a small difference of large terms (on the HDR+ burst's held-out crops its
+    estimate is ≈ 10 % of Σ fit), so a 10 % error in the told variance moves it by about its own size: a gain
+    that holds only for s within the estimate's uncertainty is not evidence of one (docs/adaptation.md)."""
+    s0, f0, s1, f1 = (float(np.sum(v)) for v in (start_sure, start_fit, cand_sure, cand_fit))
+    d_fit, d_var = f1 - f0, (s1 - f1) - (s0 - f0)
+    if d_var == 0:
+        return (0.0, math.inf) if d_fit < 0 else None
+    s = -d_fit / d_var  # the break-even scale
+    if d_var > 0:  # the candidate's SURE rises faster with s (it denoises less): better below s
+        return (0.0, s) if s > 0 else None
+    return (max(s, 0.0), math.inf)  # it denoises more: better above s
 
 
 def check_crops(
@@ -261,7 +288,9 @@ def keep_or_discard(
 ) -> tuple[list[dict], dict]:
     """Score the candidates (step, checkpoint path or None; step 0 = the start, first) — ``model_at(step,
     path)`` gives the model to score — on the held-out crops and the forgetting check; returns (table, the
-    selected row)."""
+    selected row): the best by ``c.select`` among the start and the candidates within ``c.forget_tol`` on the
+    check and, selecting by SURE, whose held-out gain holds for every told-variance scale within
+    ``c.noise_slack`` (:func:`sure_scale_range`, row keys ``sure_scales`` and ``sure_holds``)."""
     checks = check_crops()
     say(
         f"scoring {len(cands)} checkpoints (start included) on the held-out crops and the forgetting check "
@@ -272,35 +301,63 @@ def keep_or_discard(
     for i, (s, p) in enumerate(cands):
         model = model_at(s, p)
         sc = held_out_scores(model, held, alpha=c.alpha, seed=c.seed, r2r=c.select == "r2r")
-        crops = sc.pop("crop_sure")
+        crops, fits = sc.pop("crop_sure"), sc.pop("crop_fit")
         # the start and the final weights in full (the warnings quote the final's worst condition); the
         # others only until they fail, which is all the choice needs
         full = s == 0 or i == len(cands) - 1
         fc = check_scores(model, checks, None if full else base_check, c.forget_tol)
         row = {"step": s, **{k: round(v, 8) for k, v in sc.items()}}
         if s == 0:
-            base_check, base_crops = fc, crops
+            base_check, base_crops, base_fits = fc, crops, fits
         se = gain_se_db(base_crops, crops) if s else 0.0
         row["sure_gain_se_db"] = round(se, 4) if math.isfinite(se) else None
+        scales = sure_scale_range(base_crops, base_fits, crops, fits) if s else (0.0, math.inf)
+        row["sure_scales"] = None if scales is None else [round(scales[0], 4), _finite(scales[1])]
+        row["sure_holds"] = holds(scales, c.noise_slack)
         drop = {k: fc[k] - base_check[k] for k in fc}
         worst = min(drop, key=drop.get)
         row.update({"forget_db": round(drop[worst], 4), "forget_at": worst})
         if len(fc) < len(base_check):
             row["forget_stopped"] = True  # stopped at its first failed condition: not necessarily the worst
         table.append(row)
-        gain = f", {sc['sure_psnr'] - table[0]['sure_psnr']:+.3f} ± {se:.3f} vs start" if s else ""
+        gain = ""
+        if s:
+            gain = f", {sc['sure_psnr'] - table[0]['sure_psnr']:+.3f} ± {se:.3f} vs start{scale_text(scales)}"
         r2r_txt = f", R2R {sc['r2r']:.4f}" if "r2r" in sc else ""
         which = "beyond the tolerance, not scored further" if row.get("forget_stopped") else "worst"
         say(
             f"held-out step {s}: SURE {sc['sure']:.4g} ({sc['sure_psnr']:.2f} dB{gain}){r2r_txt}; "
             f"forgetting check: {which} {drop[worst]:+.2f} dB ({worst})"
         )
-    allowed = [r for r in table if r["step"] == 0 or r["forget_db"] >= -c.forget_tol]
+    allowed = [
+        r
+        for r in table
+        if r["step"] == 0 or (r["forget_db"] >= -c.forget_tol and (c.select != "sure" or r["sure_holds"]))
+    ]
     if c.select == "last":
         return table, allowed[-1]
     return table, min(
         allowed, key=lambda r: (r[c.select] if math.isfinite(r[c.select]) else math.inf, r["step"])
     )
+
+
+def holds(scales: tuple[float, float] | None, slack: float) -> bool:
+    """Whether a :func:`sure_scale_range` covers every told-variance scale in [1/``slack``, ``slack``]."""
+    return scales is not None and scales[0] <= 1 / slack and scales[1] >= slack
+
+
+def scale_text(scales: tuple[float, float] | None) -> str:
+    """The log's words for a :func:`sure_scale_range`."""
+    if scales is None:
+        return "; worse at any noise variance"
+    lo, hi = scales
+    if hi == math.inf:
+        return "" if lo == 0 else f"; better if the noise variance is above {lo:.2f}× the told"
+    return f"; better if the noise variance is below {hi:.2f}× the told"
+
+
+def _finite(x: float) -> float | None:
+    return round(x, 4) if math.isfinite(x) else None
 
 
 def final_flags(table: list[dict], c: AdaptConfig) -> tuple[str, bool, bool]:
@@ -352,7 +409,8 @@ def adapt_summary(
 
 def adapt_warnings(table: list[dict], best: dict, c: AdaptConfig) -> list[str]:
     """Warn (and return the messages) when the final weights scored worse than the start on the held-out
-    crops or forgot more than ``forget_tol`` on the check (:func:`final_flags`)."""
+    crops or forgot more than ``forget_tol`` on the check (:func:`final_flags`), and when the start was kept
+    although a checkpoint scored better, only within the told noise's uncertainty (``noise_slack``)."""
     base, final = table[0], table[-1]
     score, worse, forgot = final_flags(table, c)
     forget_tol = c.forget_tol
@@ -369,6 +427,23 @@ def adapt_warnings(table: list[dict], best: dict, c: AdaptConfig) -> list[str]:
             f"the adapted weights lost {-final['forget_db']:.2f} dB at {final['forget_at']} on the "
             f"forgetting check (more than {forget_tol:g} dB); {kept}{hint}"
         )
+    if c.select == "sure" and best["step"] == 0:
+        unsure = [
+            r
+            for r in table[1:]
+            if not r.get("sure_holds", True) and r["sure"] < base["sure"] and r["forget_db"] >= -forget_tol
+        ]
+        if unsure:
+            r = min(unsure, key=lambda r: r["sure"])
+            lo, hi = r["sure_scales"]  # not None: it scored better at the told variance
+            within = f"below {hi:g}×" if hi is not None else f"above {lo:g}×"
+            msgs.append(
+                f"step {r['step']} scored better than the start on the held-out crops only if the files' "
+                f"noise variance is {within} the told one (inside the ×{c.noise_slack:g} uncertainty of an "
+                "estimate); kept the starting weights (--resume --noise-slack 1 takes it without training "
+                "again; the camera's calibrated noise, --noise PROFILE from flats and darks, makes the "
+                "choice surer)"
+            )
     for msg in msgs:
         warnings.warn(msg, stacklevel=4)
     return msgs

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field, fields
 from rawrcl.data.noisy_crops import HELD_OUT_CROPS
 from rawrcl.device import normalize_precision
 from rawrcl.errors import RawrclError
+from rawrcl.models.sure import SLACK
 from rawrcl.noise import SYNTHETIC, parse_noise
 
 
@@ -246,6 +247,10 @@ class AdaptConfig:
     for files told no row noise (config ``row_switch`` of :mod:`rawrcl.models.registry`), so it forgets
     nothing on them. ``held_out``: about how many fixed crops of the files' held-out bands score the
     candidates (:meth:`rawrcl.data.noisy_crops.NoisyCrops.held_out`; more = a more precise choice, slower).
+    ``noise_slack`` (≥ 1; 1: off): with ``select`` ``"sure"`` a checkpoint is kept only if its held-out SURE
+    beats the start's for every noise variance within ×[1/``noise_slack``, ``noise_slack``] of the told one
+    (:func:`rawrcl.train.adapt_signal.sure_scale_range`; default the same uncertainty as
+    :data:`rawrcl.models.sure.SLACK`).
     Measured defaults: docs/adaptation.md.
     """
 
@@ -269,6 +274,7 @@ class AdaptConfig:
     row_noise: str = "off"
     row_switch: bool = True
     held_out: int = HELD_OUT_CROPS
+    noise_slack: float = SLACK
 
     def __post_init__(self) -> None:
         from rawrcl.calibration.rows import parse_row_noise
@@ -307,6 +313,9 @@ class AdaptConfig:
             object.__setattr__(self, key, v)
         if self.distill > 0 and self.mix == 0:
             raise RawrclError("distill scores the synthetic mix crops: it needs mix > 0")
+        if not (math.isfinite(float(self.noise_slack)) and float(self.noise_slack) >= 1):
+            raise RawrclError(f"--noise-slack must be a finite number ≥ 1, got {self.noise_slack}")
+        object.__setattr__(self, "noise_slack", float(self.noise_slack))
         if not math.isfinite(float(self.forget_tol)):
             raise RawrclError(f"--forget-tol must be a finite number, got {self.forget_tol}")
         if self.train_only is not None:
