@@ -93,7 +93,8 @@ from rawrcl.cli.common import LazyChoice, ema_option, user_errors
     default=None,
     type=float,
     help="uncertainty of the told noise variance: with --select sure a checkpoint is kept only if it beats "
-    "the start for every variance within ×[1/S, S] of the told one  [default: 1.2; 1 = trust it]",
+    "the start for every variance within ×[1/S, S] of the told one (e.g. 1.2 for an image estimate)  "
+    "[default: 1, trust it]",
 )
 @click.option(
     "--row-noise",

@@ -39,8 +39,8 @@ Pipeline (:func:`adapt`)
    clip-aware R2R loss, the shadow check (reported only); (b) did it forget — PSNR on the forgetting
    check's synthetic mosaics (:func:`~rawrcl.train.adapt_signal.check_crops`: bundled photos never mixed
    in, the camera noise ladder, photo-valued and unprocessed). Among the checkpoints that lose at most
-   ``forget_tol`` dB (0.1) on every check condition — and, selecting by SURE, whose gain holds for every
-   true noise variance within ×``noise_slack`` (1.2) of the told one
+   ``forget_tol`` dB (0.1) on every check condition — and, selecting by SURE with ``noise_slack`` > 1, whose
+   gain holds for every true noise variance within ×``noise_slack`` of the told one
    (:func:`~rawrcl.train.adapt_signal.sure_scale_range`) — the one with the lowest ``select`` score wins; the
    start when none beats it (a warning and ``adapt.json``: ``verdict: "kept start"``). ``last.pt`` holds
    the selected weights; the trained ones stay in ``step_*.pt`` and in ``last.pt``'s ``train_weights``.

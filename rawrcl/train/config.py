@@ -21,7 +21,6 @@ from dataclasses import asdict, dataclass, field, fields
 from rawrcl.data.noisy_crops import HELD_OUT_CROPS
 from rawrcl.device import normalize_precision
 from rawrcl.errors import RawrclError
-from rawrcl.models.sure import SLACK
 from rawrcl.noise import SYNTHETIC, parse_noise
 
 
@@ -247,10 +246,10 @@ class AdaptConfig:
     for files told no row noise (config ``row_switch`` of :mod:`rawrcl.models.registry`), so it forgets
     nothing on them. ``held_out``: about how many fixed crops of the files' held-out bands score the
     candidates (:meth:`rawrcl.data.noisy_crops.NoisyCrops.held_out`; more = a more precise choice, slower).
-    ``noise_slack`` (≥ 1; 1: off): with ``select`` ``"sure"`` a checkpoint is kept only if its held-out SURE
-    beats the start's for every noise variance within ×[1/``noise_slack``, ``noise_slack``] of the told one
-    (:func:`rawrcl.train.adapt_signal.sure_scale_range`; default the same uncertainty as
-    :data:`rawrcl.models.sure.SLACK`).
+    ``noise_slack`` (≥ 1; default 1: the told noise is trusted): with ``select`` ``"sure"`` a checkpoint is
+    kept only if its held-out SURE beats the start's for every noise variance within ×[1/``noise_slack``,
+    ``noise_slack``] of the told one (:func:`rawrcl.train.adapt_signal.sure_scale_range`; 1.2, an image
+    estimate's uncertainty, rejected true gains on a synthetic burst: docs/adaptation.md, "Stop 77").
     Measured defaults: docs/adaptation.md.
     """
 
@@ -274,7 +273,7 @@ class AdaptConfig:
     row_noise: str = "off"
     row_switch: bool = True
     held_out: int = HELD_OUT_CROPS
-    noise_slack: float = SLACK
+    noise_slack: float = 1.0
 
     def __post_init__(self) -> None:
         from rawrcl.calibration.rows import parse_row_noise
