@@ -188,8 +188,9 @@ def sure_scale_range(
     From the crops' ``crop_sure`` / ``crop_fit`` of :func:`held_out_scores` (same crops for both): SURE
     told s·v is Σ fit + s·(Σ sure − Σ fit), so the candidate's difference to the start is dA + s·dB, linear in
     s. Near a good denoiser SURE is a small difference of large terms (on the HDR+ burst's held-out crops its
-    estimate is ≈ 10 % of Σ fit), so a 10 % error in the told variance moves it by about its own size: a gain
-    that holds only for s within the estimate's uncertainty is not evidence of one (docs/adaptation.md)."""
+    estimate is ≈ 10 % of Σ fit), so a 10 % error in the told variance moves it by about its own size: whether
+    a gain that holds only for s near 1 is real depends on how good the told noise is (docs/adaptation.md,
+    "Stop 77")."""
     s0, f0, s1, f1 = (float(np.sum(v)) for v in (start_sure, start_fit, cand_sure, cand_fit))
     d_fit, d_var = f1 - f0, (s1 - f1) - (s0 - f0)
     if d_var == 0:
