@@ -347,14 +347,23 @@ def holds(scales: tuple[float, float] | None, slack: float) -> bool:
     return scales is not None and scales[0] <= 1 / slack and scales[1] >= slack
 
 
+def scale_bound(scales: tuple[float, float] | None) -> str:
+    """The bound of a :func:`sure_scale_range` in words ("below 1.22×", "above 0.83×"; "" when there is none,
+    also for ``hi`` None, how a row stores ``inf``)."""
+    if scales is None:
+        return ""
+    lo, hi = scales
+    if hi is None or hi == math.inf:
+        return "" if lo == 0 else f"above {lo:.2f}×"
+    return f"below {hi:.2f}×"
+
+
 def scale_text(scales: tuple[float, float] | None) -> str:
     """The log's words for a :func:`sure_scale_range`."""
     if scales is None:
         return "; worse at any noise variance"
-    lo, hi = scales
-    if hi == math.inf:
-        return "" if lo == 0 else f"; better if the noise variance is above {lo:.2f}× the told"
-    return f"; better if the noise variance is below {hi:.2f}× the told"
+    bound = scale_bound(scales)
+    return f"; better if the noise variance is {bound} the told" if bound else ""
 
 
 def _finite(x: float) -> float | None:
@@ -436,14 +445,12 @@ def adapt_warnings(table: list[dict], best: dict, c: AdaptConfig) -> list[str]:
         ]
         if unsure:
             r = min(unsure, key=lambda r: r["sure"])
-            lo, hi = r["sure_scales"]  # not None: it scored better at the told variance
-            within = f"below {hi:g}×" if hi is not None else f"above {lo:g}×"
             msgs.append(
                 f"step {r['step']} scored better than the start on the held-out crops only if the files' "
-                f"noise variance is {within} the told one (inside the ×{c.noise_slack:g} uncertainty of an "
-                "estimate); kept the starting weights (--resume --noise-slack 1 takes it without training "
-                "again; the camera's calibrated noise, --noise PROFILE from flats and darks, makes the "
-                "choice surer)"
+                f"noise variance is {scale_bound(r['sure_scales'])} the told one (inside the "
+                f"×{c.noise_slack:g} uncertainty of an estimate); kept the starting weights (--resume "
+                "--noise-slack 1 takes it without training again; the camera's calibrated noise, --noise "
+                "PROFILE from flats and darks, makes the choice surer)"
             )
     for msg in msgs:
         warnings.warn(msg, stacklevel=4)
