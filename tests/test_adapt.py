@@ -686,6 +686,13 @@ def test_adapt_from_a_cfa_site_blend_writes_its_raw_model(adapt_env, tmp_path):
     assert isinstance(model, DenoiseThenDemosaic) and model.head_name == "raw"
     out = _cli(["denoise", adapt_env["dngs"] / "a.dng", "-o", tmp_path / "a.dng", "--model", run, "-q"])
     assert out.exit_code == 0, out.output
+    if importlib.util.find_spec("onnx") and importlib.util.find_spec("onnxruntime"):  # export: denoise.pt too
+        res = _cli(["export", run, "--format", "onnx", "-o", tmp_path / "r.onnx", "--noise", "0.003,0.0001"])
+        assert res.exit_code == 0, res.output
+        import onnx
+
+        meta = {p.key: p.value for p in onnx.load(str(tmp_path / "r.onnx")).metadata_props}
+        assert json.loads(meta["rawrcl.source"])["checkpoint"] == "denoise.pt"  # what denoise runs
     res = _cli([*args, "--batch-size", 2, "--evals", 1, "--force", "--from", adapt_env["ckpt"]])
     assert res.exit_code == 0, res.output
     assert not (run / "denoise.pt").exists()  # a plain start: the run's last.pt is the model
@@ -805,6 +812,9 @@ def test_adapt_blindspot_writes_the_start_beside_a_new_network(adapt_env, tmp_pa
     out = _cli(["denoise", adapt_env["dngs"] / "a.dng", "-o", tmp_path / "a.dng", "--model", run])
     assert out.exit_code == 0, out.output
     assert "blind-spot network" in out.output, out.output  # the log names the SURE weights of both parts
+    if importlib.util.find_spec("onnx") and importlib.util.find_spec("onnxruntime"):  # not the start alone
+        res = _cli(["export", run, "--format", "onnx", "-o", tmp_path / "b.onnx", "--noise", "0.003,0.0001"])
+        assert res.exit_code != 0 and "SURE weights" in res.output and "Traceback" not in res.output
     # --from the run: its network trained on beside the same base
     more = ["--method", "blindspot", "--crop", 32, "--steps", 2, "--batch-size", 2, "--lr", 3e-4]
     res = _cli(

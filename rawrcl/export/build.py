@@ -79,6 +79,12 @@ def prepare(
         raise RawrclError(
             f"{name}: model is not noise-aware (config noise_aware is false); drop --noise/--iso"
         )
+    if config.get("arch") == "with_blindspot":
+        raise RawrclError(
+            f"{name}: model is the start beside a blind-spot network (rawrcl adapt --method blindspot), "
+            "combined by per-tile SURE weights, which an exported graph cannot hold yet (it would be the "
+            "start alone); export the start, or a run of another --method"
+        )
     if config.get("row_aware"):
         raise RawrclError(
             f"{name}: model is row-aware (adapted to a camera with banding); export cannot give it each "
