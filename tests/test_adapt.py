@@ -813,8 +813,9 @@ def test_adapt_blindspot_writes_the_start_beside_a_new_network(adapt_env, tmp_pa
     assert out.exit_code == 0, out.output
     assert "blind-spot network" in out.output, out.output  # the log names the SURE weights of both parts
     if importlib.util.find_spec("onnx") and importlib.util.find_spec("onnxruntime"):  # not the start alone
-        res = _cli(["export", run, "--format", "onnx", "-o", tmp_path / "b.onnx", "--noise", "0.003,0.0001"])
-        assert res.exit_code != 0 and "SURE weights" in res.output and "Traceback" not in res.output
+        for fmt, out in (("onnx", "b.onnx"), ("darktable", "b.dtmodel")):
+            res = _cli(["export", run, "--format", fmt, "-o", tmp_path / out, "--noise", "0.003,0.0001"])
+            assert res.exit_code != 0 and "SURE weights" in res.output and "Traceback" not in res.output, fmt
     # --from the run: its network trained on beside the same base
     more = ["--method", "blindspot", "--crop", 32, "--steps", 2, "--batch-size", 2, "--lr", 3e-4]
     res = _cli(
