@@ -65,18 +65,14 @@ def export(model, fmt, out, tile, head, noise, iso, camera, model_id, name, desc
     from rawrcl.export.build import export_prepared, prepare
     from rawrcl.export.noise import baked_nlf
     from rawrcl.models import load_checkpoint
-    from rawrcl.models.loading import checkpoint_file, checkpoint_for, default_weights_path
+    from rawrcl.models.loading import default_weights_path, export_checkpoint
 
     if not re.fullmatch(r"\d+\.\d+", version):
         raise RawrclError(f"--version {version!r}: darktable compares model versions as X.Y (e.g. 1.0)")
     if model in DEFAULTS:
         ckpt = default_weights_path(DEFAULTS[model])
-    elif fmt == "darktable" or head == "jdd":  # a run of `rawrcl adapt --task jdd` gives its jdd.pt
-        ckpt = checkpoint_for(model, "jdd")
-        if ckpt == checkpoint_file(model):  # no jdd.pt: the run's RAW denoiser (then demosaiced), as for onnx
-            ckpt = checkpoint_for(model, "raw-denoise")
-    else:  # a run of `rawrcl adapt` from the CFA-site blend gives its denoise.pt, as `rawrcl denoise` runs
-        ckpt = checkpoint_for(model, "raw-denoise")
+    else:
+        ckpt = export_checkpoint(model, jdd=fmt == "darktable" or head == "jdd")
     if (iso is not None or camera) and noise is None:
         raise RawrclError("--iso/--camera need --noise PROFILE.json")
     spec = baked_nlf(noise, iso, camera) if noise is not None else None

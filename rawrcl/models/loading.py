@@ -71,6 +71,16 @@ def checkpoint_for(source: str | os.PathLike | None, task: str | Task) -> Path:
     return checkpoint_file(p)
 
 
+def export_checkpoint(source: str | os.PathLike, jdd: bool = False) -> Path:
+    """The checkpoint file ``rawrcl export`` takes from ``source`` (a file or a run directory): what RAW
+    denoising runs (:func:`checkpoint_for`: a run's :data:`RUN_RAW`, else ``last.pt``) — with ``jdd`` (a JDD
+    target: ``--head jdd``, a darktable package) a run's :data:`RUN_JDD` first, when it has one."""
+    p = Path(source)
+    if jdd and p.is_dir() and (p / RUN_JDD).is_file():
+        return p / RUN_JDD
+    return checkpoint_for(source, "raw-denoise")
+
+
 def open_checkpoint(source: str | os.PathLike, device: str = "cpu") -> tuple[nn.Module, dict]:
     """(model in eval mode, config) rebuilt from a checkpoint file or run directory."""
     return load_checkpoint(checkpoint_file(source), map_location=device)
