@@ -693,6 +693,30 @@ def test_adapt_from_a_cfa_site_blend_writes_its_raw_model(adapt_env, tmp_path):
 
         meta = {p.key: p.value for p in onnx.load(str(tmp_path / "r.onnx")).metadata_props}
         assert json.loads(meta["rawrcl.source"])["checkpoint"] == "denoise.pt"  # what denoise runs
+    # --from the run: its kept denoiser is adapted further, still inside the source's blend
+    run2 = tmp_path / "run2"
+    res = _cli(
+        [
+            "adapt",
+            adapt_env["dngs"],
+            "--out",
+            run2,
+            "--from",
+            run,
+            "--steps",
+            2,
+            "--crop",
+            32,
+            "--batch-size",
+            2,
+            "--evals",
+            1,
+        ]
+    )
+    assert res.exit_code == 0, res.output
+    assert checkpoint_for(run2, "raw-denoise") == run2 / "denoise.pt"
+    raw2 = _kept_denoiser_with_the_sources_jdd_stage(run2 / "denoise.pt", run2, src)
+    assert raw2["config"]["blend"] == 0.4 and raw2["config"]["blend_sigma"] == 0.002
     res = _cli([*args, "--batch-size", 2, "--evals", 1, "--force", "--from", adapt_env["ckpt"]])
     assert res.exit_code == 0, res.output
     assert not (run / "denoise.pt").exists()  # a plain start: the run's last.pt is the model
