@@ -616,7 +616,7 @@ def simulate(photos, noise, seed: int, offset: int = 0):
 
 def psnr_cfa(model, items, lam: torch.Tensor) -> float:
     from rawrcl.infer import TileOptions, denoise_cfa
-    from rawrcl.infer.noise import row_noise_for
+    from rawrcl.infer.noise import camera_debanded, row_noise_for
     from rawrcl.models.conditioning import WithNoise
     from rawrcl.noise import NoiseModel
 
@@ -624,6 +624,7 @@ def psnr_cfa(model, items, lam: torch.Tensor) -> float:
     vals = []
     with torch.no_grad():
         for _, noisy, clean, pattern in items:
+            noisy = camera_debanded(model, noisy, pattern, nm)  # a banded camera's model: as the commands do
             net = WithNoise(model, row_noise_for(model, noisy, pattern, nm), 4)  # row-aware: estimated
             out = denoise_cfa(net, noisy, pattern, TileOptions())
             mse = float(np.mean((np.clip(out, 0, 1) - clean) ** 2))

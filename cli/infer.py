@@ -102,7 +102,8 @@ def _noise_options(func):
             help="Row (banding) noise, for a sensor that bands: auto (estimated per file, used where "
             "significant) or its std in [0, 1] units. The row offsets are removed before the model; a model "
             "adapted with row noise (rawrcl adapt --row-noise) is told it instead (and estimates it unless "
-            "'off'). Default: off, except for such adapted models.",
+            "'off'); one adapted on de-banded files removes its camera's unless 'off'. Default: off, "
+            "except for such adapted models.",
         ),
         click.option(
             "--shrink/--no-shrink",

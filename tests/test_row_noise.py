@@ -268,14 +268,10 @@ def test_row_noise_for_estimates_banding_only_for_row_aware_models():
             assert got.row == 0.0 and "none significant" in logs[-1]
 
 
-def test_adapt_on_banded_files_makes_a_row_aware_checkpoint(tmp_path):
-    """Files with significant row noise: ``adapt`` extends the start with the σ_row input, trains, and its
-    checkpoint loads as a row-aware model that ``rawrcl denoise`` tells each file's estimate."""
+def _banded_files() -> tuple[np.ndarray, list]:
+    """(the clean packed scene, two packed files of it with σ_row 0.01 banding at λ (2e-3, 2e-5))."""
     from rawrcl.data.noisy_crops import pack_file
-    from rawrcl.models.registry import load_checkpoint, save_checkpoint
-    from rawrcl.train.adapt import adapt
 
-    save_checkpoint(tmp_path / "start.pt", _tiny())
     rng = np.random.default_rng(11)
     x = _photo_packed()
     lam = torch.tensor([[2e-3] * 4, [2e-5] * 4])
@@ -285,13 +281,127 @@ def test_adapt_on_banded_files_makes_a_row_aware_checkpoint(tmp_path):
         mosaic = np.zeros((400, 500), np.float32)
         mosaic[0::2, 0::2], mosaic[0::2, 1::2], mosaic[1::2, 0::2], mosaic[1::2, 1::2] = y
         files.append(pack_file(f"f{i}.dng", mosaic, "RGGB", lam))
+    return x, files
+
+
+def test_adapt_on_banded_files_makes_a_row_aware_checkpoint(tmp_path):
+    """Files with significant row noise and ``deband`` off: ``adapt`` extends the start with the σ_row input,
+    trains, and its checkpoint loads as a row-aware model that ``rawrcl denoise`` tells each file's
+    estimate."""
+    from rawrcl.models.registry import load_checkpoint, save_checkpoint
+    from rawrcl.train.adapt import adapt
+
+    save_checkpoint(tmp_path / "start.pt", _tiny())
+    _, files = _banded_files()
     summ = adapt(
         files, tmp_path / "r", source=tmp_path / "start.pt", steps=2, crop=32, batch_size=2, evals=1,
-        lr=1e-3, row_noise="auto", progress=False,
+        lr=1e-3, row_noise="auto", deband=False, progress=False,
     )  # fmt: skip
     assert all(f["row_noise"] == pytest.approx(0.01, rel=0.2) for f in summ["files"])
     model, cfg = load_checkpoint(tmp_path / "r" / "checkpoints" / "last.pt")
-    assert cfg["row_aware"] and model.body.down[0][0].weight.shape[1] == 12
+    assert cfg["row_aware"] and model.body.down[0][0].weight.shape[1] == 12 and "deband_row" not in cfg
+
+
+def test_camera_file_rows_keeps_the_camera_value_unless_a_file_reads_clearly_below_it():
+    from rawrcl.calibration.rows import camera_file_rows, camera_row_noise
+
+    camera = camera_row_noise([0.0, 0.012, 0.01, 0.016])
+    assert camera == pytest.approx((0.012, 0.005))
+    with pytest.raises(ValueError):
+        camera_row_noise([0.0, 0.0])
+    assert camera_file_rows(None, camera) == 0.012  # too small to estimate: the camera's
+    assert camera_file_rows({"row": 0.0, "stderr": float("inf")}, camera) == 0.012  # no usable rows
+    assert camera_file_rows({"row": 0.006, "stderr": 0.002}, camera) == 0.012  # above σ_min: the camera's
+    assert camera_file_rows({"row": 0.004, "stderr": 0.004}, camera) == 0.0  # a noisy file without banding
+    assert camera_file_rows({"row": 0.0, "stderr": 0.001}, camera) == 0.0
+
+
+def test_camera_rows_survive_a_checkpoint_and_a_two_stage_wrapper_and_drive_the_eval_paths(tmp_path):
+    """``set_camera_rows`` records the camera in the config (validated), a checkpoint round trip and the
+    two-stage / SURE wrappers keep it, and ``camera_debanded`` and the eval predictor de-band with it."""
+    from rawrcl.eval.runner import model_predictor
+    from rawrcl.infer.noise import camera_debanded
+    from rawrcl.models.compose import DenoiseThenDemosaic
+    from rawrcl.models.conditioning import camera_rows, set_camera_rows
+    from rawrcl.models.registry import load_checkpoint, save_checkpoint
+    from rawrcl.models.sure import SureShrink
+    from rawrcl.noise import NoiseModel
+    from rawrcl.tasks import get_task
+
+    plain = _tiny()
+    assert camera_rows(plain) is None and "deband_row" not in plain.config
+    with pytest.raises(RawrclError):
+        set_camera_rows(_tiny(), 0.01, 0.02)  # σ_min above σ_cam
+    model = set_camera_rows(_tiny(), 0.01, 0.004)
+    save_checkpoint(tmp_path / "m.pt", model)
+    back, cfg = load_checkpoint(tmp_path / "m.pt")
+    assert camera_rows(back) == (0.01, 0.004) and cfg["deband_row"] == 0.01
+    assert camera_rows(DenoiseThenDemosaic(back, None)) == (0.01, 0.004)
+    assert camera_rows(SureShrink(back)) == (0.01, 0.004)
+
+    clean, y, _ = _banded_mosaic(0.01, seed=5)
+    nm = NoiseModel(2e-3, 2e-5)
+    assert camera_debanded(plain, y, "RGGB", nm) is y
+    left = camera_debanded(back, y, "RGGB", nm)
+    assert np.std((left - clean).mean(1)) < 0.5 * np.std((y - clean).mean(1))
+    task = get_task("raw-denoise")
+    pk = lambda m: torch.as_tensor(np.stack([m[0::2, 0::2], m[0::2, 1::2], m[1::2, 0::2], m[1::2, 1::2]]))  # noqa: E731
+    got = model_predictor(back, task, shrink=False)(pk(y), task, {"noise": nm})
+    plain.load_state_dict(back.state_dict())
+    ref = model_predictor(plain, task, shrink=False)(pk(left), task, {"noise": nm})
+    assert torch.allclose(got, ref, atol=1e-6)
+
+
+def test_adapt_debands_a_banded_camera_and_its_model_debands_its_files(tmp_path):
+    """Files with significant row noise and ``deband`` (API-only): ``adapt`` removes the camera's row offsets
+    from its files, keeps the model's architecture (not row-aware) and records the camera in the checkpoint;
+    ``rawrcl denoise --model RUN`` then removes them from a banded file of that camera without being asked
+    (closer to the clean mosaic than with ``--row-noise off``), and leaves a file without banding alone;
+    ``rawrcl export`` refuses such a model in one line."""
+    from click.testing import CliRunner
+    from rawrcl.cli import main
+
+    from rawrcl.io.dng import write_dng
+    from rawrcl.io.raw import read_raw
+    from rawrcl.models.registry import load_checkpoint, save_checkpoint
+    from rawrcl.train.adapt import adapt
+
+    save_checkpoint(tmp_path / "start.pt", _tiny())
+    x, files = _banded_files()
+    before = files[0].packed.copy()
+    summ = adapt(
+        files, tmp_path / "r", source=tmp_path / "start.pt", steps=2, crop=32, batch_size=2, evals=1,
+        lr=1e-3, row_noise="auto", deband=True, progress=False,
+    )  # fmt: skip
+    assert all(f["row_noise"] == 0.0 and f["debanded"] == pytest.approx(0.01, rel=0.2) for f in summ["files"])
+    assert summ["deband"]["row"] == pytest.approx(0.01, rel=0.2)
+    rows = lambda p: p[:, :, 20:-20].mean(-1)  # noqa: E731  (row means: the banding, mostly)
+    assert np.std(rows(files[0].packed) - rows(x)) < 0.5 * np.std(rows(before) - rows(x))
+    model, cfg = load_checkpoint(tmp_path / "r" / "checkpoints" / "last.pt")
+    assert not cfg["row_aware"] and model.body.down[0][0].weight.shape[1] == 8
+    assert cfg["deband_row"] == pytest.approx(0.01, rel=0.2) and 0 < cfg["deband_min"] < cfg["deband_row"]
+
+    clean, y, _ = _banded_mosaic(0.01, seed=3)
+    _, flat, _ = _banded_mosaic(0.0, seed=4)
+    for name, m in (("b", y), ("flat", flat)):
+        write_dng(tmp_path / f"{name}.dng", np.clip(np.rint(m * 4095), 0, 4095).astype(np.uint16), "RGGB", 0,
+                  4095, iso=800, noise_profile=[(2e-3, 2e-5)] * 3)  # fmt: skip
+    err, logs = {}, {}
+    for name, src, extra in (("on", "b", []), ("off", "b", ["--row-noise", "off"]), ("flat", "flat", [])):
+        args = ["denoise", str(tmp_path / f"{src}.dng"), "-o", str(tmp_path / f"out_{name}.dng"), "--model",
+                str(tmp_path / "r"), *extra]  # fmt: skip
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 0, res.output
+        logs[name] = res.output
+        out = read_raw(tmp_path / f"out_{name}.dng").cfa
+        err[name] = float(np.std((out - clean)[8:-8, 8:-8].mean(1)))  # banding left ("flat": not used)
+    assert "row offsets removed" in logs["on"] and "row offsets removed" not in logs["off"]
+    assert "row offsets removed" not in logs["flat"] and "row noise none" in logs["flat"]
+    assert err["on"] < 0.5 * err["off"]
+    res = CliRunner().invoke(
+        main, ["export", str(tmp_path / "r"), "--format", "onnx", "-o", str(tmp_path / "m.onnx")]
+    )
+    assert res.exit_code == 1 and res.output.count("\n") == 1 and "banded camera" in res.output
 
 
 def test_mix_of_a_banded_file_has_crops_with_and_without_banding():

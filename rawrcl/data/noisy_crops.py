@@ -48,7 +48,8 @@ class NoiseFile:
     plane, ``floor`` the clip level (None: not clipped), ``clipped`` the fraction of samples at it,
     ``source`` where the noise came from (metadata/profile/image/given), ``row`` the std of its row
     (banding) offsets ([0, 1] units, :func:`rawrcl.noise.row_offsets`; 0: none), ``note`` why that noise is
-    less reliable than usual ("" if not; :class:`rawrcl.calibration.resolve.FileNoise`)."""
+    less reliable than usual ("" if not; :class:`rawrcl.calibration.resolve.FileNoise`), ``debanded`` the
+    σ_row of the offsets removed from ``packed`` (0: none; :func:`rawrcl.train.adapt.deband_files`)."""
 
     name: str
     packed: np.ndarray
@@ -58,6 +59,7 @@ class NoiseFile:
     source: str = "given"
     row: float = 0.0
     note: str = ""
+    debanded: float = 0.0
 
     def describe(self) -> dict:
         n = self.noise
@@ -70,6 +72,7 @@ class NoiseFile:
             "floor": self.floor,
             "clipped_fraction": round(self.clipped, 5),
             "row_noise": float(self.row),
+            **({"debanded": float(self.debanded)} if self.debanded else {}),
             **({"noise_note": self.note} if self.note else {}),
         }
 

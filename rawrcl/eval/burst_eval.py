@@ -204,7 +204,7 @@ def evaluate_burst(
     Raises :class:`RawrclError` (one line) for a folder that is not a burst of one static scene (too few
     frames, frames that differ in size or phase, failed registration, motion) and for unknown methods.
     """
-    from rawrcl.infer.noise import row_noise_for
+    from rawrcl.infer.noise import camera_debanded, row_noise_for
     from rawrcl.infer.pipeline import TileOptions
     from rawrcl.io.raw import read_raw
 
@@ -274,20 +274,22 @@ def evaluate_burst(
         out, sigma = gharbi_on_mosaic(load_gharbi2016(gharbi_weights), br.target, burst.pattern, *_planes(nm))
         noise_rec["gharbi_sigma"] = sigma
     else:
+        target = br.target
         if nm is not None:
             nm = row_noise_for(model, br.target, burst.pattern, nm, say, Path(burst.paths[0]).name)
+            target = camera_debanded(model, target, burst.pattern, nm, say, Path(burst.paths[0]).name)
         if fuse > 0 and nm is None:  # a blind model: BM3D still needs the noise
             nm, source = _resolve_noise(spec, br, raw, burst.paths[0], noise_profile, noise_scale, image_est)
             noise_rec = _noise_record(nm, source, spec)
         if fuse > 0 and kind == "jdd":
-            out = jdd_fused(model, br.target, burst.pattern, nm, fuse, opts, say, "target")
+            out = jdd_fused(model, target, burst.pattern, nm, fuse, opts, say, "target")
         else:
-            out, text = model_output(model, kind, br.target, burst.pattern, nm, opts, shrink)
+            out, text = model_output(model, kind, target, burst.pattern, nm, opts, shrink)
             if text is not None:
                 say(text)
                 noise_rec["sure"] = text
         if fuse > 0 and kind == "raw":
-            out = fuse_bm3d(out, br.target, burst.pattern, nm, fuse, say, "target")
+            out = fuse_bm3d(out, target, burst.pattern, nm, fuse, say, "target")
         if fuse > 0:
             noise_rec["fuse_bm3d"] = fuse
     seconds = time.perf_counter() - t0

@@ -47,9 +47,10 @@ def model_predictor(
     ``shrink``: the SURE weights of a packed-RAW noise-aware model
     (:func:`rawrcl.models.shrink.maybe_shrink`; None: as the commands run it — on for RAW denoising, off
     for JDD)."""
-    from rawrcl.infer.noise import row_noise_for
+    from rawrcl.cfa import pack, unpack
+    from rawrcl.infer.noise import camera_debanded, row_noise_for
     from rawrcl.models import SelfEnsemble
-    from rawrcl.models.conditioning import WithNoise, is_noise_aware, is_row_aware
+    from rawrcl.models.conditioning import WithNoise, camera_rows, is_noise_aware, is_row_aware
     from rawrcl.models.shrink import maybe_shrink
     from rawrcl.noise import NoiseModel
 
@@ -69,6 +70,9 @@ def model_predictor(
                 raise RawrclError("a noise-aware model needs the noise parameters of the test data")
             if x.shape[1] == 4 and isinstance(noise, NoiseModel) and is_row_aware(model):
                 noise = row_noise_for(model, x0[0].cpu(), None, noise)  # as `rawrcl denoise` does
+            if x.shape[1] == 4 and isinstance(noise, NoiseModel) and camera_rows(model) is not None:
+                cfa = camera_debanded(model, unpack(x0[0].cpu().numpy(), "RGGB"), "RGGB", noise)
+                x = pad_to_multiple(torch.as_tensor(pack(cfa, "RGGB"))[None].to(device), multiple)
             net = WithNoise(shrunk if x.shape[1] == 4 else model, noise, x.shape[1]).to(device)
         if self_ensemble:
             net = SelfEnsemble(net)

@@ -25,7 +25,7 @@ import torch.nn as nn
 from rawrcl.errors import RawrclError
 from rawrcl.export.graph import check_graph, export_onnx, graph_info, source_metadata
 from rawrcl.export.noise import BakedNLF
-from rawrcl.models.conditioning import WithNoise
+from rawrcl.models.conditioning import WithNoise, camera_rows
 from rawrcl.models.heads import HEADS
 
 #: max |ONNX Runtime − torch| accepted when verifying an export (fp32, [0, 1] units)
@@ -89,6 +89,11 @@ def prepare(
         raise RawrclError(
             f"{name}: model is row-aware (adapted to a camera with banding); export cannot give it each "
             "file's row noise yet — adapt with --row-noise off to export"
+        )
+    if camera_rows(model) is not None:
+        raise RawrclError(
+            f"{name}: model was adapted to a banded camera and removes its row offsets from each whole file "
+            "before it runs, which an exported graph cannot do; adapt with --row-noise off to export"
         )
     module: nn.Module = model.eval()
     noise_input = False

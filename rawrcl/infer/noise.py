@@ -15,6 +15,7 @@ blind one does; map them out beforehand (e.g. with a dark frame) if the sensor h
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import warnings
@@ -26,7 +27,7 @@ import numpy as np
 import torch.nn as nn
 
 from rawrcl.errors import RawrclError
-from rawrcl.models.conditioning import WithNoise, is_noise_aware, is_row_aware
+from rawrcl.models.conditioning import WithNoise, camera_rows, is_noise_aware, is_row_aware
 from rawrcl.models.shrink import maybe_shrink
 from rawrcl.noise import NoiseModel
 from rawrcl.noise.spec import PER_FILE, NoiseSpec, parse_noise
@@ -40,7 +41,8 @@ class NoiseOptions:
     ``profile``: a noise profile file consulted by ``auto`` before the single-image estimate;
     ``scale``: multiplies λshot and λread (> 0); ``hot_pixels``: replace isolated hot/dead pixels
     before inference (:func:`prepare_raw`); ``row_noise``: ``--row-noise`` (None: not given — a row-aware
-    model estimates it, other models ignore banding; ``"off"``, ``"auto"`` or a std: :func:`deband_raw`,
+    model estimates it, a model adapted to a banded camera's de-banded files de-bands each file as that
+    camera, other models ignore banding; ``"off"``, ``"auto"`` or a std: :func:`deband_raw`,
     :func:`row_noise_for`); ``shrink``: ``--shrink/--no-shrink``, the SURE weights of input and output(s)
     (:mod:`rawrcl.models.shrink`; None: the command's default — on for RAW denoising, also as the network
     half of ``--fuse-bm3d``; off for JDD).
@@ -181,24 +183,81 @@ def row_noise_for(
 def deband_raw(model: nn.Module, raw, path, opts: NoiseOptions | None, log=None, resolved=None):
     """``(raw, resolved)`` with the row offsets removed from ``raw.cfa``
     (:func:`rawrcl.banding.remove_row_offsets`) when ``opts.row_noise`` is ``"auto"`` (estimated, where
-    significant) or a std, and ``model`` is not row-aware (a row-aware model is told σ_row instead);
-    otherwise unchanged. ``resolved``: the file's :class:`~rawrcl.calibration.resolve.FileNoise` when
-    already resolved (``auto`` needs it; returned, resolved if it had to be). One log line."""
+    significant) or a std, and ``model`` is not row-aware (a row-aware model is told σ_row instead); for a
+    model adapted to a banded camera's de-banded files (:func:`~rawrcl.models.conditioning.camera_rows`) also
+    when ``row_noise`` is not given, and ``auto`` means that camera's σ_row unless the file's estimate is
+    below the camera's σ_min (:func:`camera_file_rows`); ``"off"`` never. Otherwise unchanged.
+    ``resolved``: the file's :class:`~rawrcl.calibration.resolve.FileNoise` when already resolved (``auto``
+    needs it; returned, resolved if it had to be). One log line."""
     opts = opts or NoiseOptions()
-    if opts.row_noise in (None, "off") or is_row_aware(model):
+    camera = camera_rows(model)
+    setting = opts.row_noise if opts.row_noise is not None or camera is None else "auto"
+    if setting in (None, "off") or is_row_aware(model):
         return raw, resolved
     from rawrcl.banding import remove_row_offsets
     from rawrcl.calibration.rows import fixed_row_noise
 
-    row = fixed_row_noise(opts.row_noise)
+    row = fixed_row_noise(setting)
     if row is None:
         resolved = resolved if resolved is not None else resolve_noise(raw, path, opts, log)
-        row = file_row_noise(raw.cfa, raw.pattern, resolved.model, log, _name(path))
+        if camera is not None:
+            row = camera_file_rows(raw.cfa, raw.pattern, resolved.model, camera, log, _name(path))
+        else:
+            row = file_row_noise(raw.cfa, raw.pattern, resolved.model, log, _name(path))
     if row <= 0:
         return raw, resolved
     if log is not None:
         log(f"{_name(path)}: row offsets removed (σ_row {row:.3g})")
     return replace(raw, cfa=remove_row_offsets(raw.cfa, row)), resolved
+
+
+def camera_debanded(
+    model: nn.Module,
+    cfa,
+    pattern: str,
+    noise: NoiseModel,
+    log: Callable[[str], None] | None = None,
+    name: str | None = None,
+):
+    """``cfa`` (H, W) [0, 1] of phase ``pattern`` with the camera's row offsets removed when ``model`` was
+    adapted to a banded camera's de-banded files (:func:`~rawrcl.models.conditioning.camera_rows`), as the
+    commands do without ``--row-noise`` (:func:`deband_raw`; ``noise`` the file's white noise); otherwise
+    ``cfa`` itself. For the evaluation paths (``rawrcl eval``, benchmarks) that run a model on a mosaic."""
+    camera = camera_rows(model)
+    if camera is None:
+        return cfa
+    from rawrcl.banding import remove_row_offsets
+
+    row = camera_file_rows(cfa, pattern, noise, camera, log, name)
+    return remove_row_offsets(cfa, row) if row > 0 else cfa
+
+
+def camera_file_rows(
+    cfa,
+    pattern: str,
+    noise: NoiseModel,
+    camera: tuple[float, float],
+    log: Callable[[str], None] | None = None,
+    name: str | None = None,
+) -> float:
+    """The σ_row to remove from one file (CFA (H, W) [0, 1] of phase ``pattern``, white ``noise``) before a
+    model adapted to the banded ``camera`` = (σ_cam, σ_min) runs: σ_cam unless the file's estimate is
+    below σ_min (:func:`rawrcl.calibration.rows.camera_file_rows`); one log line."""
+    from rawrcl.calibration.rows import camera_file_rows as rows_for
+    from rawrcl.calibration.rows import estimate_row_noise
+    from rawrcl.data.noisy_crops import pack_file
+
+    f = pack_file(name or "image", cfa, pattern, noise.params(4))
+    try:
+        est = estimate_row_noise(f.packed, f.noise, f.floor)
+    except ValueError:
+        est = None
+    row = rows_for(est, camera)
+    if log is not None:
+        read = "not estimable" if est is None or not math.isfinite(est["stderr"]) else f"{est['row']:.2g}"
+        what = f"the adapted camera's {row:.3g}" if row > 0 else "none"
+        log(f"{name or 'image'}: row noise {what} (this file reads {read}; the camera {camera[0]:.3g})")
+    return row
 
 
 def raw_model_for(

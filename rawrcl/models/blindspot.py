@@ -269,6 +269,7 @@ class WithBlindSpot(nn.Module):
         super().__init__()
         self.base, self.blindspot = base, blindspot
         self.row_aware = bool(getattr(base, "row_aware", False))
+        self.deband = getattr(base, "deband", None)  # rawrcl.models.conditioning.camera_rows
         self.size_multiple = math.lcm(size_multiple(base), size_multiple(blindspot))
         # the base with its own SURE weights; a tuple keeps it out of the module tree (no second copy of the
         # base's weights in state_dict, no second set of weights in the command's SURE log line)

@@ -83,6 +83,7 @@ class DenoiseThenDemosaic(nn.Module):
         self.blend_sigma = float(blend_sigma)
         self.noise_aware = _aware(denoiser) or _aware(demosaicker)
         self.row_aware = bool(getattr(denoiser, "row_aware", False))
+        self.deband = getattr(denoiser, "deband", None)  # rawrcl.models.conditioning.camera_rows
         self.size_multiple = max(size_multiple(denoiser), size_multiple(demosaicker) if demosaicker else 1)
 
     @property

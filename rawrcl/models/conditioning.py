@@ -6,7 +6,8 @@ as third row (:meth:`rawrcl.noise.NoiseModel.conditioning`), which only a row-aw
 (:func:`add_row_input`). Training passes each sample's own parameters; inference binds one image's
 parameters with :class:`WithNoise`, which gives an ordinary ``model(x)`` module that the tiler, the
 self-ensemble and the denoise → demosaic wrapper use unchanged (the noise map is recomputed from each tile
-inside the model, so it follows the transforms).
+inside the model, so it follows the transforms). A model adapted to a banded camera's de-banded files
+carries that camera's row noise instead of reading it (:func:`camera_rows`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,28 @@ def is_row_aware(model: nn.Module) -> bool:
     from rawrcl.models.registry import unwrap
 
     return bool(getattr(unwrap(model), "row_aware", False))
+
+
+def camera_rows(model: nn.Module) -> tuple[float, float] | None:
+    """(σ_cam, σ_min) of the banded camera whose de-banded files ``model`` (or the model it wraps) was adapted
+    on (config ``deband_row`` / ``deband_min``): its files are to be de-banded the same way before it runs
+    (:func:`rawrcl.infer.noise.deband_raw`); None for every other model."""
+    from rawrcl.models.registry import unwrap
+
+    return getattr(unwrap(model), "deband", None)
+
+
+def set_camera_rows(model: nn.Module, row: float, row_min: float) -> nn.Module:
+    """``model`` (a :class:`~rawrcl.models.registry.RestorationModel`), recording that it serves a banded
+    camera of σ_row ``row`` whose files are de-banded first (``row_min``: see :func:`camera_rows`); its
+    weights unchanged. Validated as a config (RawrclError)."""
+    from rawrcl.models.registry import model_config, unwrap
+
+    base = unwrap(model)
+    cfg = model_config({**base.config, "deband_row": float(row), "deband_min": float(row_min)})
+    base.config = cfg
+    base.deband = (cfg["deband_row"], cfg["deband_min"])
+    return model
 
 
 def add_row_input(model: nn.Module, switch: bool = False, row_min: float = 0.0) -> nn.Module:

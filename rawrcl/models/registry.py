@@ -29,6 +29,11 @@ Config keys (JSON-able dict; missing keys get defaults, see :func:`model_config`
   (:func:`rawrcl.models.conditioning.add_row_input` with ``switch=True``; ``rawrcl adapt`` sets ``row_min``
   to half the smallest σ_row of its banded files, so a file read as faintly banded, e.g. a scene's
   horizontal edges at base ISO, stays with the start).
+- ``deband_row`` and ``deband_min`` (σ_row, [0, 1] units; stored only when set): the model was adapted to
+  a banded camera whose files ``rawrcl adapt`` de-banded first (:func:`rawrcl.banding.remove_row_offsets` at
+  the camera's σ_row ``deband_row``), so the commands de-band its files the same way before it runs, each
+  file unless its own estimate is below ``deband_min`` (:func:`rawrcl.infer.noise.deband_raw`;
+  :func:`rawrcl.models.conditioning.set_camera_rows` sets them). Exposed as the attribute ``deband``.
 - ``refine`` (U-Net only; default 0, stored only when > 0): residual blocks at the input resolution after
   the decoder (:class:`rawrcl.models.unet.UNetBody`), added to a trained model by
   :func:`rawrcl.models.widen.deepen`.
@@ -99,6 +104,7 @@ class RestorationModel(nn.Module):
         self.skip = cfg["arch"] == "unet" and cfg["skip"]
         self.head = Head(cfg["head"], self.body.out_channels)
         self.size_multiple = int(getattr(self.body, "size_multiple", 1))
+        self.deband = (cfg["deband_row"], cfg["deband_min"]) if "deband_row" in cfg else None
         self.row_switch = bool(cfg.get("row_switch", False))
         if self.row_switch:  # the starting model, frozen: what samples told σ_row ≤ row_min go through
             self.row_min = cfg["row_min"]
@@ -357,6 +363,16 @@ def model_config(config: dict) -> dict:
         else:
             cfg.pop("row_switch", None)
             cfg.pop("row_min", None)
+        if cfg.get("deband_row"):  # only stored when set, so other configs stay as they were
+            row, lo = float(cfg["deband_row"]), float(cfg.get("deband_min", 0.0))
+            if not (math.isfinite(row) and 0 < row < 1 and math.isfinite(lo) and 0 <= lo <= row):
+                raise RawrclError(
+                    f"deband_row / deband_min must be σ_row values 0 ≤ min ≤ row < 1, got {row}, {lo}"
+                )
+            cfg["deband_row"], cfg["deband_min"] = row, lo
+        else:
+            cfg.pop("deband_row", None)
+            cfg.pop("deband_min", None)
         if arch == "unet":
             cfg["skip"] = bool(cfg.get("skip", False))
             refine = cfg.pop("refine", 0) or 0

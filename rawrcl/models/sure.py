@@ -69,6 +69,7 @@ class SureShrink(nn.Module):
         #: the model's output combines several estimates (``raw_parts``: ``parts``, ``blend_parts``)
         self.multi_part = bool(getattr(model, "raw_parts", False))
         self.row_aware = bool(getattr(model, "row_aware", False))
+        self.deband = getattr(model, "deband", None)  # rawrcl.models.conditioning.camera_rows
         self.size_multiple = size_multiple(model)
         #: probe windows per side: 2 (4 windows), or the model's ``sure_grid`` (a blind-spot composite: 4,
         #: i.e. 16 windows; 4 gave its network's weight too much variance, docs/adaptation.md)

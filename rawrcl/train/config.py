@@ -242,9 +242,13 @@ class AdaptConfig:
     ``row_noise`` the files' row (banding) noise std in [0, 1] units: ``"off"`` (default: the estimate
     takes strong horizontal scene edges for banding on 5–20 % of small photos, docs/adaptation.md),
     ``"auto"`` (estimated per file, :mod:`rawrcl.calibration.rows`; used where significant), or a number
-    for every file. ``row_switch`` (default on): a banded camera's adapted model keeps the starting weights
-    for files told no row noise (config ``row_switch`` of :mod:`rawrcl.models.registry`), so it forgets
-    nothing on them. ``held_out``: about how many fixed crops of the files' held-out bands score the
+    for every file. Banded files make the model row-aware, and ``row_switch`` (default on) keeps the starting
+    weights for files told no row noise (config ``row_switch`` of :mod:`rawrcl.models.registry`), so it
+    forgets nothing on them. ``deband`` (API-only, off): instead remove the camera's row offsets from its
+    files before training and have the adapted model remove them before it runs
+    (:func:`rawrcl.train.adapt.deband_files`) — better on banded files, but up to 12 dB worse on a
+    banding-free file whose horizontal scene edges read as banding (docs/adaptation.md, "De-banding as the
+    adaptation"). ``held_out``: about how many fixed crops of the files' held-out bands score the
     candidates (:meth:`rawrcl.data.noisy_crops.NoisyCrops.held_out`; more = a more precise choice, slower).
     ``noise_slack`` (≥ 1; default 1: the told noise is trusted): with ``select`` ``"sure"`` a checkpoint is
     kept only if its held-out SURE beats the start's for every noise variance within ×[1/``noise_slack``,
@@ -271,6 +275,7 @@ class AdaptConfig:
     ema: float | None = None
     seed: int = 0
     row_noise: str = "off"
+    deband: bool = False
     row_switch: bool = True
     held_out: int = HELD_OUT_CROPS
     noise_slack: float = 1.0
