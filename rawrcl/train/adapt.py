@@ -130,11 +130,13 @@ def deband_files(nfiles: Sequence[NoiseFile]) -> tuple[float, float]:
 
     camera = camera_row_noise([f.row for f in nfiles])
     for f in nfiles:
-        try:
-            est = estimate_row_noise(f.packed, f.noise, f.floor)
-        except ValueError:
-            est = None
-        row = camera_file_rows(est, camera) if f.row == 0 else camera[0]
+        row = camera[0]
+        if f.row == 0:  # not significant at load: is it clearly free of the camera's banding?
+            try:
+                est = estimate_row_noise(f.packed, f.noise, f.floor)
+            except ValueError:
+                est = None
+            row = camera_file_rows(est, camera)
         if row > 0:
             cfa = remove_row_offsets(unpack(f.packed, "RGGB"), row)
             f.packed = np.ascontiguousarray(pack(cfa, "RGGB"), dtype=np.float32)
