@@ -618,6 +618,7 @@ def psnr_cfa(model, items, lam: torch.Tensor) -> float:
     from rawrcl.infer import TileOptions, denoise_cfa
     from rawrcl.infer.noise import camera_debanded, row_noise_for
     from rawrcl.models.conditioning import WithNoise
+    from rawrcl.models.row_fusion import with_row_fusion
     from rawrcl.noise import NoiseModel
 
     nm = NoiseModel(tuple(lam[0].tolist()), tuple(lam[1].tolist()))
@@ -625,7 +626,8 @@ def psnr_cfa(model, items, lam: torch.Tensor) -> float:
     with torch.no_grad():
         for _, noisy, clean, pattern in items:
             noisy = camera_debanded(model, noisy, pattern, nm)  # a banded camera's model: as the commands do
-            net = WithNoise(model, row_noise_for(model, noisy, pattern, nm), 4)  # row-aware: estimated
+            # row-aware: σ_row estimated, banded files fused as the commands do (shrink off, as before)
+            net = WithNoise(with_row_fusion(model), row_noise_for(model, noisy, pattern, nm), 4)
             out = denoise_cfa(net, noisy, pattern, TileOptions())
             mse = float(np.mean((np.clip(out, 0, 1) - clean) ** 2))
             vals.append(-10 * math.log10(max(mse, 1e-12)))

@@ -51,12 +51,13 @@ def model_predictor(
     from rawrcl.infer.noise import camera_debanded, row_noise_for
     from rawrcl.models import SelfEnsemble
     from rawrcl.models.conditioning import WithNoise, camera_rows, is_noise_aware, is_row_aware
+    from rawrcl.models.row_fusion import with_row_fusion
     from rawrcl.models.shrink import maybe_shrink
     from rawrcl.noise import NoiseModel
 
     model = model.to(device).eval()
     aware = is_noise_aware(model)
-    shrunk = maybe_shrink(model, shrink)
+    shrunk = with_row_fusion(maybe_shrink(model, shrink))  # as `rawrcl denoise` binds it
     noise_of = noise_of or (lambda inp, meta: meta.get("noise"))
 
     def run(inp: torch.Tensor, task_: Task, meta: dict) -> torch.Tensor:

@@ -203,12 +203,15 @@ def denoise_file(
 
 
 def _log_shrink(net: nn.Module, src: str | os.PathLike, log: Callable[[str], None] | None) -> None:
-    """The one log line on the SURE weights a file got (:func:`rawrcl.models.shrink.shrink_summary`)."""
+    """The log lines on the SURE weights a file got (:func:`rawrcl.models.shrink.shrink_summary`) and on its
+    banded tiles (:func:`rawrcl.models.row_fusion.row_fusion_summary`)."""
+    from rawrcl.models.row_fusion import row_fusion_summary
     from rawrcl.models.shrink import shrink_summary
 
-    text = shrink_summary(net) if isinstance(net, nn.Module) else None
-    if text is not None and log is not None:
-        log(f"{Path(src).name}: {text}")
+    for summary in (shrink_summary, row_fusion_summary):
+        text = summary(net) if isinstance(net, nn.Module) else None
+        if text is not None and log is not None:
+            log(f"{Path(src).name}: {text}")
 
 
 def is_rgb_file(path: str | os.PathLike) -> bool:

@@ -28,6 +28,7 @@ import torch.nn as nn
 
 from rawrcl.errors import RawrclError
 from rawrcl.models.conditioning import WithNoise, camera_rows, is_noise_aware, is_row_aware
+from rawrcl.models.row_fusion import with_row_fusion
 from rawrcl.models.shrink import maybe_shrink
 from rawrcl.noise import NoiseModel
 from rawrcl.noise.spec import PER_FILE, NoiseSpec, parse_noise
@@ -87,13 +88,14 @@ def bind_noise(
 ) -> nn.Module:
     """``model`` as a one-argument module: bound to ``noise`` when noise-aware (refused without it),
     unchanged when blind. ``shrink`` (RAW, 4 channels): with the SURE weights of input and output(s)
-    (:func:`rawrcl.models.shrink.maybe_shrink`: True, False, or None for the model's default)."""
+    (:func:`rawrcl.models.shrink.maybe_shrink`: True, False, or None for the model's default); a banded
+    camera's adapted model fuses its banded files' rows (:func:`rawrcl.models.row_fusion.with_row_fusion`)."""
     if not is_noise_aware(model):
         return model
     if noise is None:
         raise RawrclError("a noise-aware model needs the noise parameters (λshot, λread)")
     if channels == 4:
-        model = maybe_shrink(model, shrink)
+        model = with_row_fusion(maybe_shrink(model, shrink))
     return WithNoise(model, noise, channels).eval()
 
 
