@@ -72,9 +72,9 @@ class RowFused(nn.Module):
     sample told σ_row > the switch's ``row_min``, :func:`disputed_rows` of the model told no row noise on the
     de-banded sample (D) and the model itself (A), or the model told no row noise on the sample as it is where
     that gates; every other sample the model's own output. Two or three passes of the model per banded
-    sample. Shapes
-    ``x`` (B, 4, h, w) packed RGGB in [0, 1] units, ``noise`` (B, 2 or 3, 4) → (B, 4, h, w). Inference only
-    (the de-banding runs in NumPy); the commands apply it through :func:`with_row_fusion`."""
+    sample. Shapes: ``x`` (B, 4, h, w) packed RGGB in [0, 1] units, ``noise`` (B, 2 or 3, 4) → (B, 4, h, w).
+    Inference only (the de-banding runs in NumPy); the commands apply it through :func:`with_row_fusion`.
+    :attr:`seen` counts passes, so a self-ensemble's eight flips of one tile count eight times."""
 
     noise_aware = True
     row_aware = True
