@@ -684,6 +684,13 @@ def test_adapt_from_a_cfa_site_blend_writes_its_raw_model(adapt_env, tmp_path):
     assert raw["config"]["residual"] == 0.05
     model, _ = load_for_task(run, "raw-denoise")
     assert isinstance(model, DenoiseThenDemosaic) and model.head_name == "raw"
+    # JDD from the same run: the kept denoiser in front of the blend's own JDD stage, not bilinear
+    assert checkpoint_for(run, "jdd") == run / "denoise.pt"
+    jdd, _ = load_for_task(run, "jdd")
+    assert jdd.output == "jdd" and jdd.demosaicker is not None
+    assert torch.equal(
+        jdd.denoiser.state_dict()["head.conv.weight"], model.denoiser.state_dict()["head.conv.weight"]
+    )
     out = _cli(["denoise", adapt_env["dngs"] / "a.dng", "-o", tmp_path / "a.dng", "--model", run, "-q"])
     assert out.exit_code == 0, out.output
     if importlib.util.find_spec("onnx") and importlib.util.find_spec("onnxruntime"):  # export: denoise.pt too
@@ -720,6 +727,7 @@ def test_adapt_from_a_cfa_site_blend_writes_its_raw_model(adapt_env, tmp_path):
     res = _cli([*args, "--batch-size", 2, "--evals", 1, "--force", "--from", adapt_env["ckpt"]])
     assert res.exit_code == 0, res.output
     assert not (run / "denoise.pt").exists()  # a plain start: the run's last.pt is the model
+    assert checkpoint_for(run, "jdd") == run / "checkpoints" / "last.pt"  # then denoise → bilinear for JDD
 
 
 def test_distillation_term_pulls_towards_the_starting_outputs():

@@ -59,15 +59,17 @@ RUN_RAW = "denoise.pt"
 
 def checkpoint_for(source: str | os.PathLike | None, task: str | Task) -> Path:
     """The checkpoint file ``source`` gives for ``task``: the shipped weights (None), the file itself, or a
-    run directory's ``checkpoints/last.pt`` — for JDD its :data:`RUN_JDD`, for RAW denoising its
-    :data:`RUN_RAW` when the run has one."""
+    run directory's ``checkpoints/last.pt`` — for JDD its :data:`RUN_JDD`, else its :data:`RUN_RAW` (a
+    two-stage RAW denoiser, whose JDD stage then demosaics: :func:`rawrcl.models.compose.adapt`), for RAW
+    denoising its :data:`RUN_RAW`, when the run has them."""
     t = get_task(task)
     if source is None:
         return default_weights_path(t)
     p = Path(source)
-    own = {"jdd": RUN_JDD, "raw": RUN_RAW}.get(t.head)
-    if p.is_dir() and own and (p / own).is_file():
-        return p / own
+    own = {"jdd": (RUN_JDD, RUN_RAW), "raw": (RUN_RAW,)}.get(t.head, ())
+    for name in own if p.is_dir() else ():
+        if (p / name).is_file():
+            return p / name
     return checkpoint_file(p)
 
 
