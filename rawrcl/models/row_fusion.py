@@ -21,7 +21,7 @@ Measured (docs/adaptation.md, "The start on de-banded rows, the adapted network'
 rule fixed before its result): τ chosen on sunhays80[20:30] banded and urban100[25:50] banding-free, the gate
 on the same sets' gap, the start for gated tiles on sunhays80[50:60] and urban100[75:100]; checked on
 cbsd68[58:68], sunhays80[30:40] and urban100[0:25], [50:75]. Shares of the supervised gap on the banded test
-photos (means of four seeds): 79 % (A) → 93 % (σ_row 0.015) and 84 % → 92 % (0.03); JDD +0.33 / +0.44 dB over A.
+photos (means of four seeds): 79 % (A) → 93 % (σ_row 0.015), 84 % → 92 % (0.03); JDD +0.33 / +0.44 dB over A.
 """
 
 from __future__ import annotations
