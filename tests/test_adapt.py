@@ -844,6 +844,8 @@ def test_adapt_blindspot_writes_the_start_beside_a_new_network(adapt_env, tmp_pa
     out = _cli(["denoise", adapt_env["dngs"] / "a.dng", "-o", tmp_path / "a.dng", "--model", run])
     assert out.exit_code == 0, out.output
     assert "blind-spot network" in out.output, out.output  # the log names the SURE weights of both parts
+    out = _cli(["jdd", adapt_env["dngs"] / "a.dng", "-o", tmp_path / "a.tif", "--model", run, "-q"])
+    assert out.exit_code == 0, out.output  # JDD from the composite (denoise.pt), demosaicked bilinearly
     if importlib.util.find_spec("onnx") and importlib.util.find_spec("onnxruntime"):  # not the start alone
         for fmt, out in (("onnx", "b.onnx"), ("darktable", "b.dtmodel")):
             res = _cli(["export", run, "--format", fmt, "-o", tmp_path / out, "--noise", "0.003,0.0001"])
