@@ -845,7 +845,12 @@ def test_adapt_blindspot_writes_the_start_beside_a_new_network(adapt_env, tmp_pa
     assert out.exit_code == 0, out.output
     assert "blind-spot network" in out.output, out.output  # the log names the SURE weights of both parts
     out = _cli(["jdd", adapt_env["dngs"] / "a.dng", "-o", tmp_path / "a.tif", "--model", run, "-q"])
-    assert out.exit_code == 0, out.output  # JDD from the composite (denoise.pt), demosaicked bilinearly
+    assert out.exit_code == 0, out.output
+    jdd, _ = load_for_task(run, "jdd")  # the composite with its SURE weights, then its start's JDD stage
+    from rawrcl.models.sure import SureShrink
+
+    assert isinstance(jdd.denoiser, SureShrink) and isinstance(jdd.denoiser.model, WithBlindSpot)
+    assert jdd.demosaicker is jdd.denoiser.model.base.demosaicker and jdd.output == "jdd"
     if importlib.util.find_spec("onnx") and importlib.util.find_spec("onnxruntime"):  # not the start alone
         for fmt, out in (("onnx", "b.onnx"), ("darktable", "b.dtmodel")):
             res = _cli(["export", run, "--format", fmt, "-o", tmp_path / out, "--noise", "0.003,0.0001"])
