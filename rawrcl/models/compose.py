@@ -192,21 +192,20 @@ def serves(head: str | None, wanted: str) -> bool:
 def adapt(model: nn.Module, head: str | None, wanted: str) -> nn.Module:
     """``model`` ready for head ``wanted``: a two-stage model with a JDD network in the view ``wanted``
     (:meth:`DenoiseThenDemosaic.with_output`); for ``"jdd"`` another RAW denoiser wrapped in
-    :class:`DenoiseThenDemosaic` — in front of the JDD network of a two-stage model it holds (a blind-spot
-    composite's start, ``rawrcl adapt --method blindspot``; the composite's estimates combined by their SURE
-    weights, which define its output), else of bilinear demosaicking; anything else unchanged (check
+    :class:`DenoiseThenDemosaic` — in front of its start's JDD network for a composite whose start (``base``)
+    is a two-stage model (a blind-spot run, ``rawrcl adapt --method blindspot``; the composite's estimates
+    combined by their SURE weights, which define its output), else of bilinear demosaicking (an exported RAW
+    denoiser keeps its values at the CFA sites so); anything else unchanged (check
     :func:`serves` first). Measured (docs/adaptation.md, "Task"): the RAW default's output through its JDD
     stage is within 0.02–0.07 dB of the JDD default on held-out photos, bilinear 0.8–5.4 dB below."""
     if isinstance(model, DenoiseThenDemosaic) and model.demosaicker is not None and wanted in OUTPUTS:
         return model.with_output(wanted)
     if (head, wanted) != ("raw", "jdd"):
         return model
-    two = next(
-        (m for m in model.modules() if isinstance(m, DenoiseThenDemosaic) and m.demosaicker is not None), None
-    )
-    if two is None:
+    base = getattr(model, "base", None)  # a composite beside its start (WithBlindSpot)
+    composite = getattr(model, "raw_parts", False) and isinstance(base, DenoiseThenDemosaic)
+    if not (composite and base.demosaicker is not None):
         return DenoiseThenDemosaic(model)
     from rawrcl.models.sure import SureShrink
 
-    first = SureShrink(model) if getattr(model, "raw_parts", False) else model
-    return DenoiseThenDemosaic(first, two.demosaicker, two.residual, "jdd")
+    return DenoiseThenDemosaic(SureShrink(model), base.demosaicker, base.residual, "jdd")
