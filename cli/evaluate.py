@@ -100,7 +100,8 @@ def evaluate(
     checkpoint, default, noisy, gat+bm3d, nlm, gharbi2016 or a libraw-* demosaicing). Synthetic: PSNR/SSIM
     scikit-image conventions on 8-bit sRGB with an 8-pixel border crop (paper App. C.3); RAW tasks also
     report linear-domain PSNR; noise-aware models and baselines are given the true noise. A RAW denoiser
-    checkpoint (head 'raw') on --task jdd is scored as denoise → bilinear demosaic."""
+    checkpoint (head 'raw') on --task jdd runs in front of the JDD stage it holds (the RAW default, a run
+    adapted from it, a blind-spot composite beside it), else as denoise → bilinear demosaic."""
     from pathlib import Path
 
     from rawrcl.errors import RawrclError

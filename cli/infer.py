@@ -180,7 +180,8 @@ OUT_HELP = (
     "model_path",
     default=None,
     help="Checkpoint (or run directory) with head 'jdd' (default: shipped weights); a RAW denoiser "
-    "(head 'raw') runs as denoise → bilinear demosaic. A .onnx file (rawrcl export) runs on onnxruntime.",
+    "(head 'raw') runs in front of the JDD stage it holds (the RAW default, a run adapted from it), else as "
+    "denoise → bilinear demosaic. A .onnx file (rawrcl export) runs on onnxruntime.",
 )
 @click.option(
     "--render",
