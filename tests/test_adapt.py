@@ -850,7 +850,23 @@ def test_adapt_blindspot_writes_the_start_beside_a_new_network(adapt_env, tmp_pa
     from rawrcl.models.sure import SureShrink
 
     assert isinstance(jdd.denoiser, SureShrink) and isinstance(jdd.denoiser.model, WithBlindSpot)
-    assert jdd.demosaicker is jdd.denoiser.model.base.demosaicker and jdd.output == "jdd"
+    view = jdd.denoiser.model
+    assert jdd.demosaicker is view.base.demosaicker and jdd.output == "jdd"
+    # its first part is the start's first stage (what the JDD stage is trained behind), not the start's
+    # SURE-weighted RAW output (which lost up to 0.16 dB on held-out JDD rows); the modules are shared
+    assert view.part_names == ("start's first stage", "blind-spot network")
+    from rawrcl.models.compose import adapt as for_task
+
+    shared = for_task(model, "raw", "jdd").denoiser.model  # a view of the composite: modules shared
+    assert shared.blindspot is model.blindspot and shared.base is model.base and shared is not model
+    x = torch.rand(1, 4, 16, 16)
+    noise = torch.tensor([[[3e-3] * 4, [1e-4] * 4]])
+    with torch.no_grad():
+        first, net = view.parts(x, noise)
+        start, net_raw = model.parts(x, noise)  # the RAW composite, loaded apart: the same weights
+        assert torch.equal(first, model.base.denoiser(x, noise)) and torch.equal(net, net_raw)
+        assert not torch.equal(first, start)
+    assert model.part_names == ("start (its SURE weights)", "blind-spot network")  # the RAW model unchanged
     if importlib.util.find_spec("onnx") and importlib.util.find_spec("onnxruntime"):  # not the start alone
         for fmt, out in (("onnx", "b.onnx"), ("darktable", "b.dtmodel")):
             res = _cli(["export", run, "--format", fmt, "-o", tmp_path / out, "--noise", "0.003,0.0001"])

@@ -20,7 +20,9 @@ prior per packed channel (the paper's full covariance over colour channels is le
 
 from __future__ import annotations
 
+import copy
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -295,6 +297,17 @@ class WithBlindSpot(nn.Module):
         without this guard, is better on two synthetic clipped bursts against their truth, in the shadows too
         ("Lifting the shadow guard for censored networks")."""
         return not self.blindspot.censored
+
+    def with_start(
+        self, start: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], name: str
+    ) -> WithBlindSpot:
+        """A view (modules shared, not copied) whose first part is ``start(x, noise)`` (B, 4, h, w) instead of
+        the base with its SURE weights, logged as ``name`` — for JDD, the base's first stage, which its JDD
+        network is trained behind (:func:`rawrcl.models.compose.adapt`)."""
+        view = copy.copy(self)
+        view._start = (start,)
+        view.part_names = (name, self.part_names[1])
+        return view
 
     def parts(self, x: torch.Tensor, noise: torch.Tensor) -> list[torch.Tensor]:
         start = self._start[0](x, noise)

@@ -129,14 +129,14 @@ class DenoiseThenDemosaic(nn.Module):
         """``noise``: the input's noise parameters (required when :attr:`noise_aware`)."""
         if self.output == "raw":
             return self.blend_parts(*self.parts(x, noise), noise)
-        y = self._first(x, noise)
+        y = self.first(x, noise)
         if self.demosaicker is None:
             with torch.autocast(y.device.type, enabled=False):
                 return bilinear_demosaic_packed(y.float())
         return self._second(x, y, noise)
 
-    def _first(self, x: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
-        """The RAW denoiser (first stage) on ``x``."""
+    def first(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
+        """The RAW denoiser (first stage) on ``x``: what the JDD network is trained behind, (B, 4, h, w)."""
         return self.denoiser(x, noise) if _aware(self.denoiser) else self.denoiser(x)
 
     def _second(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
@@ -158,7 +158,7 @@ class DenoiseThenDemosaic(nn.Module):
     def parts(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The two estimates a RAW output combines, each (B, 4, h, w): the first stage's output and the JDD
         network's RGB sampled at the CFA sites (needs a demosaicker)."""
-        y = self._first(x, noise)
+        y = self.first(x, noise)
         return y, mosaic_packed(self._second(x, y, noise), "RGGB").to(y.dtype)
 
     def blend_parts(
@@ -193,11 +193,12 @@ def adapt(model: nn.Module, head: str | None, wanted: str) -> nn.Module:
     """``model`` ready for head ``wanted``: a two-stage model with a JDD network in the view ``wanted``
     (:meth:`DenoiseThenDemosaic.with_output`); for ``"jdd"`` another RAW denoiser wrapped in
     :class:`DenoiseThenDemosaic` — in front of its start's JDD network for a composite whose start (``base``)
-    is a two-stage model (a blind-spot run, ``rawrcl adapt --method blindspot``; the composite's estimates
-    combined by their SURE weights, which define its output), else of bilinear demosaicking (an exported RAW
-    denoiser keeps its values at the CFA sites so); anything else unchanged (check
-    :func:`serves` first). Measured (docs/adaptation.md, "Task"): the RAW default's output through its JDD
-    stage is within 0.02–0.07 dB of the JDD default on held-out photos, bilinear 0.8–5.4 dB below."""
+    is a two-stage model (a blind-spot run, ``rawrcl adapt --method blindspot``: the start's first stage and
+    the blind-spot network combined with the input by their SURE weights), else of bilinear demosaicking (an
+    exported RAW denoiser keeps its values at the CFA sites so); anything else unchanged (check
+    :func:`serves` first). Measured (docs/adaptation.md, "Task"): with the start's SURE-weighted RAW output
+    as its first part such a run's JDD lost up to 0.16 dB on held-out photos against the JDD default, with
+    the first stage at most 0.013; bilinear demosaicking of a RAW output is 0.8–5.4 dB below."""
     if isinstance(model, DenoiseThenDemosaic) and model.demosaicker is not None and wanted in OUTPUTS:
         return model.with_output(wanted)
     if (head, wanted) != ("raw", "jdd"):
@@ -208,4 +209,7 @@ def adapt(model: nn.Module, head: str | None, wanted: str) -> nn.Module:
         return DenoiseThenDemosaic(model)
     from rawrcl.models.sure import SureShrink
 
-    return DenoiseThenDemosaic(SureShrink(model), base.demosaicker, base.residual, "jdd")
+    # the composite's start part is the first stage the JDD network is trained behind (as `rawrcl jdd`'s
+    # default feeds it), not the start's own SURE-weighted RAW output
+    view = model.with_start(base.first, "start's first stage")
+    return DenoiseThenDemosaic(SureShrink(view), base.demosaicker, base.residual, "jdd")
