@@ -62,3 +62,30 @@ def test_ensemble_of_a_real_network_commutes_with_transpose(head):
 def test_rejects_other_inputs():
     with pytest.raises(RawrclError, match="self-ensemble"):
         SelfEnsemble(nn.Identity())(torch.rand(1, 2, 8, 8))
+
+
+class _NeedsMultiples(nn.Module):
+    """An equivariant packed → packed model that refuses sizes off its ``size_multiple`` (as a blind-spot
+    network does)."""
+
+    size_multiple = 4
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-2] % 4 or x.shape[-1] % 4:
+            raise ValueError(f"needs multiples of 4, got {tuple(x.shape[-2:])}")
+        return 2 * x
+
+
+def test_models_that_need_size_multiples_run_under_the_flips():
+    # the flips pad the mosaic by one pixel a side: one packed pixel more than the tiler's multiple
+    x = torch.rand(1, 4, 8, 12)
+    torch.testing.assert_close(SelfEnsemble(_NeedsMultiples())(x), 2 * x)
+    from rawrcl.models.blindspot import BlindSpotDenoiser
+
+    bs = BlindSpotDenoiser(cross=True).eval()
+    noise = torch.tensor([[[1e-3] * 4, [1e-5] * 4]])
+    told = Lambda(lambda z: bs(z, noise.expand(z.shape[0], -1, -1)))
+    told.size_multiple = bs.size_multiple  # as the noise binding reports its model's
+    with torch.no_grad():
+        out = SelfEnsemble(told)(x)
+    assert out.shape == x.shape and torch.isfinite(out).all()

@@ -9,7 +9,10 @@ read. :class:`SelfEnsemble` therefore transforms packed RAW input as the full-re
 the phase (Liu et al. 2019, "Bayer preserving augmentation"): a transpose keeps RGGB as it is; before a
 horizontal (vertical) flip the mosaic is reflection-padded by one column (row) on each side — a 1-pixel
 reflection keeps the Bayer phase of the padding — so the flipped mosaic starts on an R column (row) again;
-the padding is cropped from the output after flipping back. A model bound to a row (banding) noise
+the padding is cropped from the output after flipping back. That padding makes the input one packed pixel
+larger than the tiler's: it is padded again to the model's ``size_multiple`` (whole packed pixels,
+bottom/right; :func:`~rawrcl.models.geometry.pad_to_multiple`) and the output cropped, so a model that needs
+multiples (a blind-spot network: 4) runs under the ensemble too. A model bound to a row (banding) noise
 (``keeps_rows``, :class:`~rawrcl.models.conditioning.WithNoise`) gets the 4 flips only: a transpose would
 turn the sensor's rows into columns.
 """
@@ -22,7 +25,7 @@ import torch.nn.functional as F
 
 from rawrcl.cfa import pack, unpack
 from rawrcl.errors import RawrclError
-from rawrcl.models.geometry import size_multiple
+from rawrcl.models.geometry import pad_to_multiple, size_multiple
 
 
 class SelfEnsemble(nn.Module):
@@ -41,6 +44,17 @@ class SelfEnsemble(nn.Module):
         self.model = model
         self.size_multiple = size_multiple(model)
 
+    def _run(self, x: torch.Tensor) -> torch.Tensor:
+        """``model(x)`` with x (B, C, h, w) padded to the model's size multiple and the output cropped back
+        (to ``s``·h × ``s``·w, s the model's output pixels per input pixel)."""
+        h, w = x.shape[-2:]
+        xp = pad_to_multiple(x, self.size_multiple)
+        y = self.model(xp)
+        if xp.shape[-2:] == x.shape[-2:]:
+            return y
+        s = y.shape[-1] // xp.shape[-1]
+        return y[..., : s * h, : s * w]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.ndim != 4 or x.shape[1] not in (3, 4):
             raise RawrclError(f"self-ensemble expects (B, 3|4, H, W), got {tuple(x.shape)}")
@@ -57,7 +71,7 @@ class SelfEnsemble(nn.Module):
                 g = (F.pad(g, (0, 0, 1, 1), mode="reflect") if raw else g).flip(-2)
             if transpose:
                 g = g.transpose(-1, -2)
-            y = self.model(pack(g[:, 0], "RGGB") if raw else g)
+            y = self._run(pack(g[:, 0], "RGGB") if raw else g)
             if raw and y.shape[1] == 4 and 2 * y.shape[-1] == g.shape[-1]:
                 y, packed_out = unpack(y, "RGGB")[:, None], True
             s = y.shape[-1] // g.shape[-1]  # output pixels per mosaic / photo pixel
