@@ -179,9 +179,9 @@ OUT_HELP = (
     "--model",
     "model_path",
     default=None,
-    help="Checkpoint (or run directory) with head 'jdd' (default: shipped weights); a RAW denoiser "
-    "(head 'raw') runs in front of the JDD stage it holds (the RAW default, a run adapted from it), else as "
-    "denoise → bilinear demosaic. A .onnx file (rawrcl export) runs on onnxruntime.",
+    help="Checkpoint (or run directory) with head 'jdd' (default, or 'default': shipped weights); a RAW "
+    "denoiser (head 'raw') runs in front of the JDD stage it holds (the RAW default, a run adapted from it), "
+    "else as denoise → bilinear demosaic. A .onnx file (rawrcl export) runs on onnxruntime.",
 )
 @click.option(
     "--render",
@@ -213,7 +213,8 @@ def jdd(inputs, out, model_path, render, fmt, fuse, **common):
     "--model",
     "model_path",
     default=None,
-    help="Checkpoint (or .onnx export) with head 'raw' (default: shipped weights), or head 'rgb' for photos.",
+    help="Checkpoint, run directory or .onnx export with head 'raw' (default, or 'default': shipped "
+    "weights), or head 'rgb' for photos.",
 )
 @click.option(
     "--rgb-model", "rgb_model_path", default=None, help="Checkpoint with head 'rgb' for RGB photos."

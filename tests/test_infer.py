@@ -564,3 +564,19 @@ def test_denoise_keeps_blown_highlights_clipped(workdir: Path, tmp_path: Path, m
     assert res.exit_code == 0, res.output
     out = read_raw(tmp_path / "o.dng").cfa
     assert np.all(out[:16] == 1.0) and np.all(out[16:] < 0.4)
+
+
+def test_model_default_names_the_shipped_weights(workdir: Path, tmp_path: Path):
+    """``--model default`` is what ``adapt --from default`` and ``eval default`` call the shipped weights."""
+    from rawrcl.io.raw import read_raw
+    from rawrcl.models.loading import checkpoint_for
+
+    for task in ("raw-denoise", "jdd"):
+        assert checkpoint_for("default", task) == checkpoint_for(None, task)
+    outs = []
+    for extra in ([], ["--model", "default"]):
+        dst = tmp_path / f"b{len(extra)}.dng"
+        res = _cli(["denoise", workdir / "b.dng", "-o", dst, *extra])
+        assert res.exit_code == 0, res.output
+        outs.append(read_raw(dst).cfa)
+    np.testing.assert_array_equal(outs[0], outs[1])

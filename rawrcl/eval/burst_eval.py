@@ -44,6 +44,7 @@ from rawrcl.eval.burst_align import PackedGrid
 from rawrcl.eval.burst_score import score_jdd, score_raw
 from rawrcl.eval.libraw import NAMES as LIBRAW_NAMES
 from rawrcl.eval.libraw import develop
+from rawrcl.models.loading import is_shipped
 from rawrcl.noise import NoiseModel
 from rawrcl.noise.spec import BURST, parse_noise
 
@@ -97,7 +98,7 @@ def _load_model(name: str, task: str | None, opts):
     """(model, kind) for a checkpoint / run dir / .onnx / ``default``."""
     from rawrcl.infer.pipeline import task_model
 
-    if name == "default":
+    if is_shipped(name):
         t = task or "raw-denoise"
         return task_model(None, t, opts), "raw" if t == "raw-denoise" else "jdd"
     p = Path(name)

@@ -24,7 +24,7 @@ from rawrcl.eval.baselines import BASELINE_NAMES, baseline_applies, make_baselin
 from rawrcl.eval.metrics import BORDER, psnr, psnr_float, ssim, to_srgb, to_uint8
 from rawrcl.io import load_images
 from rawrcl.models.geometry import pad_to_multiple
-from rawrcl.models.loading import load_for_task
+from rawrcl.models.loading import is_shipped, load_for_task
 from rawrcl.noise import NoiseLike, noise_label
 from rawrcl.tasks import Task, get_task
 
@@ -140,7 +140,7 @@ def evaluate(
     else:
         if isinstance(model_or_baseline, torch.nn.Module):
             model, label = model_or_baseline, type(model_or_baseline).__name__
-        elif model_or_baseline == "default":  # the task's shipped weights, as `--burst default`
+        elif is_shipped(model_or_baseline):  # the task's shipped weights, as `--burst default`
             model, _ = load_for_task(None, t, device)
             label = "default"
         else:

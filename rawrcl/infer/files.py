@@ -48,6 +48,7 @@ from rawrcl.infer.pipeline import (
 )
 from rawrcl.infer.writers import BAND_ROWS, write_cfa_tiff, write_denoised_dng, write_image
 from rawrcl.io import PHOTO_EXTENSIONS, RAW_EXTENSIONS, read_photo_depth
+from rawrcl.models.loading import is_shipped
 
 # ----------------------------------------------------------------------------------------------------
 # files
@@ -283,7 +284,7 @@ def run_denoise(
 ) -> BatchResult:
     """``rawrcl denoise``: RAW → ``.dng`` (default) or ``.tiff`` (CFA in DN); RGB photos → ``.png``/``.tiff``.
 
-    ``model_path``: head "raw" checkpoint (default: shipped ``raw_denoise_default.pt``);
+    ``model_path``: head "raw" checkpoint (None or ``"default"``: shipped ``raw_denoise_default.pt``);
     ``rgb_model_path``: head "rgb" checkpoint for photos (no default ships). A checkpoint given as
     ``model_path`` with head "rgb" is used for photos instead. ``noise``: as :func:`run_jdd`. ``fuse``:
     ``--fuse-bm3d``, the weight of GAT+BM3D averaged into RAW outputs (0: off; :mod:`rawrcl.infer.fusion`).
@@ -296,6 +297,8 @@ def run_denoise(
     error_ = error or (lambda s: print(s, file=sys.stderr, flush=True))
     raw_model: nn.Module | None = None
     rgb_model: nn.Module | None = None
+    if is_shipped(model_path):
+        model_path = None
     if model_path is not None:
         from rawrcl.export.backend import model_head
 

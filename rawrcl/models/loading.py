@@ -18,6 +18,15 @@ from rawrcl.models.compose import BLEND, RESIDUAL, DenoiseThenDemosaic, adapt, f
 from rawrcl.models.registry import load_checkpoint, read_checkpoint, save_checkpoint
 from rawrcl.tasks import TASKS, Task, get_task
 
+#: the name that stands for a task's shipped weights wherever a model is asked for (``--model``, ``adapt
+#: --from``, ``eval MODEL``); None means the same in the API
+SHIPPED = "default"
+
+
+def is_shipped(source: object) -> bool:
+    """True for None and :data:`SHIPPED`: the task's shipped weights, not a path."""
+    return source is None or source == SHIPPED
+
 
 def default_weights_path(task: str | Task) -> Path:
     """The shipped checkpoint of ``task`` (``rawrcl/weights/<task.default_weights>``).
@@ -58,12 +67,12 @@ RUN_RAW = "denoise.pt"
 
 
 def checkpoint_for(source: str | os.PathLike | None, task: str | Task) -> Path:
-    """The checkpoint file ``source`` gives for ``task``: the shipped weights (None), the file itself, or a
-    run directory's ``checkpoints/last.pt`` — for JDD its :data:`RUN_JDD`, else its :data:`RUN_RAW` (a
-    two-stage RAW denoiser, whose JDD stage then demosaics: :func:`rawrcl.models.compose.adapt`), for RAW
-    denoising its :data:`RUN_RAW`, when the run has them."""
+    """The checkpoint file ``source`` gives for ``task``: the shipped weights (:func:`is_shipped`), the file
+    itself, or a run directory's ``checkpoints/last.pt`` — for JDD its :data:`RUN_JDD`, else its
+    :data:`RUN_RAW` (a two-stage RAW denoiser, whose JDD stage then demosaics:
+    :func:`rawrcl.models.compose.adapt`), for RAW denoising its :data:`RUN_RAW`, when the run has them."""
     t = get_task(task)
-    if source is None:
+    if is_shipped(source):
         return default_weights_path(t)
     p = Path(source)
     own = {"jdd": (RUN_JDD, RUN_RAW), "raw": (RUN_RAW,)}.get(t.head, ())

@@ -80,7 +80,7 @@ from rawrcl.models.conditioning import (
     is_row_aware,
     set_camera_rows,
 )
-from rawrcl.models.loading import RUN_JDD, RUN_RAW
+from rawrcl.models.loading import RUN_JDD, RUN_RAW, is_shipped
 from rawrcl.models.registry import read_checkpoint, save_checkpoint
 from rawrcl.train.adapt_objective import Guarded, make_objective, synthetic_mix
 from rawrcl.train.adapt_signal import adapt_summary, keep_or_discard
@@ -191,7 +191,7 @@ def start_model(
 
     if isinstance(source, nn.Module):
         return source, type(source).__name__
-    path = default_weights_path(task) if source in (None, "default") else checkpoint_file(source)
+    path = default_weights_path(task) if is_shipped(source) else checkpoint_file(source)
     model, cfg = load_checkpoint(path)
     if cfg.get("arch") == "two_stage":
         model, cfg = model.denoiser, cfg["denoiser"]
@@ -353,7 +353,7 @@ def write_raw(run: Path, source: str | os.PathLike | nn.Module | None) -> Path |
 
     if isinstance(source, nn.Module):
         return None
-    path = checkpoint_for(None if source in (None, "default") else source, "raw-denoise")
+    path = checkpoint_for(source, "raw-denoise")
     cfg = read_checkpoint(path)["config"]
     if cfg.get("arch") != "two_stage" or cfg.get("head") != "raw":
         return None
@@ -369,7 +369,7 @@ def write_jdd(run: Path, source: str | os.PathLike | nn.Module | None) -> Path:
     from rawrcl.models.loading import checkpoint_for, save_two_stage
 
     second = None  # the shipped JDD default
-    if source not in (None, "default") and not isinstance(source, nn.Module):
+    if not is_shipped(source) and not isinstance(source, nn.Module):
         second = checkpoint_for(source, "jdd")
     cfg = read_checkpoint(checkpoint_for(second, "jdd"))["config"]
     if not cfg.get("demosaicker"):  # not a two-stage model with a JDD network: the shipped one

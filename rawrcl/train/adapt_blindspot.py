@@ -101,7 +101,7 @@ def start_raw_model(
     if isinstance(source, nn.Module):
         model, src = source, type(source).__name__
     else:
-        path = checkpoint_for(None if source in (None, "default") else source, "raw-denoise")
+        path = checkpoint_for(source, "raw-denoise")
         model, _ = load_checkpoint(path)
         src = str(path)
     model = model.float().eval()
