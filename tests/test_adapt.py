@@ -557,6 +557,8 @@ def test_adapt_config_validates_and_resume_keeps_it(adapt_env, tmp_path):
     ):  # fmt: skip
         with pytest.raises(RawrclError, match=match):
             AdaptConfig.from_options(**bad)
+    with pytest.raises(RawrclError, match="RAW denoiser only.*rawrcl jdd --model RUN"):
+        adapt(tmp_path / "no such folder", tmp_path / "b", method="blindspot", task="jdd")  # before any file
     run = tmp_path / "r"
     common = {"source": adapt_env["ckpt"], "crop": 32, "batch_size": 2, "evals": 1, "progress": False}
     adapt(adapt_env["dngs"], run, steps=2, mix=0.0, anchor=0.2, **common)

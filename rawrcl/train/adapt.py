@@ -246,13 +246,16 @@ def adapt(
         config = AdaptConfig(**saved) if saved else None
     c = AdaptConfig.from_options(config, **options)
     method, steps, crop, alpha, seed = c.method, c.steps, c.crop, c.alpha, c.seed
+    if c.method in OWN_MODEL and task != "raw-denoise":  # before the files are read and estimated
+        raise RawrclError(
+            f"--method {c.method} adapts the RAW denoiser only (--task raw-denoise); "
+            "`rawrcl jdd --model RUN` then runs it in front of the start's JDD stage"
+        )
 
     nfiles = load_adapt_files(files, c.row_noise, noise, noise_profile, noise_scale, say)
     if c.method in OWN_MODEL:  # its own architecture beside the start: rawrcl.train.adapt_blindspot
         from rawrcl.train.adapt_blindspot import adapt_blindspot
 
-        if task != "raw-denoise":
-            raise RawrclError(f"--method {c.method} adapts the RAW denoiser only (--task raw-denoise)")
         return adapt_blindspot(nfiles, out, c, source, resume, force, progress, say)
     model, src = start_model(source, task)
     banded = any(f.row > 0 for f in nfiles) and is_noise_aware(model) and not is_row_aware(model)
