@@ -20,7 +20,8 @@ parameters the command itself would use: the single-image estimate of the noisy 
 (``rawrcl.calibration.resolve.file_noise(..., "image")``); with ``--fuse-bm3d W``, ``new+bm3d`` /
 ``est+bm3d``: the same fused with GAT+BM3D told the same λ (``rawrcl denoise --fuse-bm3d W``; JDD rows:
 between the stages of the two-stage model, ``rawrcl jdd --fuse-bm3d W``); with ``--tta``, ``new tta``: the
-self-ensemble of 8 flips/transposes (``--tta``), true λ.
+self-ensemble of 8 flips/transposes (``--tta``), true λ; with ``--two-pass``, ``new two-pass``: a two-stage
+model's first stage also run on the transposed mosaic and averaged (``--two-pass``), true λ.
 
 JDD rows (PSNR dB, linear RGB, 8-px border, as ``rawrcl eval --task jdd``): ``menon+nlm`` (the eval
 baseline), ``gharbi2016`` (``--gharbi DIR``, σ from the true parameters), ``old`` (``--old-jdd``), ``new``
@@ -130,6 +131,7 @@ def predictors(
     libraw: bool = False,
     bm3d_jdd: bool = False,
     tta: bool = False,
+    two_pass: bool = False,
 ) -> dict:
     from rawrcl.models.loading import load_for_task
 
@@ -172,6 +174,9 @@ def predictors(
             if tta:  # the self-ensemble (--tta), true λ
                 run_tta = model_predictor(model, task, multiple=8, self_ensemble=True, shrink=shrink)
                 fns["new tta"] = lambda inp, meta, r=run_tta: r(inp, task, meta)
+            if two_pass:  # the first stage also on the transposed mosaic (--two-pass), true λ
+                run_2p = model_predictor(model, task, multiple=8, shrink=shrink, two_pass=True)
+                fns["new two-pass"] = lambda inp, meta, r=run_2p: r(inp, task, meta)
             if estimate:
                 fns["new est"] = lambda inp, meta, r=run_est: r(inp, task, meta)
             if fuse > 0 and task_name == "raw-denoise":  # as rawrcl denoise --fuse-bm3d: the SURE output
@@ -231,6 +236,7 @@ def measure(args) -> list[dict]:
             args.libraw,
             args.bm3d_jdd,
             args.tta,
+            args.two_pass,
         )
         # the cached "old" scores belong to one checkpoint: its content names them (another --old-* file,
         # or the same path rewritten, must not read an earlier model's scores)
@@ -305,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--libraw", action="store_true", help="JDD rows: also LibRaw's demosaicing baselines")
     ap.add_argument("--tta", action="store_true", help="also 'new tta': the self-ensemble (--tta), true λ")
+    ap.add_argument(
+        "--two-pass",
+        action="store_true",
+        help="also 'new two-pass': the first stage run twice (--two-pass), true λ",
+    )
     ap.add_argument(
         "--bm3d-jdd", action="store_true", help="JDD rows: also GAT+BM3D then Menon / LibRaw DHT demosaicing"
     )

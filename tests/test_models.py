@@ -392,3 +392,33 @@ def test_widen_refuses_what_it_cannot_widen():
         widen(unet, 4)
     with pytest.raises(RawrclError, match="U-Net"):
         widen(build_model({"arch": "dncnn", "in_channels": 4, "head": "raw", "width": 4, "depth": 3}), 8)
+
+
+def test_two_pass_first_stage_is_the_mean_over_the_transposed_mosaic():
+    from torch import nn
+
+    from rawrcl.infer.pipeline import TileOptions
+    from rawrcl.models.compose import SWAP_G, DenoiseThenDemosaic, two_pass_first
+    from rawrcl.models.heads import bilinear_demosaic_packed
+
+    torch.manual_seed(0)
+    conv = nn.Conv2d(4, 4, 3, padding=1)  # not equivariant under the transpose
+
+    def t(z: torch.Tensor) -> torch.Tensor:  # packed RGGB of the transposed mosaic
+        return z[:, SWAP_G].transpose(-1, -2)
+
+    model = DenoiseThenDemosaic(conv).eval()
+    x = torch.rand(1, 4, 8, 12)
+    with torch.no_grad():
+        one, want = conv(x), 0.5 * (conv(x) + t(conv(t(x))))
+        torch.testing.assert_close(model.first(x), one)
+        with two_pass_first(model):
+            torch.testing.assert_close(model.first(x), want)
+            model.train()
+            torch.testing.assert_close(model.first(x), one)  # training keeps one pass
+            model.eval()
+        assert model.transpose_first is False  # restored
+        out = TileOptions(tile=64, overlap=8, precision="fp32", two_pass=True).apply(
+            model, x, scale=2
+        )  # the commands' path
+        torch.testing.assert_close(out, bilinear_demosaic_packed(want), atol=1e-5, rtol=1e-5)
