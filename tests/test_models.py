@@ -422,3 +422,7 @@ def test_two_pass_first_stage_is_the_mean_over_the_transposed_mosaic():
             model, x, scale=2
         )  # the commands' path
         torch.testing.assert_close(out, bilinear_demosaic_packed(want), atol=1e-5, rtol=1e-5)
+    with pytest.raises(RawrclError, match="--two-pass runs torch models only"):
+        from rawrcl.infer.pipeline import task_model
+
+        task_model("no-such.onnx", "raw-denoise", TileOptions(two_pass=True))

@@ -42,6 +42,8 @@ def task_model(path: str | os.PathLike | None, task: str, opts: TileOptions) -> 
     if opts.backend in (None, "torch") and not str(path or "").lower().endswith(".onnx"):
         opts.backend = "torch"
         return load_for_task(path, task)[0]
+    if opts.two_pass:  # before any export or file is read
+        raise RawrclError("--two-pass runs torch models only (an ONNX model holds one pass of each stage)")
     from rawrcl.export.backend import backend_model
 
     return backend_model(path, task, opts)
