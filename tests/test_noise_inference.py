@@ -519,6 +519,8 @@ def test_fuse_bm3d_bad_weight_and_wrong_inputs_are_one_line_errors(burst_dir, mo
     assert r.exit_code == 1 and "applies to RAW files" in r.stderr, r.output
     r = _run(["eval", "gat+bm3d", "--burst", str(burst_dir), "--fuse-bm3d", "0.3"])
     assert r.exit_code == 1 and "applies to rawrcl models" in r.stderr, r.output
+    r = _run(["jdd", src, "-o", str(tmp_path / "j.tif"), "--fuse-bm3d", "0.3", "--two-pass"])
+    assert r.exit_code == 1 and "--two-pass is not combined with --fuse-bm3d" in r.stderr, r.output
 
 
 def test_burst_eval_with_fusion_records_it(burst_dir, models, tmp_path):

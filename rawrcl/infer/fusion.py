@@ -132,6 +132,10 @@ def jdd_fused(
     ``log``, ``name``: as :func:`fuse_bm3d`.
     """
     require_two_stage(model)
+    if opts is not None and opts.two_pass:  # this path runs the first stage alone, once
+        raise RawrclError(
+            "--two-pass is not combined with --fuse-bm3d for JDD (rawrcl denoise combines them)"
+        )
     den = denoise_cfa(bind_noise(model.denoiser, noise, 4), cfa, pattern, opts)
     den = fuse_bm3d(den, cfa, pattern, noise, weight, log, name)
     second = model.replace(denoiser=nn.Identity(), output="jdd")  # the model's own second stage
