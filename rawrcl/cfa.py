@@ -29,6 +29,9 @@ Array = TypeVar("Array", np.ndarray, torch.Tensor)
 
 PATTERNS = ("RGGB", "BGGR", "GRBG", "GBRG")
 CHANNELS = ("R", "G1", "G2", "B")
+#: the packed planes [R, G1, G2, B] of an RGGB mosaic transposed (or turned by 90°), as indices into the
+#: original's: R and B keep their place, G1 and G2 swap (a list, to index a tensor's plane axis)
+TRANSPOSED_PLANES = [0, 2, 1, 3]
 
 
 def positions(pattern: str) -> dict[str, tuple[int, int]]:

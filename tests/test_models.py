@@ -397,15 +397,16 @@ def test_widen_refuses_what_it_cannot_widen():
 def test_two_pass_first_stage_is_the_mean_over_the_transposed_mosaic():
     from torch import nn
 
+    from rawrcl.cfa import TRANSPOSED_PLANES
     from rawrcl.infer.pipeline import TileOptions
-    from rawrcl.models.compose import SWAP_G, DenoiseThenDemosaic, two_pass_first
+    from rawrcl.models.compose import DenoiseThenDemosaic, two_pass_first
     from rawrcl.models.heads import bilinear_demosaic_packed
 
     torch.manual_seed(0)
     conv = nn.Conv2d(4, 4, 3, padding=1)  # not equivariant under the transpose
 
     def t(z: torch.Tensor) -> torch.Tensor:  # packed RGGB of the transposed mosaic
-        return z[:, SWAP_G].transpose(-1, -2)
+        return z[:, TRANSPOSED_PLANES].transpose(-1, -2)
 
     model = DenoiseThenDemosaic(conv).eval()
     x = torch.rand(1, 4, 8, 12)

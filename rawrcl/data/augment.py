@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rawrcl.cfa import pack, rggb_offset, shift_pattern, unpack
+from rawrcl.cfa import TRANSPOSED_PLANES, pack, rggb_offset, shift_pattern, unpack
 
 
 def dihedral(x: np.ndarray, op: int) -> np.ndarray:
@@ -23,7 +23,7 @@ def plane_order(op: int) -> list[int]:
     """Where each output plane of :func:`augment_packed` came from, as indices into [R, G1, G2, B]: a
     rotation (bit 2 of ``op``) puts the former G2 on the red row; flips keep the order. Per-plane values
     (e.g. a (2, 4) noise tensor) follow the samples with ``values[..., plane_order(op)]``."""
-    return [0, 2, 1, 3] if op & 4 else [0, 1, 2, 3]
+    return list(TRANSPOSED_PLANES) if op & 4 else [0, 1, 2, 3]
 
 
 def augment_packed(packed: np.ndarray, op: int, out_hw: tuple[int, int]) -> np.ndarray:

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
-from rawrcl.cfa import mosaic_packed
+from rawrcl.cfa import TRANSPOSED_PLANES, mosaic_packed
 from rawrcl.models.geometry import size_multiple
 from rawrcl.models.heads import bilinear_demosaic_packed
 from rawrcl.noise import std_map
@@ -38,9 +38,6 @@ BLEND = 0.5
 
 #: what a two-stage model outputs: RGB (``"jdd"``) or the packed mosaic (``"raw"``, the CFA-site blend)
 OUTPUTS = ("jdd", "raw")
-
-#: packed RGGB planes of the transposed mosaic: R and B stay, G1 ↔ G2
-SWAP_G = [0, 2, 1, 3]
 
 
 class DenoiseThenDemosaic(nn.Module):
@@ -156,8 +153,9 @@ class DenoiseThenDemosaic(nn.Module):
         y = self._first_pass(x, noise)
         if self.training or not self.transpose_first or self.row_aware:
             return y
-        t = self._first_pass(x[:, SWAP_G].transpose(-1, -2), None if noise is None else noise[..., SWAP_G])
-        return 0.5 * (y + t.transpose(-1, -2)[:, SWAP_G])
+        swap = TRANSPOSED_PLANES
+        t = self._first_pass(x[:, swap].transpose(-1, -2), None if noise is None else noise[..., swap])
+        return 0.5 * (y + t.transpose(-1, -2)[:, swap])
 
     def _first_pass(self, x: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         return self.denoiser(x, noise) if _aware(self.denoiser) else self.denoiser(x)
