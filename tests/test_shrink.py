@@ -173,9 +173,10 @@ def test_best_weights_is_the_constrained_minimum():
 
 
 def test_two_stage_raw_model_gets_both_stage_weights():
-    """Around a two-stage RAW model the output is y + w₁(first stage − y) + w₂(JDD stage − y): with an
-    over-smoothing first stage and an untrained JDD stage, SURE leans on the input and the first stage,
-    not on the untrained stage, and beats the model's own fixed blend."""
+    """Around a two-stage RAW model the output is y + w₁(first stage − y) + w₂(JDD stage − y) + the same for
+    their high bands: with an over-smoothing first stage and an untrained JDD stage, SURE leans on the input
+    and the first stage, never on the untrained stage's whole correction, and beats the model's own fixed
+    blend."""
     from rawrcl.models.compose import DenoiseThenDemosaic
     from rawrcl.models.registry import build_model
 
@@ -190,10 +191,57 @@ def test_two_stage_raw_model_gets_both_stage_weights():
     assert isinstance(shrunk, SureShrink) and shrunk.multi_part
     with torch.no_grad():
         out, own = shrunk(y, cond), model(y, cond)
-    w = shrunk.last_weights[0]
-    assert w.shape == (2,) and 0.05 < w[0] < 0.9 and w[1] < 0.1, w
+    w = shrunk.last_weights[0]  # first stage, JDD stage, then their high bands (sure_low_band)
+    assert w.shape == (4,) and 0.05 < w[0] + w[2] < 0.9 and w[1] < 0.1, w
     mse = lambda v: float(((v - clean) ** 2).mean())  # noqa: E731
     assert mse(out) < 0.9 * min(mse(own), mse(y))
+
+
+class _Biased(_Blur):
+    """A 'denoiser' that blurs 3×3 and adds a smooth bias: its correction is right in the high band and
+    wrong in the low band. ``sure_low_band`` as the CFA-site blend asks for it."""
+
+    def __init__(self, bands: bool):
+        super().__init__(3)
+        self.sure_low_band = bands
+
+    def forward(self, x, noise):
+        return super().forward(x, noise) + 0.01 * torch.linspace(0, 1, x.shape[-1], dtype=x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_high_band_estimate_drops_a_wrong_low_band(dtype):
+    """With ``sure_low_band`` each estimate's high band (the input's low band kept) is weighed too: a
+    correction whose low band is biased gets its high band chosen, and the output is closer to the truth
+    than with the plain weights; the weight vector names both, and models without the flag keep one."""
+    from rawrcl.models.sure import LOW_BAND, low_band
+
+    assert LOW_BAND > 0
+    clean = F.avg_pool2d(F.pad(_texture(202, seed=3), (1,) * 4, mode="replicate"), 3, stride=1)[
+        ..., 1:-1, 1:-1
+    ]
+    clean = clean.to(dtype)  # smoother texture
+    noise = NoiseModel(1e-4, 1e-6)
+    y = clean + noise.std(clean) * torch.randn(
+        clean.shape, generator=torch.Generator().manual_seed(2), dtype=dtype
+    )
+    cond = noise.conditioning(4)[None].to(dtype)
+    mse = lambda v: float(((v - clean) ** 2).mean())  # noqa: E731
+    plain, banded = SureShrink(_Biased(False)), SureShrink(_Biased(True))
+    with torch.no_grad():
+        out_plain, out_banded = plain(y, cond), banded(y, cond)
+    assert plain.last_weights.shape == (1, 1) and banded.last_weights.shape == (1, 2)
+    assert banded.names == ("network", "network (high band)")
+    w = banded.last_weights[0]
+    assert w[1] > 0.5 and w[0] < 0.3, w
+    assert mse(out_banded) < 0.8 * mse(out_plain), (mse(out_banded), mse(out_plain))
+    assert out_banded.dtype == dtype and out_banded.shape == y.shape
+    # the low band itself: a constant passes unchanged, a checkerboard is removed; tiny inputs replicate
+    const = torch.full((1, 4, 9, 9), 0.3, dtype=dtype)
+    torch.testing.assert_close(low_band(const, 1.0), const)
+    checker = (torch.arange(16)[:, None] + torch.arange(16)[None]) % 2
+    assert float(low_band(checker.to(dtype).expand(1, 4, 16, 16), 1.0)[..., 4:-4, 4:-4].std()) < 0.01
+    assert low_band(torch.rand(1, 4, 2, 3, dtype=dtype), 1.0).shape == (1, 4, 2, 3)
 
 
 def test_with_shrink_wraps_where_it_applies():

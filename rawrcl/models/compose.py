@@ -176,6 +176,12 @@ class DenoiseThenDemosaic(nn.Module):
     #: names of :meth:`parts`, for logs
     part_names = ("first stage", "JDD stage")
 
+    @property
+    def sure_low_band(self) -> bool:
+        """:class:`~rawrcl.models.sure.SureShrink` also weighs each part's high band (the input's low band
+        kept; :data:`rawrcl.models.sure.LOW_BAND`): the CFA-site blend."""
+        return self.raw_parts
+
     def parts(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The two estimates a RAW output combines, each (B, 4, h, w): the first stage's output and the JDD
         network's RGB sampled at the CFA sites (needs a demosaicker)."""

@@ -60,10 +60,7 @@ def shrink_summary(model: nn.Module) -> str | None:
         if min(w[0] for w in seen) >= 1:
             return None
         return f"SURE shrinkage towards the input over {tiles}: weight {mean[0]:.2f} mean"
-    names = next(
-        (tuple(m.model.part_names) for m in found if len(getattr(m.model, "part_names", ())) == len(mean)),
-        None,
-    )
+    names = next((m.names for m in found if len(m.names) == len(mean)), None)
     names = names or tuple(f"estimate {i + 1}" for i in range(len(mean)))
     each = ", ".join(f"{n} {w:.2f}" for n, w in zip(names, mean, strict=True))
     return f"SURE weights over {tiles}: {each}, input {1 - sum(mean):.2f} (mean)"

@@ -15,14 +15,20 @@ unchanged). The divergence is a Monte Carlo estimate from one Rademacher probe b
 level (black or white, where the input piles up; SURE does not hold there) are left out of both sums. One w
 per call (per tile of the tiler), estimated on a few windows of the tile: ≈ 10 % more time for the
 whole command. With two estimates (the two-stage RAW default: its first stage and its JDD stage) the same
-estimate with cross terms gives a 2×2 quadratic over the simplex (:class:`SureShrink`). No clean data
-is used: it needs only the noise the model is told.
+estimate with cross terms gives a 2×2 quadratic over the simplex (:class:`SureShrink`). A model that asks
+for it (``sure_low_band``: the CFA-site blend default) adds, for each estimate f, its high band
+f − G_σ∗(f − y) (the input's low frequencies kept, :func:`low_band`), so the weights can drop an estimate's
+low-frequency correction alone: on smooth, clean content (base ISO) the networks' low band is off
+(docs/weights.md, "The input's low band"). No clean data is used: it needs only the noise the model is told.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from rawrcl.models.geometry import size_multiple
 from rawrcl.noise.maps import variance_map
@@ -37,6 +43,10 @@ PROBE = 0.05
 #: min(1, SLACK·w*), so only a shrinkage beyond that uncertainty is applied. Added after the first form
 #: (SLACK 1) lost 0.09 dB on the HDR+ burst, where it read w* ≈ 0.95 (docs/weights.md, "SURE weights").
 SLACK = 1.2
+#: σ (packed pixels) of the Gaussian low band that an estimate's high-band version leaves as the input's
+#: (:func:`low_band`; models with ``sure_low_band``); 0 turns the high-band estimates off. Chosen among 0.5,
+#: 0.75, 1, 1.5, 3 on the validation rows (docs/weights.md, "The input's low band").
+LOW_BAND = 1.0
 
 
 class SureShrink(nn.Module):
@@ -77,6 +87,8 @@ class SureShrink(nn.Module):
         #: the weighed output only where SURE could score it (:func:`scorable`), the first part elsewhere: a
         #: blind-spot composite's network is unchecked next to a clip level (:meth:`first_near_clips`)
         self.first_near_clips = bool(getattr(model, "sure_first_near_clips", False))
+        #: add each estimate's high band (:meth:`with_bands`): the model asks for it (``sure_low_band``)
+        self.bands = bool(getattr(model, "sure_low_band", False))
         self.last_weights: torch.Tensor | None = None
         self.seen: list[list[float]] = []
 
@@ -92,6 +104,28 @@ class SureShrink(nn.Module):
         """What the model itself outputs from its ``parts``."""
         return self.model.blend_parts(*parts, noise) if self.multi_part else parts[0]
 
+    def with_bands(self, parts: list[torch.Tensor], x: torch.Tensor) -> list[torch.Tensor]:
+        """The estimates the weights choose among: ``parts``, then (with :attr:`bands`, :data:`LOW_BAND` > 0
+        and at most 2 parts) each part's high band p − :func:`low_band` (p − x): its correction without its
+        low frequencies. Weighing p by w and its high band by u gives p's correction the weight w + u in the
+        high band and w in the low band. ``x`` (B, 4, h, w), the input; parts the same shape."""
+        if not self._banded(len(parts)):
+            return parts
+        xs = x.to(parts[0].dtype)
+        return parts + [p - low_band(p - xs, LOW_BAND) for p in parts]
+
+    def _banded(self, k: int) -> bool:
+        """Whether K estimates get their high bands too (:meth:`with_bands`; ≤ 4 weights in all)."""
+        return self.bands and LOW_BAND > 0 and k <= 2
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Names of the weights (:attr:`last_weights` columns), for logs."""
+        base = tuple(getattr(self.model, "part_names", ())) if self.multi_part else ("network",)
+        if self._banded(len(base)):
+            base = base + tuple(f"{n} (high band)" for n in base)
+        return base
+
     def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         parts = self.parts(x, noise)
         with torch.no_grad():
@@ -99,7 +133,15 @@ class SureShrink(nn.Module):
         self.last_weights = torch.where(keep[:, None], torch.nan, w).cpu()
         self.seen += self.last_weights.tolist()
         xs = x.to(parts[0].dtype)
-        out = xs + sum(w[:, k, None, None, None].to(xs.dtype) * (p - xs) for k, p in enumerate(parts))
+        k = len(parts)
+        wf = w.to(xs.dtype)
+        # the high bands' weights u (columns K…) as one low band of Σ u·(p − x): p's correction gets w + u,
+        # minus u of its low band (with_bands); one low-pass per tile, none when every u is 0
+        full = wf[:, :k] + (wf[:, k:] if wf.shape[1] > k else 0)
+        out = xs + sum(full[:, i, None, None, None] * (p - xs) for i, p in enumerate(parts))
+        if wf.shape[1] > k and bool((wf[:, k:] > 0).any()):
+            hb = sum(wf[:, k + i, None, None, None] * (p - xs) for i, p in enumerate(parts))
+            out = out - low_band(hb, LOW_BAND)
         if bool(keep.any()):
             out = torch.where(keep[:, None, None, None], self.own(parts, noise), out)
         if self.first_near_clips:
@@ -119,10 +161,10 @@ class SureShrink(nn.Module):
     def weights(
         self, x: torch.Tensor, noise: torch.Tensor, full: list[torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """((B, K) SURE-optimal weights, (B,) bool: keep the model's own output) for input ``x`` whose
-        full-size parts are ``full`` (float32 maths)."""
+        """((B, K′) SURE-optimal weights, (B,) bool: keep the model's own output) for input ``x`` whose
+        full-size parts are ``full`` (float32 maths); K′ counts the high bands too (:meth:`with_bands`)."""
         b, c, h, w = x.shape
-        k = len(full)
+        k = len(full) * (2 if self._banded(len(full)) else 1)
         x, noise = x.float(), noise.float()
         wins = self._windows(h, w)
         levels = clip_levels(x)
@@ -133,17 +175,17 @@ class SureShrink(nn.Module):
         gen = torch.Generator(device=x.device).manual_seed(0)  # the same file gives the same output
         with torch.autocast(x.device.type, enabled=False):
             if wins is None:
-                pieces = [(x, [p.float() for p in full], 0)]
+                pieces = [(x, self.with_bands([p.float() for p in full], x), 0)]
             else:
                 pieces = [(x[..., t : t + s, lft : lft + s], None, MARGIN) for t, lft, s in wins]
             for y, f0, m in pieces:
                 if f0 is None:
-                    f0 = [p.float() for p in self.parts(y, noise)]
+                    f0 = self.with_bands([p.float() for p in self.parts(y, noise)], y)
                 v = variance_map(f0[0], noise).clamp_min(0)
                 sd = v.sqrt()
                 eps = PROBE * sd.mean(dim=(1, 2, 3), keepdim=True).clamp_min(1e-6)
                 probe = torch.randint(0, 2, y.shape, generator=gen, device=y.device).to(y.dtype) * 2 - 1
-                f1 = [p.float() for p in self.parts(y + eps * probe, noise)]
+                f1 = self.with_bands([p.float() for p in self.parts(y + eps * probe, noise)], y + eps * probe)
                 inner = (slice(None), slice(None), slice(m, y.shape[-2] - m), slice(m, y.shape[-1] - m))
                 ok = scorable(levels, f0[0], sd)[inner]
                 res = [(p - y)[inner] for p in f0]
@@ -163,6 +205,20 @@ class SureShrink(nn.Module):
         if noise.shape[1] > 2:
             keep |= (noise[:, 2] > 0).any(dim=1)
         return weight.float(), keep
+
+
+def low_band(d: torch.Tensor, sigma: float) -> torch.Tensor:
+    """Gaussian low-pass (std ``sigma`` packed pixels, truncated at 3σ) of each plane of ``d`` (B, C, h, w),
+    separable, reflection-padded (replicated where a side is too short to reflect): same shape and dtype."""
+    r = max(1, math.ceil(3 * sigma))
+    t = torch.arange(-r, r + 1, device=d.device, dtype=torch.float32)
+    k = torch.exp(-(t**2) / (2 * sigma * sigma))
+    k = (k / k.sum()).to(d.dtype)
+    c = d.shape[1]
+    mode = "reflect" if min(d.shape[-2:]) > r else "replicate"
+    d = F.pad(d.contiguous(), (r, r, r, r), mode=mode)
+    d = F.conv2d(d, k.view(1, 1, 1, -1).expand(c, 1, 1, -1), groups=c)
+    return F.conv2d(d, k.view(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c)
 
 
 def best_weights(gram: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
@@ -248,6 +304,7 @@ def scorable(levels: tuple[torch.Tensor, torch.Tensor], f: torch.Tensor, sd: tor
 
 
 __all__ = [
+    "LOW_BAND",
     "MARGIN",
     "PROBE",
     "SLACK",
@@ -255,6 +312,7 @@ __all__ = [
     "SureShrink",
     "best_weights",
     "clip_levels",
+    "low_band",
     "near_clips_to",
     "scorable",
 ]
