@@ -133,15 +133,16 @@ class SureShrink(nn.Module):
         self.last_weights = torch.where(keep[:, None], torch.nan, w).cpu()
         self.seen += self.last_weights.tolist()
         xs = x.to(parts[0].dtype)
-        k = len(parts)
-        wf = w.to(xs.dtype)
-        # the high bands' weights u (columns K…) as one low band of Σ u·(p − x): p's correction gets w + u,
-        # minus u of its low band (with_bands); one low-pass per tile, none when every u is 0
-        full = wf[:, :k] + (wf[:, k:] if wf.shape[1] > k else 0)
-        out = xs + sum(full[:, i, None, None, None] * (p - xs) for i, p in enumerate(parts))
-        if wf.shape[1] > k and bool((wf[:, k:] > 0).any()):
-            hb = sum(wf[:, k + i, None, None, None] * (p - xs) for i, p in enumerate(parts))
-            out = out - low_band(hb, LOW_BAND)
+        d = [p - xs for p in parts]
+        wf = w.to(xs.dtype)[..., None, None, None]
+        # the high bands' weights u (columns K…, none without bands): p's correction gets w + u, minus u of
+        # its low band (with_bands) — one low-pass of Σ u·(p − x) per tile, none when every u is 0
+        w_all, u = wf[:, : len(d)], wf[:, len(d) :]
+        if u.shape[1]:
+            w_all = w_all + u
+        out = xs + sum(w_all[:, i] * di for i, di in enumerate(d))
+        if bool((u > 0).any()):
+            out = out - low_band(sum(u[:, i] * di for i, di in enumerate(d)), LOW_BAND)
         if bool(keep.any()):
             out = torch.where(keep[:, None, None, None], self.own(parts, noise), out)
         if self.first_near_clips:
