@@ -324,3 +324,22 @@ def test_cosine_schedule_is_a_function_of_the_step():
     assert lr_schedule(2e-4, "constant", 10)(7) == 2e-4
     with pytest.raises(RawrclError, match="lr-schedule"):
         lr_schedule(1e-3, "step", 10)
+
+
+def test_progress_in_a_log_file_is_plain_lines(tmp_path, capsys):
+    """Off a terminal (pytest's captured stderr) a run prints a line every 10 % of its steps; False: none."""
+    torch.set_num_threads(1)
+    _fit(tmp_path / "a", 20, method="n2s", progress=None)
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("train: step")]
+    assert [x.split()[2] for x in lines] == [f"{s}/20" for s in range(2, 21, 2)]
+    assert "(100 %)" in lines[-1] and lines[-1].endswith("0 s left") and "steps/s" in lines[0]
+    _fit(tmp_path / "b", 4, method="n2s", progress=False)
+    assert "train: step" not in capsys.readouterr().err
+
+
+def test_progress_durations_read_as_people_say_them():
+    from rawrcl.train.progress import Progress, format_duration
+
+    assert [format_duration(s) for s in (3.2, 600, 7200, -1)] == ["3 s", "10 min", "2.0 h", "0 s"]
+    with pytest.raises(ValueError, match="mode"):
+        Progress("verbose", 10, 0)

@@ -26,7 +26,6 @@ import json
 import logging
 import math
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +39,7 @@ from rawrcl.device import autocast, normalize_precision, resolve_precision, sele
 from rawrcl.errors import RawrclError
 from rawrcl.models.registry import read_checkpoint, unwrap
 from rawrcl.train.config import check_numbers
+from rawrcl.train.progress import Progress, progress_mode
 from rawrcl.train.rundir import RunDirectory
 from rawrcl.train.runlock import RunLock
 from rawrcl.train.schedule import (
@@ -76,7 +76,7 @@ TRAINER_DEFAULTS: dict = {
     "keep_every": 1000,
     "resume": False,
     "force": False,
-    "progress": None,  # None: when stderr is a TTY
+    "progress": None,  # None: a bar when stderr is a TTY, else a line every 10 % of the steps
 }
 
 
@@ -258,14 +258,8 @@ class Trainer(RunDirectory):
             self.dataset, batches, num_workers=int(workers), pin_memory=device.type == "cuda"
         )
 
-        progress = cfg["progress"]
-        if progress is None:
-            progress = sys.stderr.isatty()
-        bar = None
-        if progress and self.is_main and steps > start:
-            from tqdm import tqdm
-
-            bar = tqdm(total=steps, initial=start, desc="train", dynamic_ncols=True)
+        mode = progress_mode(cfg["progress"]) if self.is_main else "off"
+        bar = Progress(mode, steps, start)
 
         metrics_path = self.run_dir / "metrics.jsonl"
         log_every, save_every, keep_every = (
@@ -293,8 +287,7 @@ class Trainer(RunDirectory):
                     out = self.method(batch, model)
                 loss = out["loss"]
                 if not torch.isfinite(loss.detach()):
-                    if bar is not None:
-                        bar.close()
+                    bar.close()
                     raise self._diverged(float(loss.detach()), step, save_every, opt, scaler, ema)
                 lr = lr_at(step)
                 for group in opt.param_groups:
@@ -340,17 +333,13 @@ class Trainer(RunDirectory):
                         self._save(self.ckpt_dir / "last.pt", step, opt, scaler, ema)
                     if keep_every and step % keep_every == 0:
                         self._save(self.ckpt_dir / f"step_{step:07d}.pt", step, opt, scaler, ema)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{loss_value:.4g}")
+                bar.update(step, loss_value)
                 if stop and step < steps:
                     if self.is_main and step % save_every != 0:
                         self._save(self.ckpt_dir / "last.pt", step, opt, scaler, ema)
-                    if bar is not None:
-                        bar.close()
+                    bar.close()
                     raise TrainingInterrupted(self.run_dir, step, stop[0])
-        if bar is not None:
-            bar.close()
+        bar.close()
         if self.world > 1:
             dist.barrier()
             if getattr(self, "_own_process_group", False):
