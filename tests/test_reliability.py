@@ -41,7 +41,8 @@ def _cli(*args):
 
 
 def _errors(res) -> list[str]:
-    return [ln for ln in res.stderr.splitlines() if ln.strip()]
+    """stderr's lines other than the trainer's progress lines (printed off a terminal)."""
+    return [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith("train: step ")]
 
 
 def _subprocess_cli(*args, preexec_fn=None, env=None, timeout=180):
