@@ -159,7 +159,7 @@ def finetune(
         device=device,
         precision=precision,
         force=force,
-        progress=not as_json,
+        progress=None if not as_json else False,
         augment=augment,
         zoom=zoom,
         cast=cast,

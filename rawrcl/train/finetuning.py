@@ -164,7 +164,7 @@ def finetune(
     device: str | None = None,
     precision: str | None = None,
     force: bool = False,
-    progress: bool = False,
+    progress: bool | None = False,
     augment: bool = False,
     zoom: tuple[float, float] | None = None,
     grad_clip: float | None = 1.0,
@@ -264,7 +264,12 @@ def finetune(
 
 
 def _fit(
-    model: torch.nn.Module, method: Callable, dataset: LabelledCrops, run_dir: Path, cfg: dict, progress: bool
+    model: torch.nn.Module,
+    method: Callable,
+    dataset: LabelledCrops,
+    run_dir: Path,
+    cfg: dict,
+    progress: bool | None,
 ) -> float | None:
     """Train with ``rawrcl.train.Trainer`` (the engine); returns the last logged loss if available."""
     tcfg = {**cfg, "progress": progress, "save_every": max(int(cfg["steps"]), 1), "keep_every": 0}

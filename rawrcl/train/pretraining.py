@@ -145,7 +145,7 @@ def pretrain(
 def run_pretrain(config: PretrainConfig, *, command: str | None = None, progress: bool | None = None) -> dict:
     """Run one pre-training (``rawrcl pretrain``, :func:`pretrain`, ``rawrcl bench``); returns the trainer
     summary. ``config.json`` keeps ``config`` under ``"run_config"`` beside the keys of earlier releases.
-    ``progress``: a progress bar (``None``: when stderr is a terminal)."""
+    ``progress``: a progress bar (``None``: on a terminal; else a line every 10 % of the steps)."""
     from rawrcl.methods import make_method
     from rawrcl.models import build_model
 
