@@ -259,7 +259,7 @@ class Trainer(RunDirectory):
         )
 
         mode = progress_mode(cfg["progress"]) if self.is_main else "off"
-        bar = Progress(mode, steps, start)
+        progress = Progress(mode, steps, start)
 
         metrics_path = self.run_dir / "metrics.jsonl"
         log_every, save_every, keep_every = (
@@ -287,7 +287,7 @@ class Trainer(RunDirectory):
                     out = self.method(batch, model)
                 loss = out["loss"]
                 if not torch.isfinite(loss.detach()):
-                    bar.close()
+                    progress.close()
                     raise self._diverged(float(loss.detach()), step, save_every, opt, scaler, ema)
                 lr = lr_at(step)
                 for group in opt.param_groups:
@@ -333,13 +333,13 @@ class Trainer(RunDirectory):
                         self._save(self.ckpt_dir / "last.pt", step, opt, scaler, ema)
                     if keep_every and step % keep_every == 0:
                         self._save(self.ckpt_dir / f"step_{step:07d}.pt", step, opt, scaler, ema)
-                bar.update(step, loss_value)
+                progress.update(step, loss_value)
                 if stop and step < steps:
                     if self.is_main and step % save_every != 0:
                         self._save(self.ckpt_dir / "last.pt", step, opt, scaler, ema)
-                    bar.close()
+                    progress.close()
                     raise TrainingInterrupted(self.run_dir, step, stop[0])
-        bar.close()
+        progress.close()
         if self.world > 1:
             dist.barrier()
             if getattr(self, "_own_process_group", False):
