@@ -186,7 +186,8 @@ class SureShrink(nn.Module):
                 sd = v.sqrt()
                 eps = PROBE * sd.mean(dim=(1, 2, 3), keepdim=True).clamp_min(1e-6)
                 probe = torch.randint(0, 2, y.shape, generator=gen, device=y.device).to(y.dtype) * 2 - 1
-                f1 = self.with_bands([p.float() for p in self.parts(y + eps * probe, noise)], y + eps * probe)
+                yp = y + eps * probe
+                f1 = self.with_bands([p.float() for p in self.parts(yp, noise)], yp)
                 inner = (slice(None), slice(None), slice(m, y.shape[-2] - m), slice(m, y.shape[-1] - m))
                 ok = scorable(levels, f0[0], sd)[inner]
                 res = [(p - y)[inner] for p in f0]
