@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from rawrcl.models.shrink import maybe_shrink, with_shrink
-from rawrcl.models.sure import SLACK, SureShrink
+from rawrcl.models.sure import CLASSES, SLACK, SureShrink, texture_classes
 from rawrcl.noise import NoiseModel
 
 
@@ -135,6 +135,54 @@ def test_batch_gets_one_weight_per_sample():
     model(y, noise.conditioning(4)[None].expand(2, -1, -1))
     w = model.last_weights
     assert w.shape == (2, 1) and w[0, 0] < 0.7 and w[1, 0] == 1.0  # texture: shrink; flat: the blur is right
+
+
+def _half_textured(size: int, seed: int = 5) -> torch.Tensor:
+    """(1, 4, size, size): the left half flat mid-grey, the right half fine texture (:func:`_texture`)."""
+    clean = _texture(size, seed).clone()
+    clean[..., : size // 2] = 0.4
+    return clean
+
+
+def test_texture_classes_are_equal_count_and_follow_the_texture():
+    """:func:`texture_classes`: equal-count classes per sample (ties, e.g. an exactly flat area, would share
+    one); the flat half falls in the lowest classes, the textured half in the highest."""
+    y = _half_textured(128) + 1e-3 * torch.randn(1, 4, 128, 128, generator=torch.Generator().manual_seed(7))
+    v = torch.full_like(y, 1e-6)
+    cls = texture_classes(y, v, 4)
+    assert cls.shape == (1, 1, 128, 128) and cls.dtype == torch.long
+    counts = torch.bincount(cls.flatten(), minlength=4).float()
+    assert float(counts.min()) > 0.2 * cls.numel() and float(counts.max()) < 0.3 * cls.numel()
+    assert float(cls[..., 8:-8, 8:56].float().mean()) < 1.5 < float(cls[..., 8:-8, 72:-8].float().mean())
+
+
+@pytest.mark.parametrize("size", [96, 256])  # probed whole / on windows
+def test_texture_class_weights_beat_one_weight_per_tile(size):
+    """A model asking for ``sure_classes`` gets one set of weights per texture class: on a tile half flat
+    (where a blur is right), half fine texture (where it removes signal) the class-wise weights keep the
+    blur on the flat half and shrink it on the texture — closer to the clean image than one weight for the
+    whole tile; ``last_weights`` stays one (pixel-mean) set per sample."""
+    clean = _half_textured(size)
+    noise = NoiseModel(1e-4, 1e-6)
+    y = clean + noise.std(clean) * torch.randn(clean.shape, generator=torch.Generator().manual_seed(6))
+    cond = noise.conditioning(4)[None]
+    tile = SureShrink(_Blur(5))
+    classed_model = _Blur(5)
+    classed_model.sure_classes = True
+    classed = SureShrink(classed_model)
+    assert tile.classes == 1 and classed.classes == CLASSES > 1
+    out_tile, out_cls = tile(y, cond), classed(y, cond)
+    assert classed.last_weights.shape == (1, 1)
+    inner = (..., slice(4, -4), slice(4, -4))
+    mse_tile = float(((out_tile - clean)[inner] ** 2).mean())
+    mse_cls = float(((out_cls - clean)[inner] ** 2).mean())
+    assert mse_cls < 0.9 * mse_tile, (mse_cls, mse_tile)
+    flat, tex = (..., slice(8, -8), slice(8, size // 2 - 8)), (..., slice(8, -8), slice(size // 2 + 8, -8))
+    f = classed_model(y, cond)
+    # the weight each half got: its output's share of the blur's correction
+    w_flat = float(((out_cls - y)[flat] * (f - y)[flat]).sum() / ((f - y)[flat] ** 2).sum())
+    w_tex = float(((out_cls - y)[tex] * (f - y)[tex]).sum() / ((f - y)[tex] ** 2).sum())
+    assert w_flat > 0.8 and w_tex < 0.6, (w_flat, w_tex)
 
 
 def test_best_weights_is_the_constrained_minimum():

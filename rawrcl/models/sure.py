@@ -19,7 +19,12 @@ estimate with cross terms gives a 2×2 quadratic over the simplex (:class:`SureS
 for it (``sure_low_band``: the CFA-site blend default) adds, for each estimate f, its high band
 f − G_σ∗(f − y) (the input's low frequencies kept, :func:`low_band`), so the weights can drop an estimate's
 low-frequency correction alone: on smooth, clean content (base ISO) the networks' low band is off
-(docs/weights.md, "The input's low band"). No clean data is used: it needs only the noise the model is told.
+(docs/weights.md, "The input's low band"). A model that asks for it (``sure_classes``) gets one set of
+weights per texture class instead of one per tile: the tile's pixels fall into :data:`CLASSES` equal-count
+classes by the first estimate's local activity over the noise std (:func:`texture_classes`), and each
+class's weights minimise SURE over that class's samples — on sharp, clean content they keep more of the
+input on texture than on flat areas (docs/weights.md, "Texture classes"). No clean data is used: it needs
+only the noise the model is told.
 """
 
 from __future__ import annotations
@@ -47,6 +52,11 @@ SLACK = 1.2
 #: (:func:`low_band`; models with ``sure_low_band``); 0 turns the high-band estimates off. Chosen among 0.5,
 #: 0.75, 1, 1.5, 3 on the validation rows (docs/weights.md, "The input's low band").
 LOW_BAND = 1.0
+#: texture classes of the weights, for models with ``sure_classes`` (:func:`texture_classes`); 1: one set of
+#: weights per tile. Chosen between 3 and 5 on the validation rows (docs/weights.md, "Texture classes").
+CLASSES = 5
+#: a class with fewer scorable samples than this in the probe windows takes the tile's weights
+MIN_CLASS_SAMPLES = 1024
 
 
 class SureShrink(nn.Module):
@@ -89,6 +99,8 @@ class SureShrink(nn.Module):
         self.first_near_clips = bool(getattr(model, "sure_first_near_clips", False))
         #: add each estimate's high band (:meth:`with_bands`): the model asks for it (``sure_low_band``)
         self.bands = bool(getattr(model, "sure_low_band", False))
+        #: weights per texture class (:func:`texture_classes`): the model asks for it (``sure_classes``)
+        self.classes = CLASSES if getattr(model, "sure_classes", False) else 1
         self.last_weights: torch.Tensor | None = None
         self.seen: list[list[float]] = []
 
@@ -129,20 +141,32 @@ class SureShrink(nn.Module):
     def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         parts = self.parts(x, noise)
         with torch.no_grad():
-            w, keep = self.weights(x, noise, parts)
-        self.last_weights = torch.where(keep[:, None], torch.nan, w).cpu()
-        self.seen += self.last_weights.tolist()
+            w, keep, cls = self.weights(x, noise, parts)
         xs = x.to(parts[0].dtype)
         d = [p - xs for p in parts]
-        wf = w.to(xs.dtype)[..., None, None, None]
+        if cls is None:  # (B, K′) → (B, K′, 1, 1, 1): one set per tile
+            wf = w.to(xs.dtype)[..., None, None, None]
+            mean_w = w
+        else:  # (B, classes, K′) → (B, K′, 1, h, w): each pixel its class's set
+            b, _, h, wd = cls.shape
+            wt = w.transpose(1, 2).to(xs.dtype)
+            wf = wt.gather(2, cls.flatten(1)[:, None].expand(-1, wt.shape[1], -1)).view(b, -1, 1, h, wd)
+            mean_w = wf.float().mean(dim=(2, 3, 4))
+        self.last_weights = torch.where(keep[:, None], torch.nan, mean_w).cpu()
+        self.seen += self.last_weights.tolist()
         # the high bands' weights u (columns K…, none without bands): p's correction gets w + u, minus u of
-        # its low band (with_bands) — one low-pass of Σ u·(p − x) per tile, none when every u is 0
+        # its low band (with_bands) — one low-pass of Σ u·(p − x) per tile with one set of weights (of each
+        # u·(p − x) with per-pixel weights), none when every u is 0
         w_all, u = wf[:, : len(d)], wf[:, len(d) :]
         if u.shape[1]:
             w_all = w_all + u
         out = xs + sum(w_all[:, i] * di for i, di in enumerate(d))
         if bool((u > 0).any()):
-            out = out - low_band(sum(u[:, i] * di for i, di in enumerate(d)), LOW_BAND)
+            if cls is None:
+                out = out - low_band(sum(u[:, i] * di for i, di in enumerate(d)), LOW_BAND)
+            else:
+                used = [i for i in range(len(d)) if bool((u[:, i] > 0).any())]
+                out = out - sum(u[:, i] * low_band(d[i], LOW_BAND) for i in used)
         if bool(keep.any()):
             out = torch.where(keep[:, None, None, None], self.own(parts, noise), out)
         if self.first_near_clips:
@@ -161,25 +185,42 @@ class SureShrink(nn.Module):
 
     def weights(
         self, x: torch.Tensor, noise: torch.Tensor, full: list[torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """((B, K′) SURE-optimal weights, (B,) bool: keep the model's own output) for input ``x`` whose
-        full-size parts are ``full`` (float32 maths); K′ counts the high bands too (:meth:`with_bands`)."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(SURE-optimal weights, (B,) bool: keep the model's own output, class map) for input ``x`` whose
+        full-size parts are ``full`` (float32 maths); K′ weights count the high bands too
+        (:meth:`with_bands`). One set per tile: weights (B, K′), class map None; with :attr:`classes` > 1:
+        weights (B, classes, K′) and the (B, 1, h, w) long class of every pixel (:func:`texture_classes`); a
+        class with under :data:`MIN_CLASS_SAMPLES` scorable samples gets the tile's set."""
         b, c, h, w = x.shape
         k = len(full) * (2 if self._banded(len(full)) else 1)
         x, noise = x.float(), noise.float()
         wins = self._windows(h, w)
         levels = clip_levels(x)
-        gram = x.new_zeros(b, k, k, dtype=torch.float64)
-        rhs = x.new_zeros(b, k, dtype=torch.float64)
+        n_cls = self.classes
+        cls_full = None
+        if n_cls > 1:
+            f = full[0].float()
+            cls_full = texture_classes(f, variance_map(f, noise).clamp_min(0), n_cls)
+        gram = x.new_zeros(b, n_cls, k, k, dtype=torch.float64)
+        rhs = x.new_zeros(b, n_cls, k, dtype=torch.float64)
         cnt = x.new_zeros(b)
+        cnt_cls = x.new_zeros(b, n_cls)
         total = 0.0
         gen = torch.Generator(device=x.device).manual_seed(0)  # the same file gives the same output
         with torch.autocast(x.device.type, enabled=False):
             if wins is None:
-                pieces = [(x, self.with_bands([p.float() for p in full], x), 0)]
+                pieces = [(x, self.with_bands([p.float() for p in full], x), 0, cls_full)]
             else:
-                pieces = [(x[..., t : t + s, lft : lft + s], None, MARGIN) for t, lft, s in wins]
-            for y, f0, m in pieces:
+                pieces = [
+                    (
+                        x[..., t : t + s, lft : lft + s],
+                        None,
+                        MARGIN,
+                        None if cls_full is None else cls_full[..., t : t + s, lft : lft + s],
+                    )
+                    for t, lft, s in wins
+                ]
+            for y, f0, m, cl in pieces:
                 if f0 is None:
                     f0 = self.with_bands([p.float() for p in self.parts(y, noise)], y)
                 v = variance_map(f0[0], noise).clamp_min(0)
@@ -191,22 +232,29 @@ class SureShrink(nn.Module):
                 inner = (slice(None), slice(None), slice(m, y.shape[-2] - m), slice(m, y.shape[-1] - m))
                 ok = scorable(levels, f0[0], sd)[inner]
                 res = [(p - y)[inner] for p in f0]
+                # (B, classes, C, h, w) the scorable samples of each class (one class: all of them)
+                okc = ok[:, None] if cl is None else ok[:, None] * one_hot_classes(cl[inner], n_cls)
                 for i in range(k):
                     div = (probe * (f1[i] - f0[i]) / eps)[inner]
-                    rhs[:, i] += (ok * v[inner] * (1 - div)).sum(dim=(1, 2, 3)).double()
+                    rhs[:, :, i] += (okc * (v[inner] * (1 - div))[:, None]).sum(dim=(2, 3, 4)).double()
                     for j in range(i, k):
-                        gram[:, i, j] += (ok * res[i] * res[j]).sum(dim=(1, 2, 3)).double()
-                        gram[:, j, i] = gram[:, i, j]
+                        gram[:, :, i, j] += (okc * (res[i] * res[j])[:, None]).sum(dim=(2, 3, 4)).double()
+                        gram[:, :, j, i] = gram[:, :, i, j]
                 cnt += ok.sum(dim=(1, 2, 3))
+                cnt_cls += okc.sum(dim=(2, 3, 4))
                 total += ok[0].numel()
+        tile = _solve(gram.sum(1), rhs.sum(1))
         # a part equal to the input where SURE scores (e.g. a start whose own SURE weights chose the input)
         # changes nothing: weight 0, the others weighed without it; the model's own output only when all are
-        dead = gram.diagonal(dim1=1, dim2=2) <= 0
-        weight = best_weights(gram, SLACK * rhs.masked_fill(dead, 0)).masked_fill(dead, 0)
+        dead = gram.sum(1).diagonal(dim1=1, dim2=2) <= 0
         keep = (cnt < 0.05 * total) | dead.all(dim=1)
         if noise.shape[1] > 2:
             keep |= (noise[:, 2] > 0).any(dim=1)
-        return weight.float(), keep
+        if cls_full is None:
+            return tile.float(), keep, None
+        per = _solve(gram.flatten(0, 1), rhs.flatten(0, 1)).view(b, n_cls, k)
+        per = torch.where((cnt_cls >= MIN_CLASS_SAMPLES)[..., None], per, tile[:, None])
+        return per.float(), keep, cls_full
 
 
 def low_band(d: torch.Tensor, sigma: float) -> torch.Tensor:
@@ -221,6 +269,41 @@ def low_band(d: torch.Tensor, sigma: float) -> torch.Tensor:
     d = F.pad(d.contiguous(), (r, r, r, r), mode=mode)
     d = F.conv2d(d, k.view(1, 1, 1, -1).expand(c, 1, 1, -1), groups=c)
     return F.conv2d(d, k.view(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c)
+
+
+def _solve(gram: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """:func:`best_weights` with :data:`SLACK`, an estimate whose residual is 0 where SURE scores at weight
+    0 (the others weighed without it): gram (N, K, K), rhs (N, K) → (N, K) float64."""
+    dead = gram.diagonal(dim1=1, dim2=2) <= 0
+    return best_weights(gram, SLACK * rhs.masked_fill(dead, 0)).masked_fill(dead, 0)
+
+
+def texture_classes(f: torch.Tensor, v: torch.Tensor, n: int) -> torch.Tensor:
+    """(B, 1, h, w) long class in [0, n) of each pixel of the estimate ``f`` (B, C, h, w), by its local
+    activity over the noise: the rms of the plane mean's 3×3 high-pass over a 5×5 window, divided by the mean
+    noise std √``v`` (``v`` the (B, C, h, w) variance map); the class bounds are the activity's quantiles
+    over the tile (equal-count classes, per batch sample)."""
+    g = f.mean(1, keepdim=True)
+    hp = g - _box(g, 1)
+    act = _box(hp * hp, 2).sqrt() / v.mean(1, keepdim=True).sqrt().clamp_min(1e-8)
+    qs = torch.linspace(0, 1, n + 1, device=f.device)[1:-1]
+    out = []
+    for a in act:
+        flat = a.flatten()
+        sample = flat[:: max(1, flat.numel() // 65536)]  # torch.quantile's input is bounded
+        out.append(torch.bucketize(a, torch.quantile(sample, qs).contiguous()))
+    return torch.stack(out)
+
+
+def one_hot_classes(cls: torch.Tensor, n: int) -> torch.Tensor:
+    """(B, 1, h, w) long classes → (B, n, 1, h, w) float one-hot masks."""
+    return F.one_hot(cls[:, 0], n).permute(0, 3, 1, 2)[:, :, None].float()
+
+
+def _box(a: torch.Tensor, r: int) -> torch.Tensor:
+    """Mean over (2r + 1)² windows of ``a`` (B, 1, h, w), reflection-padded (replicated where too short)."""
+    mode = "reflect" if min(a.shape[-2:]) > r else "replicate"
+    return F.avg_pool2d(F.pad(a, (r, r, r, r), mode=mode), 2 * r + 1, 1)
 
 
 def best_weights(gram: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
@@ -306,6 +389,7 @@ def scorable(levels: tuple[torch.Tensor, torch.Tensor], f: torch.Tensor, sd: tor
 
 
 __all__ = [
+    "CLASSES",
     "LOW_BAND",
     "MARGIN",
     "PROBE",
@@ -317,4 +401,5 @@ __all__ = [
     "low_band",
     "near_clips_to",
     "scorable",
+    "texture_classes",
 ]
