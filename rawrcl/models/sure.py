@@ -36,7 +36,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from rawrcl.models.geometry import size_multiple
-from rawrcl.noise.maps import variance_map
+from rawrcl.noise.maps import local_mean, variance_map
 
 #: side of each probe window, packed pixels; the outer ``MARGIN`` of it is not scored (border effects)
 WINDOW = 64
@@ -284,8 +284,8 @@ def texture_classes(f: torch.Tensor, v: torch.Tensor, n: int) -> torch.Tensor:
     noise std √``v`` (``v`` the (B, C, h, w) variance map); the class bounds are the activity's quantiles
     over the tile (equal-count classes, per batch sample)."""
     g = f.mean(1, keepdim=True)
-    hp = g - _box(g, 1)
-    act = _box(hp * hp, 2).sqrt() / v.mean(1, keepdim=True).sqrt().clamp_min(1e-8)
+    hp = g - local_mean(g, 3)
+    act = local_mean(hp * hp, 5).sqrt() / v.mean(1, keepdim=True).sqrt().clamp_min(1e-8)
     qs = torch.linspace(0, 1, n + 1, device=f.device)[1:-1]
     out = []
     for a in act:
@@ -298,12 +298,6 @@ def texture_classes(f: torch.Tensor, v: torch.Tensor, n: int) -> torch.Tensor:
 def one_hot_classes(cls: torch.Tensor, n: int) -> torch.Tensor:
     """(B, 1, h, w) long classes → (B, n, 1, h, w) float one-hot masks."""
     return F.one_hot(cls[:, 0], n).permute(0, 3, 1, 2)[:, :, None].float()
-
-
-def _box(a: torch.Tensor, r: int) -> torch.Tensor:
-    """Mean over (2r + 1)² windows of ``a`` (B, 1, h, w), reflection-padded (replicated where too short)."""
-    mode = "reflect" if min(a.shape[-2:]) > r else "replicate"
-    return F.avg_pool2d(F.pad(a, (r, r, r, r), mode=mode), 2 * r + 1, 1)
 
 
 def best_weights(gram: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
