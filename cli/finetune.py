@@ -159,7 +159,7 @@ def finetune(
         device=device,
         precision=precision,
         force=force,
-        progress=None if not as_json else False,
+        progress=False if as_json else None,
         augment=augment,
         zoom=zoom,
         cast=cast,

@@ -233,7 +233,7 @@ class SureShrink(nn.Module):
                 ok = scorable(levels, f0[0], sd)[inner]
                 res = [(p - y)[inner] for p in f0]
                 # (B, classes, C, h, w) the scorable samples of each class (one class: all of them)
-                okc = ok[:, None] if cl is None else ok[:, None] * one_hot_classes(cl[inner], n_cls)
+                okc = ok[:, None] if cl is None else ok[:, None] * _one_hot_classes(cl[inner], n_cls)
                 for i in range(k):
                     div = (probe * (f1[i] - f0[i]) / eps)[inner]
                     rhs[:, :, i] += (okc * (v[inner] * (1 - div))[:, None]).sum(dim=(2, 3, 4)).double()
@@ -243,11 +243,10 @@ class SureShrink(nn.Module):
                 cnt += ok.sum(dim=(1, 2, 3))
                 cnt_cls += okc.sum(dim=(2, 3, 4))
                 total += ok[0].numel()
-        tile = _solve(gram.sum(1), rhs.sum(1))
-        # a part equal to the input where SURE scores (e.g. a start whose own SURE weights chose the input)
-        # changes nothing: weight 0, the others weighed without it; the model's own output only when all are
-        dead = gram.sum(1).diagonal(dim1=1, dim2=2) <= 0
-        keep = (cnt < 0.05 * total) | dead.all(dim=1)
+        gram_tile = gram.sum(1)
+        tile = _solve(gram_tile, rhs.sum(1))
+        # the model's own output only when every part equals the input where SURE scores (_solve)
+        keep = (cnt < 0.05 * total) | (gram_tile.diagonal(dim1=1, dim2=2) <= 0).all(dim=1)
         if noise.shape[1] > 2:
             keep |= (noise[:, 2] > 0).any(dim=1)
         if cls_full is None:
@@ -272,8 +271,9 @@ def low_band(d: torch.Tensor, sigma: float) -> torch.Tensor:
 
 
 def _solve(gram: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
-    """:func:`best_weights` with :data:`SLACK`, an estimate whose residual is 0 where SURE scores at weight
-    0 (the others weighed without it): gram (N, K, K), rhs (N, K) → (N, K) float64."""
+    """:func:`best_weights` with :data:`SLACK`: gram (N, K, K), rhs (N, K) → (N, K) float64. A part equal to
+    the input where SURE scores (e.g. a start whose own SURE weights chose the input) changes nothing: weight
+    0, the others weighed without it."""
     dead = gram.diagonal(dim1=1, dim2=2) <= 0
     return best_weights(gram, SLACK * rhs.masked_fill(dead, 0)).masked_fill(dead, 0)
 
@@ -295,7 +295,7 @@ def texture_classes(f: torch.Tensor, v: torch.Tensor, n: int) -> torch.Tensor:
     return torch.stack(out)
 
 
-def one_hot_classes(cls: torch.Tensor, n: int) -> torch.Tensor:
+def _one_hot_classes(cls: torch.Tensor, n: int) -> torch.Tensor:
     """(B, 1, h, w) long classes → (B, n, 1, h, w) float one-hot masks."""
     return F.one_hot(cls[:, 0], n).permute(0, 3, 1, 2)[:, :, None].float()
 
