@@ -24,7 +24,9 @@ Recipe (issue 19 §2–3; every choice fixed on synthetic data, none on the real
   profile or the single-image estimate errs), so that a calibration error costs less.
 - training: plain L1 (a noise-balanced loss measured worse on validation; `--loss log-mse` maximises the
   mean per-crop PSNR instead), Adam, cosine learning rate,
-  gradient cap 1, weight EMA 0.999 (the checkpoint holds the average).
+  gradient cap 1, weight EMA 0.999 (the checkpoint holds the average); ``--distill-tta W`` adds W × the same
+  loss against the starting model's 8-pass self-ensemble (``--tta``), frozen — behind a frozen first stage, of
+  the JDD stage alone (:func:`rawrcl.methods.supervised.ensemble_teacher`).
 
 Resumable: re-running the same command continues ``WORK/<task>`` from its last checkpoint (the trainer's
 ``--resume``). ``--install`` writes the EMA weights as float16 with a provenance record to
@@ -127,6 +129,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="l1; log-mse: the batch mean of log10 per-crop MSE (maximises the mean PSNR over crops); rmse: "
         "the batch mean of per-crop RMS errors",
     )
+    ap.add_argument(
+        "--distill-tta",
+        type=float,
+        default=0.0,
+        metavar="W",
+        help="add W × the same loss against the 8-pass self-ensemble of the starting model (frozen; behind a "
+        "frozen first stage only the JDD stage is ensembled): distils --tta into the network; 0: off",
+    )
     ap.add_argument("--save-every", type=int, default=250)
     ap.add_argument("--install", action="store_true", help="install the result into rawrcl/weights/")
     ap.add_argument(
@@ -202,7 +212,7 @@ def _noise_name(args) -> str:
 def train_task(args) -> Path:
     import torch
 
-    from rawrcl.methods.supervised import balance_for, supervised
+    from rawrcl.methods.supervised import balance_for, ensemble_teacher, supervised
     from rawrcl.noise import CameraSampler
     from rawrcl.tasks import get_task
     from rawrcl.train import Trainer
@@ -283,6 +293,7 @@ def train_task(args) -> Path:
         "behind": args.behind,
         "widen": args.widen,
         "deepen": args.deepen,
+        "distill_tta": args.distill_tta or None,
         "model": dict(model.config),
         "save_every": args.save_every,
         "keep_every": 0,
@@ -292,7 +303,10 @@ def train_task(args) -> Path:
     }
     torch.manual_seed(args.seed)
     balance = balance_for(args.loss)
-    method = partial(supervised, balance=balance) if balance else supervised
+    options = {"balance": balance} if balance else {}
+    if args.distill_tta > 0:
+        options.update(teacher=ensemble_teacher(model), teacher_weight=args.distill_tta)
+    method = partial(supervised, **options) if options else supervised
     Trainer(model, method, dataset, run_dir, cfg).fit()
     return run_dir
 
@@ -315,8 +329,9 @@ def _stage(run_dir: Path) -> dict:
         "hard",
         "told",
         "loss",
+        "distill_tta",
     )
-    stage = {k: cfg.get(k) for k in keep}
+    stage = {k: cfg.get(k) for k in keep if k != "distill_tta" or cfg.get(k)}
     behind = _spec_name(cfg.get("behind"))
     stage.update(task_options=cfg.get("task_options"), model=cfg.get("model"), behind=behind)
     stage["init"] = "scratch" if cfg.get("source") == "scratch" else "the previous stage's EMA weights"

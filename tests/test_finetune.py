@@ -479,3 +479,76 @@ def test_rmse_balanced_loss_is_the_mean_per_sample_rms_error():
     assert g[0, 0].item() == 0.0 and g[0, 1].item() > 0
     # ... across samples each one's squared error is weighted by 1/RMSE: a pixel of error e gets ∝ e / RMSE
     assert g[0, 1].item() == pytest.approx(g[1, 0].item() * (0.02 / 0.1) / (rms[0] / rms[1]).item(), rel=1e-4)
+
+
+def test_teacher_adds_the_same_loss_against_its_output_and_takes_no_gradient():
+    target = torch.zeros(2, 1, 2, 2)
+    inp = torch.full((2, 1, 2, 2), 0.1, requires_grad=True)
+    calls = []
+
+    def teacher(x, noise):
+        calls.append(noise)
+        return torch.full_like(x, 0.04).requires_grad_(True)  # a tensor that would carry a gradient
+
+    out = supervised(
+        {"input": inp, "target": target},
+        torch.nn.Identity(),
+        balance="rmse",
+        teacher=teacher,
+        teacher_weight=0.5,
+    )
+    assert out["loss"].item() == pytest.approx(0.1 + 0.5 * 0.06, rel=1e-5)
+    assert out["teacher"] == pytest.approx(0.06, rel=1e-5) and out["l1"] == pytest.approx(0.1, rel=1e-6)
+    assert calls == [None]
+    out["loss"].backward()
+    assert inp.grad is not None and torch.all(inp.grad > 0)
+
+
+def test_ensemble_teacher_is_the_frozen_self_ensemble_of_the_jdd_stage_behind_a_frozen_first_stage():
+    from rawrcl.methods.supervised import ensemble_teacher
+    from rawrcl.models import SelfEnsemble, build_model
+    from rawrcl.models.compose import DenoiseThenDemosaic
+
+    torch.manual_seed(0)
+    den = build_model({"arch": "unet", "in_channels": 4, "head": "raw", "noise_aware": True, **TINY})
+    jdd = build_model({"arch": "unet", "in_channels": 4, "head": "jdd", "noise_aware": True, **TINY})
+    den.requires_grad_(False)
+    model = DenoiseThenDemosaic(den, jdd).train()
+    teach = ensemble_teacher(model)
+    x = torch.rand(2, 4, 16, 16) * 0.5
+    noise = torch.tensor([[[1e-3] * 4, [1e-5] * 4]] * 2)
+    with torch.no_grad():
+        first = den(x, noise)
+        told = noise * model.residual
+        want = SelfEnsemble(_Bound(lambda y: jdd(y, told), jdd))(first)
+        got = teach(x, noise)
+    assert got.shape == (2, 3, 32, 32)
+    torch.testing.assert_close(got, want)
+    assert not torch.allclose(got, model.eval()(x, noise))  # one pass is not the 8-pass mean
+    # the teacher is a copy: training the model leaves it as it was
+    with torch.no_grad():
+        for p in jdd.parameters():
+            p.add_(0.01)
+        torch.testing.assert_close(teach(x, noise), want)
+
+
+def test_ensemble_teacher_of_a_one_stage_model_is_its_self_ensemble():
+    from rawrcl.methods.supervised import ensemble_teacher
+    from rawrcl.models import SelfEnsemble, build_model
+
+    torch.manual_seed(1)
+    den = build_model({"arch": "unet", "in_channels": 4, "head": "raw", "noise_aware": True, **TINY})
+    x = torch.rand(1, 4, 16, 16) * 0.5
+    noise = torch.tensor([[[1e-3] * 4, [1e-5] * 4]])
+    with torch.no_grad():
+        want = SelfEnsemble(_Bound(lambda y: den(y, noise), den))(x)
+        torch.testing.assert_close(ensemble_teacher(den)(x, noise), want)
+
+
+class _Bound(torch.nn.Module):
+    def __init__(self, fn, like):
+        super().__init__()
+        self.fn, self.size_multiple = fn, like.size_multiple
+
+    def forward(self, x):
+        return self.fn(x)

@@ -228,3 +228,16 @@ def test_install_blend_makes_the_raw_default_from_a_two_stage_file(recipe, tmp_p
         recipe.install(
             [recipe.install([_run_dir(tmp_path, _denoiser(3), 3)], "raw-denoise")], "raw-denoise", blend=0.5
         )
+
+
+def test_a_distilled_stage_records_its_teacher_weight_and_others_do_not(recipe, tmp_path):
+    """--distill-tta W is part of a stage's provenance (``distill_tta``); stages trained without it keep the
+    provenance they always had (no such key)."""
+    plain = _run_dir(tmp_path, _denoiser(13), 13)
+    distilled = _run_dir(tmp_path, _denoiser(14), 14)
+    cfg = json.loads((distilled / "config.json").read_text())
+    (distilled / "config.json").write_text(json.dumps({**cfg, "distill_tta": 1.0}))
+    assert "distill_tta" not in recipe._stage(plain)
+    assert recipe._stage(distilled)["distill_tta"] == 1.0
+    out = torch.load(recipe.install([plain, distilled], "raw-denoise"), weights_only=True)
+    assert [s.get("distill_tta") for s in out["extra"]["provenance"]["stages"]] == [None, 1.0]
