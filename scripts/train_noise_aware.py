@@ -221,6 +221,8 @@ def train_task(args) -> Path:
     for name in ("unprocess_mix", "exposure_mix"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             raise SystemExit(f"--{name.replace('_', '-')} is a share: give a value in [0, 1]")
+    if not args.distill_tta >= 0:
+        raise SystemExit("--distill-tta is a loss weight: give a value >= 0 (0: off)")
     task_options = {
         "unprocess_mix": args.unprocess_mix,
         "exposure": (0.02, 1.0),

@@ -73,7 +73,8 @@ def supervised(
     ``teacher(input, noise)`` (e.g. :func:`ensemble_teacher`): a second target, the same loss against its
     output (no gradient through it) added with weight ``teacher_weight``; logged as ``teacher``.
 
-    Returns ``{"loss": scalar tensor (differentiable), "l1": float}`` (``l1`` always the plain mean).
+    Returns ``{"loss": scalar tensor (differentiable), "l1": float}`` (``l1`` always the plain mean; with a
+    teacher also ``"teacher"``: its loss term, unweighted).
     """
     if "input" not in batch or "target" not in batch:
         raise RawrclError("the supervised method needs batches with 'input' and 'target' (labelled data)")
@@ -126,7 +127,7 @@ def ensemble_teacher(model: torch.nn.Module) -> Callable[[torch.Tensor, torch.Te
     def teach(x: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         if staged:
             first = frozen.first(x, noise)
-            return SelfEnsemble(_Bound(lambda y: frozen._second(x, y, noise), frozen.demosaicker))(first)
+            return SelfEnsemble(_Bound(lambda y: frozen.second(x, y, noise), frozen.demosaicker))(first)
         return SelfEnsemble(_Bound(lambda y: call(frozen, y, noise), frozen))(x)
 
     return teach

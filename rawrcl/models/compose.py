@@ -145,7 +145,7 @@ class DenoiseThenDemosaic(nn.Module):
         if self.demosaicker is None:
             with torch.autocast(y.device.type, enabled=False):
                 return bilinear_demosaic_packed(y.float())
-        return self._second(x, y, noise)
+        return self.second(x, y, noise)
 
     def first(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
         """The RAW denoiser (first stage) on ``x`` (B, 4, h, w): what the JDD network runs behind. In eval
@@ -160,8 +160,9 @@ class DenoiseThenDemosaic(nn.Module):
     def _first_pass(self, x: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         return self.denoiser(x, noise) if _aware(self.denoiser) else self.denoiser(x)
 
-    def _second(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
-        """The JDD network on the first stage's output ``y``, told λ × :attr:`residual`."""
+    def second(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
+        """The JDD network on the first stage's output ``y`` (B, 4, h, w), told λ × :attr:`residual` of the
+        input ``x``'s ``noise`` (``x`` gives the dtype): (B, 3, 2h, 2w) RGB."""
         if not _aware(self.demosaicker):
             return self.demosaicker(y.to(x.dtype))
         told = None if noise is None else noise[:, :2].to(y.device) * self.residual  # no σ_row²
@@ -192,7 +193,7 @@ class DenoiseThenDemosaic(nn.Module):
         """The two estimates a RAW output combines, each (B, 4, h, w): the first stage's output and the JDD
         network's RGB sampled at the CFA sites (needs a demosaicker)."""
         y = self.first(x, noise)
-        return y, mosaic_packed(self._second(x, y, noise), "RGGB").to(y.dtype)
+        return y, mosaic_packed(self.second(x, y, noise), "RGGB").to(y.dtype)
 
     def blend_parts(
         self, first: torch.Tensor, sites: torch.Tensor, noise: torch.Tensor | None
