@@ -21,7 +21,8 @@ parameters the command itself would use: the single-image estimate of the noisy 
 ``est+bm3d``: the same fused with GAT+BM3D told the same λ (``rawrcl denoise --fuse-bm3d W``; JDD rows:
 between the stages of the two-stage model, ``rawrcl jdd --fuse-bm3d W``); with ``--tta``, ``new tta``: the
 self-ensemble of 8 flips/transposes (``--tta``), true λ; with ``--two-pass``, ``new two-pass``: a two-stage
-model's first stage also run on the transposed mosaic and averaged (``--two-pass``), true λ.
+model's stages also run on the transposed mosaic and averaged (``--two-pass``: RAW rows the first stage only),
+true λ.
 
 JDD rows (PSNR dB, linear RGB, 8-px border, as ``rawrcl eval --task jdd``): ``menon+nlm`` (the eval
 baseline), ``gharbi2016`` (``--gharbi DIR``, σ from the true parameters), ``old`` (``--old-jdd``), ``new``
@@ -314,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--two-pass",
         action="store_true",
-        help="also 'new two-pass': the first stage run twice (--two-pass), true λ",
+        help="also 'new two-pass': each stage run twice (--two-pass; RAW: the first stage), true λ",
     )
     ap.add_argument(
         "--bm3d-jdd", action="store_true", help="JDD rows: also GAT+BM3D then Menon / LibRaw DHT demosaicing"

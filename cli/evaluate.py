@@ -67,7 +67,8 @@ from rawrcl.cli.common import NOISE_SYNTHETIC_HELP, fuse_bm3d_option, user_error
 @click.option(
     "--two-pass",
     is_flag=True,
-    help="two-stage models: the first stage also on the transposed mosaic, averaged (about 1.25x the time)",
+    help="two-stage models: each stage also on the transposed mosaic, averaged (RAW output: the first stage "
+    "only); about 1.25x the time (RAW), 1.75x (JDD)",
 )
 @fuse_bm3d_option("--burst: average a RAW denoiser's output (two-stage JDD: the mid mosaic)", "0.3 / 0.5")
 @click.option(

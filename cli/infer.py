@@ -57,8 +57,9 @@ def _tile_options(func):
         click.option(
             "--two-pass",
             is_flag=True,
-            help="Two-stage models (the defaults, runs adapted from them): run the first stage also on the "
-            "transposed mosaic and average; about 1.25x the time, +0.05-0.3 dB (docs/weights.md).",
+            help="Two-stage models (the defaults, runs adapted from them): run each stage also on the "
+            "transposed mosaic and average (denoise: the first stage only); about 1.25x the time for "
+            "denoise, +0.05-0.3 dB, 1.75x for jdd, +0.02-0.35 dB (docs/weights.md).",
         ),
         click.option("--force", is_flag=True, help="Overwrite existing outputs."),
         click.option("--quiet", "-q", is_flag=True, help="No progress bars or per-file lines."),

@@ -399,7 +399,7 @@ def test_two_pass_first_stage_is_the_mean_over_the_transposed_mosaic():
 
     from rawrcl.cfa import TRANSPOSED_PLANES
     from rawrcl.infer.pipeline import TileOptions
-    from rawrcl.models.compose import DenoiseThenDemosaic, two_pass_first
+    from rawrcl.models.compose import DenoiseThenDemosaic, two_pass_stages
     from rawrcl.models.heads import bilinear_demosaic_packed
 
     torch.manual_seed(0)
@@ -413,12 +413,12 @@ def test_two_pass_first_stage_is_the_mean_over_the_transposed_mosaic():
     with torch.no_grad():
         one, want = conv(x), 0.5 * (conv(x) + t(conv(t(x))))
         torch.testing.assert_close(model.first(x), one)
-        with two_pass_first(model):
+        with two_pass_stages(model):
             torch.testing.assert_close(model.first(x), want)
             model.train()
             torch.testing.assert_close(model.first(x), one)  # training keeps one pass
             model.eval()
-        assert model.transpose_first is False  # restored
+        assert model.two_pass is False  # restored
         out = TileOptions(tile=64, overlap=8, precision="fp32", two_pass=True).apply(
             model, x, scale=2
         )  # the commands' path
@@ -427,3 +427,31 @@ def test_two_pass_first_stage_is_the_mean_over_the_transposed_mosaic():
         from rawrcl.infer.pipeline import task_model
 
         task_model("no-such.onnx", "raw-denoise", TileOptions(two_pass=True))
+
+
+def test_two_pass_jdd_stage_is_the_mean_over_the_transposed_mosaic_transposed_back():
+    from torch import nn
+
+    from rawrcl.cfa import TRANSPOSED_PLANES
+    from rawrcl.models import build_model
+    from rawrcl.models.compose import DenoiseThenDemosaic, two_pass_stages
+
+    torch.manual_seed(1)
+    conv = nn.Conv2d(4, 4, 3, padding=1)
+    jdd = build_model({"arch": "unet", "in_channels": 4, "head": "jdd", "width": 8, "depth": 2}).eval()
+    model = DenoiseThenDemosaic(conv, jdd).eval()
+    x = torch.rand(1, 4, 8, 12)
+    with torch.no_grad():
+        y = model.first(x)
+        one = jdd(y)
+        t = jdd(y[:, TRANSPOSED_PLANES].transpose(-1, -2)).transpose(-1, -2)
+        torch.testing.assert_close(model.second(x, y, None), one)
+        with two_pass_stages(model):
+            torch.testing.assert_close(model.second(x, y, None), 0.5 * (one + t))
+            y2 = model.first(x)  # the first stage's two passes feed the JDD stage's
+            t2 = jdd(y2[:, TRANSPOSED_PLANES].transpose(-1, -2)).transpose(-1, -2)
+            torch.testing.assert_close(model(x), 0.5 * (jdd(y2) + t2))
+    assert not torch.allclose(one, t, atol=1e-4)  # the network is not transpose-equivariant: a real average
+    raw = model.with_output("raw")  # the CFA-site blend keeps one pass of the JDD stage
+    with torch.no_grad(), two_pass_stages(raw):
+        torch.testing.assert_close(raw.second(x, y, None), one)

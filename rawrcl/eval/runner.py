@@ -23,7 +23,7 @@ from rawrcl.errors import RawrclError
 from rawrcl.eval.baselines import BASELINE_NAMES, baseline_applies, make_baseline
 from rawrcl.eval.metrics import BORDER, psnr, psnr_float, ssim, to_srgb, to_uint8
 from rawrcl.io import load_images
-from rawrcl.models.compose import two_pass_first
+from rawrcl.models.compose import two_pass_stages
 from rawrcl.models.geometry import pad_to_multiple
 from rawrcl.models.loading import is_shipped, load_for_task
 from rawrcl.noise import NoiseLike, noise_label
@@ -46,8 +46,8 @@ def model_predictor(
     A noise-aware model gets the sample's noise parameters: ``noise_of(input, meta)`` (a
     :class:`~rawrcl.noise.NoiseModel` or (2, C) tensor), by default the true ones (``meta["noise"]``).
     ``self_ensemble`` averages over the 8 flips/transposes (:class:`rawrcl.models.SelfEnsemble`);
-    ``two_pass`` runs a two-stage model's first stage twice (``--two-pass``,
-    :func:`rawrcl.models.compose.two_pass_first`). ``shrink``: the SURE weights of a packed-RAW noise-aware
+    ``two_pass`` runs a two-stage model's stages twice (``--two-pass``,
+    :func:`rawrcl.models.compose.two_pass_stages`). ``shrink``: the SURE weights of a packed-RAW noise-aware
     model (:func:`rawrcl.models.shrink.maybe_shrink`; None: as the commands run it — on for RAW denoising,
     off for JDD)."""
     from rawrcl.cfa import pack, unpack
@@ -80,7 +80,7 @@ def model_predictor(
             net = WithNoise(shrunk if x.shape[1] == 4 else model, noise, x.shape[1]).to(device)
         if self_ensemble:
             net = SelfEnsemble(net)
-        with torch.no_grad(), two_pass_first(net, two_pass):
+        with torch.no_grad(), two_pass_stages(net, two_pass):
             y = net(x)[0]
         s = y.shape[-1] // x.shape[-1]
         return y[:, : h * s, : w * s].float().cpu()
@@ -121,8 +121,8 @@ def evaluate(
         ``"samples"`` (not JSON-serialisable; for figures).
     self_ensemble : run a model as :class:`rawrcl.models.SelfEnsemble` (8 flips/transposes averaged;
         8× the time). Not for baselines.
-    two_pass : a two-stage model's first stage run on the input and on the transposed mosaic, averaged
-        (``--two-pass``; :func:`rawrcl.models.compose.two_pass_first`).
+    two_pass : a two-stage model's stages run on their input and on the transposed mosaic, averaged (the
+        RAW output: the first stage only; ``--two-pass``; :func:`rawrcl.models.compose.two_pass_stages`).
     noise_of : for noise-aware models, ``f(noisy input, meta) -> NoiseModel`` giving the noise parameters
         the model is told (default: the true ones the sample was made with).
     gharbi_weights : folder of Gharbi et al. 2016's released weights (baseline ``gharbi2016``).

@@ -58,14 +58,14 @@ class DenoiseThenDemosaic(nn.Module):
     gives the other view of the same stages.
     """
 
-    #: in eval mode, the first stage as the mean of two passes, on the input and on the transposed mosaic
-    #: (RGGB stays RGGB, G1 ↔ G2 and their noise swap): its errors differ between the two, the truth does not.
-    #: Measured +0.07 / +0.14 dB (RAW) and +0.06 / +0.12 (JDD) on the held-out rows at 1× / 4×, every row up,
-    #: +0.11 / +0.13 in truth on two synthetic bursts — for one more pass of the first stage, ≈ 25 % of the
-    #: whole command, which takes it below issue 19's 1 MP/s: off by default, on with ``--two-pass``
-    #: (:func:`two_pass_first`; docs/weights.md, "A transposed second pass of the first stage"). Training
-    #: keeps one pass; so does a row-aware (banding) first stage (a transpose turns rows into columns).
-    transpose_first = False
+    #: in eval mode, each stage as the mean of two passes, on its input and on the transposed mosaic (RGGB
+    #: stays RGGB, G1 ↔ G2 and their noise swap; the JDD stage's RGB is transposed back): the networks' errors
+    #: differ between the two, the truth does not. The first stage alone (stop 84): +0.07 / +0.14 dB (RAW) and
+    #: +0.06 / +0.12 (JDD) on the held-out rows at 1× / 4×, for ≈ 25 % of the command; the JDD stage too (stop
+    #: 90; for the RGB output only): docs/weights.md, "A transposed second pass". Below issue 19's 1 MP/s: off
+    #: by default, on with ``--two-pass`` (:func:`two_pass_stages`). Training keeps one pass; so does a
+    #: row-aware (banding) first stage (a transpose turns rows into columns).
+    two_pass = False
 
     def __init__(
         self,
@@ -149,9 +149,9 @@ class DenoiseThenDemosaic(nn.Module):
 
     def first(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
         """The RAW denoiser (first stage) on ``x`` (B, 4, h, w): what the JDD network runs behind. In eval
-        mode (with :attr:`transpose_first`) the mean of its outputs on ``x`` and on the transposed mosaic."""
+        mode (with :attr:`two_pass`) the mean of its outputs on ``x`` and on the transposed mosaic."""
         y = self._first_pass(x, noise)
-        if self.training or not self.transpose_first or self.row_aware:
+        if self.training or not self.two_pass or self.row_aware:
             return y
         swap = TRANSPOSED_PLANES
         t = self._first_pass(x[:, swap].transpose(-1, -2), None if noise is None else noise[..., swap])
@@ -162,7 +162,18 @@ class DenoiseThenDemosaic(nn.Module):
 
     def second(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         """The JDD network on the first stage's output ``y`` (B, 4, h, w), told λ × :attr:`residual` of the
-        input ``x``'s ``noise`` (``x`` gives the dtype): (B, 3, 2h, 2w) RGB."""
+        input ``x``'s ``noise`` (``x`` gives the dtype): (B, 3, 2h, 2w) RGB. In eval mode (with
+        :attr:`two_pass`) and output ``"jdd"`` the mean of its outputs on ``y`` and on the transposed mosaic
+        (transposed back); the RAW output (the CFA-site blend) keeps one pass of it: there it added +0.01 dB
+        for 0.5× more time (docs/weights.md, "A transposed second pass")."""
+        rgb = self._second_pass(x, y, noise)
+        if self.training or not self.two_pass or self.output != "jdd":
+            return rgb
+        swap = TRANSPOSED_PLANES
+        t = self._second_pass(x, y[:, swap].transpose(-1, -2), None if noise is None else noise[..., swap])
+        return 0.5 * (rgb + t.transpose(-1, -2))
+
+    def _second_pass(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         if not _aware(self.demosaicker):
             return self.demosaicker(y.to(x.dtype))
         told = None if noise is None else noise[:, :2].to(y.device) * self.residual  # no σ_row²
@@ -208,19 +219,19 @@ class DenoiseThenDemosaic(nn.Module):
 
 
 @contextmanager
-def two_pass_first(model: nn.Module, on: bool = True) -> Iterator[None]:
+def two_pass_stages(model: nn.Module, on: bool = True) -> Iterator[None]:
     """Within the block, every two-stage model inside ``model`` (its module tree: SURE weights, blind-spot
-    composites and the self-ensemble included) runs its first stage as two passes
-    (:attr:`DenoiseThenDemosaic.transpose_first` = ``on``); restored after."""
+    composites and the self-ensemble included) runs each stage as two passes
+    (:attr:`DenoiseThenDemosaic.two_pass` = ``on``); restored after."""
     mods = [m for m in model.modules() if isinstance(m, DenoiseThenDemosaic)]
-    before = [m.transpose_first for m in mods]
+    before = [m.two_pass for m in mods]
     for m in mods:
-        m.transpose_first = on
+        m.two_pass = on
     try:
         yield
     finally:
         for m, b in zip(mods, before, strict=True):
-            m.transpose_first = b
+            m.two_pass = b
 
 
 def first_stage(model: nn.Module) -> nn.Module:
