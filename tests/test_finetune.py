@@ -505,7 +505,7 @@ def test_teacher_adds_the_same_loss_against_its_output_and_takes_no_gradient():
 
 
 def test_ensemble_teacher_is_the_frozen_self_ensemble_of_the_jdd_stage_behind_a_frozen_first_stage():
-    from rawrcl.methods.supervised import ensemble_teacher
+    from rawrcl.methods.supervised import _Bound, ensemble_teacher
     from rawrcl.models import SelfEnsemble, build_model
     from rawrcl.models.compose import DenoiseThenDemosaic
 
@@ -533,7 +533,7 @@ def test_ensemble_teacher_is_the_frozen_self_ensemble_of_the_jdd_stage_behind_a_
 
 
 def test_ensemble_teacher_of_a_one_stage_model_is_its_self_ensemble():
-    from rawrcl.methods.supervised import ensemble_teacher
+    from rawrcl.methods.supervised import _Bound, ensemble_teacher
     from rawrcl.models import SelfEnsemble, build_model
 
     torch.manual_seed(1)
@@ -543,12 +543,3 @@ def test_ensemble_teacher_of_a_one_stage_model_is_its_self_ensemble():
     with torch.no_grad():
         want = SelfEnsemble(_Bound(lambda y: den(y, noise), den))(x)
         torch.testing.assert_close(ensemble_teacher(den)(x, noise), want)
-
-
-class _Bound(torch.nn.Module):
-    def __init__(self, fn, like):
-        super().__init__()
-        self.fn, self.size_multiple = fn, like.size_multiple
-
-    def forward(self, x):
-        return self.fn(x)

@@ -153,9 +153,8 @@ class DenoiseThenDemosaic(nn.Module):
         y = self._first_pass(x, noise)
         if self.training or not self.two_pass or self.row_aware:
             return y
-        swap = TRANSPOSED_PLANES
-        t = self._first_pass(x[:, swap].transpose(-1, -2), None if noise is None else noise[..., swap])
-        return 0.5 * (y + t.transpose(-1, -2)[:, swap])
+        t = self._first_pass(*_transposed(x, noise))
+        return 0.5 * (y + _transposed(t, None)[0])
 
     def _first_pass(self, x: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         return self.denoiser(x, noise) if _aware(self.denoiser) else self.denoiser(x)
@@ -169,8 +168,7 @@ class DenoiseThenDemosaic(nn.Module):
         rgb = self._second_pass(x, y, noise)
         if self.training or not self.two_pass or self.output != "jdd":
             return rgb
-        swap = TRANSPOSED_PLANES
-        t = self._second_pass(x, y[:, swap].transpose(-1, -2), None if noise is None else noise[..., swap])
+        t = self._second_pass(x, *_transposed(y, noise))
         return 0.5 * (rgb + t.transpose(-1, -2))
 
     def _second_pass(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
@@ -232,6 +230,13 @@ def two_pass_stages(model: nn.Module, on: bool = True) -> Iterator[None]:
     finally:
         for m, b in zip(mods, before, strict=True):
             m.two_pass = b
+
+
+def _transposed(packed: torch.Tensor, noise: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The packed RGGB mosaic (B, 4, h, w) of the transposed mosaic (RGGB stays RGGB, G1 ↔ G2), and its
+    per-plane ``noise`` (B, K, 4) with the same planes swapped; its own inverse."""
+    swap = TRANSPOSED_PLANES
+    return packed[:, swap].transpose(-1, -2), None if noise is None else noise[..., swap]
 
 
 def first_stage(model: nn.Module) -> nn.Module:
