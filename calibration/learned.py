@@ -102,7 +102,9 @@ def load(path: str | None = None):
 def crops(packed: np.ndarray, side: int = CROP, most: int = MAX_CROPS) -> list[tuple[int, int]]:
     """Top-left corners of up to ``most`` non-overlapping ``side`` crops spread evenly over a (4, h, w) mosaic
     (one crop of the whole mosaic when it is smaller), leaving out crops with more than :data:`MAX_CLIPPED`
-    clipped samples (:func:`rawrcl.calibration.tiles.clipped_mask`: white, or a pile-up at black)."""
+    clipped samples (:func:`rawrcl.calibration.tiles.clipped_mask`: white, or a pile-up at black); when that
+    leaves none, the clip-free crops of a finer grid (:func:`_finer_corners`: a bright photo whose every grid
+    crop touches a clipped sky was not checked at all, docs/calibration.md)."""
     from .tiles import clipped_mask
 
     _, h, w = packed.shape
@@ -110,9 +112,34 @@ def crops(packed: np.ndarray, side: int = CROP, most: int = MAX_CROPS) -> list[t
     ys = list(range(0, max(h - side, 0) + 1, side))
     xs = list(range(0, max(w - side, 0) + 1, side))
     corners = [(y, x) for y in ys for x in xs if clipped[y : y + side, x : x + side].mean() <= MAX_CLIPPED]
+    if not corners and (h > side or w > side):
+        corners = _finer_corners(clipped, side)
     if len(corners) > most:
         corners = [corners[i] for i in np.linspace(0, len(corners) - 1, most).round().astype(int)]
     return corners
+
+
+def _finer_corners(clipped: np.ndarray, side: int) -> list[tuple[int, int]]:
+    """Top-left corners of non-overlapping ``side`` crops with at most :data:`MAX_CLIPPED` clipped samples,
+    searched on a grid of stride ``side`` / 4 (edges included), the least clipped first: the fallback of
+    :func:`crops` when every crop of its coarse grid is clipped. ``clipped`` (h, w) bool."""
+    h, w = clipped.shape
+    step = max(side // 4, 1)
+    ys = sorted({*range(0, max(h - side, 0) + 1, step), max(h - side, 0)})
+    xs = sorted({*range(0, max(w - side, 0) + 1, step), max(w - side, 0)})
+    area = np.pad(clipped.astype(np.int64).cumsum(0).cumsum(1), ((1, 0), (1, 0)))
+    frac = {
+        (y, x): (area[y + side, x + side] - area[y, x + side] - area[y + side, x] + area[y, x]) / side**2
+        for y in ys
+        for x in xs
+    }
+    chosen: list[tuple[int, int]] = []
+    for (y, x), f in sorted(frac.items(), key=lambda kv: kv[1]):
+        if f > MAX_CLIPPED:
+            break
+        if all(abs(y - cy) >= side or abs(x - cx) >= side for cy, cx in chosen):
+            chosen.append((y, x))
+    return sorted(chosen)
 
 
 def learned_std(packed: np.ndarray, x: float, net=None) -> float | None:

@@ -123,3 +123,42 @@ def test_cap_trusts_the_network_closer_where_the_fit_shows_texture(
     est = np.sqrt(shot * 0.25)
     monkeypatch.setattr(learned, "learned_std", lambda p, x, net=None: est / est_over_net)
     assert learned.cap_ratio(packed, shot, read, misfit=misfit) == pytest.approx(expected)
+
+
+def _clipped_corners(shape, blocks):
+    """A noisy mid-grey packed mosaic with white-clipped ``side``-px squares at the given top-left corners."""
+    x = np.random.default_rng(3).uniform(0.2, 0.3, shape).astype(np.float32)
+    for y0, x0, side in blocks:
+        x[:, y0 : y0 + side, x0 : x0 + side] = 1.0
+    return x
+
+
+def test_crops_fall_back_to_a_finer_grid_when_every_coarse_crop_is_clipped():
+    """170 px: the one coarse crop (0, 0) holds a clipped 40-px corner (9.8 % > MAX_CLIPPED); the finer
+    grid (stride 32, edges included) finds one of the crops at 42 px that leave it out."""
+    x = _clipped_corners((4, 170, 170), [(0, 0, 40)])
+    got = learned.crops(x)
+    assert len(got) == 1 and got[0] in ((0, 42), (42, 0), (42, 42))
+    assert learned.learned_std(x, 0.25) is not None
+    # a mosaic with a clip-free coarse crop keeps the coarse grid (the fallback never adds crops to it)
+    assert learned.crops(_clipped_corners((4, 170, 170), [(130, 130, 40)])) == [(0, 0)]
+    # nothing clip-free anywhere: no crop, no reading
+    everywhere = _clipped_corners(
+        (4, 170, 170), [(y, x0, 24) for y in range(0, 170, 56) for x0 in range(0, 170, 56)]
+    )
+    assert learned.crops(everywhere) == [] and learned.learned_std(everywhere, 0.25) is None
+
+
+def test_finer_grid_crops_do_not_overlap_and_are_clip_free():
+    from rawrcl.calibration.tiles import clipped_mask
+
+    side = learned.CROP
+    # each of the four coarse crops of a 300-px mosaic has a clipped 48-px corner
+    x = _clipped_corners((4, 300, 300), [(y, x0, 48) for y in (0, side) for x0 in (0, side)])
+    got = learned.crops(x)
+    assert len(got) >= 2
+    clipped = np.stack([clipped_mask(p) for p in x]).any(0)
+    for i, (y, x0) in enumerate(got):
+        assert clipped[y : y + side, x0 : x0 + side].mean() <= learned.MAX_CLIPPED
+        for cy, cx in got[i + 1 :]:
+            assert abs(y - cy) >= side or abs(x0 - cx) >= side
