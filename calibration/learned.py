@@ -45,6 +45,8 @@ MAX_CROPS = 24
 #: crops with more clipped samples than this are not read: the network's input statistics (the high-pass's
 #: median) collapse on flat clipped areas, and it then reads almost no noise (over-exposed: 100× too low)
 MAX_CLIPPED = 0.05
+#: when no crop is within MAX_CLIPPED even on the finer grid, the least clipped crop is read up to this share
+MAX_CLIPPED_LAST = 0.20
 
 
 class NoiseLevelNet(nn.Module):
@@ -103,8 +105,8 @@ def crops(packed: np.ndarray, side: int = CROP, most: int = MAX_CROPS) -> list[t
     """Top-left corners of up to ``most`` non-overlapping ``side`` crops spread evenly over a (4, h, w) mosaic
     (one crop of the whole mosaic when it is smaller), leaving out crops with more than :data:`MAX_CLIPPED`
     clipped samples (:func:`rawrcl.calibration.tiles.clipped_mask`: white, or a pile-up at black); when that
-    leaves none, the clip-free crops of a finer grid (:func:`_finer_corners`: a bright photo whose every grid
-    crop touches a clipped sky was not checked at all, docs/calibration.md)."""
+    leaves none, the clip-free crops of a finer grid, else its least clipped crop (:func:`_finer_corners`: a
+    bright photo whose every grid crop touches a clipped sky was not checked at all, docs/calibration.md)."""
     from .tiles import clipped_mask
 
     _, h, w = packed.shape
@@ -121,8 +123,9 @@ def crops(packed: np.ndarray, side: int = CROP, most: int = MAX_CROPS) -> list[t
 
 def _finer_corners(clipped: np.ndarray, side: int) -> list[tuple[int, int]]:
     """Top-left corners of non-overlapping ``side`` crops with at most :data:`MAX_CLIPPED` clipped samples,
-    searched on a grid of stride ``side`` / 4 (edges included), the least clipped first: the fallback of
-    :func:`crops` when every crop of its coarse grid is clipped. ``clipped`` (h, w) bool."""
+    searched on a grid of stride ``side`` / 4 (edges included), the least clipped first — or, when there is
+    none, the least clipped crop alone if within :data:`MAX_CLIPPED_LAST`: the fallback of :func:`crops`
+    when every crop of its coarse grid is clipped. ``clipped`` (h, w) bool."""
     h, w = clipped.shape
     step = max(side // 4, 1)
     ys = sorted({*range(0, max(h - side, 0) + 1, step), max(h - side, 0)})
@@ -133,8 +136,11 @@ def _finer_corners(clipped: np.ndarray, side: int) -> list[tuple[int, int]]:
         for y in ys
         for x in xs
     }
+    ranked = sorted(frac.items(), key=lambda kv: kv[1])
+    if ranked and MAX_CLIPPED < ranked[0][1] <= MAX_CLIPPED_LAST:
+        return [ranked[0][0]]
     chosen: list[tuple[int, int]] = []
-    for (y, x), f in sorted(frac.items(), key=lambda kv: kv[1]):
+    for (y, x), f in ranked:
         if f > MAX_CLIPPED:
             break
         if all(abs(y - cy) >= side or abs(x - cx) >= side for cy, cx in chosen):

@@ -142,10 +142,31 @@ def test_crops_fall_back_to_a_finer_grid_when_every_coarse_crop_is_clipped():
     assert learned.learned_std(x, 0.25) is not None
     # a mosaic with a clip-free coarse crop keeps the coarse grid (the fallback never adds crops to it)
     assert learned.crops(_clipped_corners((4, 170, 170), [(130, 130, 40)])) == [(0, 0)]
-    # nothing clip-free anywhere: no crop, no reading
-    everywhere = _clipped_corners(
-        (4, 170, 170), [(y, x0, 24) for y in range(0, 170, 56) for x0 in range(0, 170, 56)]
-    )
+
+
+def _shares(x: np.ndarray) -> dict:
+    """Clipped share of every 128-px crop of the finer grid (stride 32, edges included) of a 170-px mosaic."""
+    from rawrcl.calibration.tiles import clipped_mask
+
+    clipped = np.stack([clipped_mask(p) for p in x]).any(0)
+    pos = (0, 32, 42)
+    return {(y, x0): clipped[y : y + 128, x0 : x0 + 128].mean() for y in pos for x0 in pos}
+
+
+def test_crops_last_fallback_the_least_clipped_crop_within_its_bound():
+    """No crop clip-free even on the finer grid: the least clipped one alone, if at most MAX_CLIPPED_LAST
+    clipped (a bright photo with highlights spread over it); beyond that, no crop and no reading."""
+    spots = [(y, x0, 24) for y in range(0, 170, 56) for x0 in range(0, 170, 56)]
+    some = _clipped_corners((4, 170, 170), spots)
+    shares = _shares(some)
+    least = min(shares.values())
+    assert learned.MAX_CLIPPED < least <= learned.MAX_CLIPPED_LAST
+    got = learned.crops(some)
+    assert len(got) == 1 and shares[got[0]] == least
+    assert learned.learned_std(some, 0.25) is not None
+    spots = [(y, x0, 32) for y in range(0, 170, 56) for x0 in range(0, 170, 56)]
+    everywhere = _clipped_corners((4, 170, 170), spots)
+    assert min(_shares(everywhere).values()) > learned.MAX_CLIPPED_LAST
     assert learned.crops(everywhere) == [] and learned.learned_std(everywhere, 0.25) is None
 
 
