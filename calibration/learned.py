@@ -127,12 +127,13 @@ def _finer_corners(clipped: np.ndarray, side: int) -> list[tuple[int, int]]:
     none, the least clipped crop alone if within :data:`MAX_CLIPPED_LAST`: the fallback of :func:`crops`
     when every crop of its coarse grid is clipped. ``clipped`` (h, w) bool."""
     h, w = clipped.shape
+    sy, sx = min(side, h), min(side, w)  # a mosaic narrower than a crop: the crop as in crops()
     step = max(side // 4, 1)
-    ys = sorted({*range(0, max(h - side, 0) + 1, step), max(h - side, 0)})
-    xs = sorted({*range(0, max(w - side, 0) + 1, step), max(w - side, 0)})
+    ys = sorted({*range(0, h - sy + 1, step), h - sy})
+    xs = sorted({*range(0, w - sx + 1, step), w - sx})
     area = np.pad(clipped.astype(np.int64).cumsum(0).cumsum(1), ((1, 0), (1, 0)))
     frac = {
-        (y, x): (area[y + side, x + side] - area[y, x + side] - area[y + side, x] + area[y, x]) / side**2
+        (y, x): (area[y + sy, x + sx] - area[y, x + sx] - area[y + sy, x] + area[y, x]) / (sy * sx)
         for y in ys
         for x in xs
     }

@@ -142,6 +142,10 @@ def test_crops_fall_back_to_a_finer_grid_when_every_coarse_crop_is_clipped():
     assert learned.learned_std(x, 0.25) is not None
     # a mosaic with a clip-free coarse crop keeps the coarse grid (the fallback never adds crops to it)
     assert learned.crops(_clipped_corners((4, 170, 170), [(130, 130, 40)])) == [(0, 0)]
+    # a mosaic narrower than a crop (100 rows; clipped 40-px squares in both coarse crops): the finer grid
+    # slides along the long side only and finds the clip-free crop at the right edge
+    narrow = _clipped_corners((4, 100, 300), [(0, 0, 40), (0, 128, 40)])
+    assert learned.crops(narrow) == [(0, 172)]
 
 
 def _shares(x: np.ndarray) -> dict:
