@@ -152,7 +152,7 @@ def _finer_corners(clipped: np.ndarray, side: int) -> list[tuple[int, int]]:
 def learned_std(packed: np.ndarray, x: float, net=None) -> float | None:
     """Median over :func:`crops` of the network's noise std at signal ``x`` ([0, 1] units) for a packed mosaic
     (4, h, w) in [0, 1]; None without weights, for a mosaic smaller than 16 packed pixels or without a crop
-    clear of clipping."""
+    :func:`crops` will read (clipped nearly everywhere)."""
     net = net if net is not None else load()
     packed = np.asarray(packed, dtype=np.float32)
     if net is None or min(packed.shape[1:]) < 16:
