@@ -126,19 +126,16 @@ def _finer_corners(clipped: np.ndarray, side: int) -> list[tuple[int, int]]:
     searched on a grid of stride ``side`` / 4 (edges included), the least clipped first — or, when there is
     none, the least clipped crop alone if within :data:`MAX_CLIPPED_LAST`: the fallback of :func:`crops`
     when every crop of its coarse grid is clipped. ``clipped`` (h, w) bool."""
+    from .tiles import box_means
+
     h, w = clipped.shape
     sy, sx = min(side, h), min(side, w)  # a mosaic narrower than a crop: the crop as in crops()
     step = max(side // 4, 1)
     ys = sorted({*range(0, h - sy + 1, step), h - sy})
     xs = sorted({*range(0, w - sx + 1, step), w - sx})
-    area = np.pad(clipped.astype(np.int64).cumsum(0).cumsum(1), ((1, 0), (1, 0)))
-    frac = {
-        (y, x): (area[y + sy, x + sx] - area[y, x + sx] - area[y + sy, x] + area[y, x]) / (sy * sx)
-        for y in ys
-        for x in xs
-    }
-    ranked = sorted(frac.items(), key=lambda kv: kv[1])
-    if ranked and MAX_CLIPPED < ranked[0][1] <= MAX_CLIPPED_LAST:
+    frac = box_means(clipped[None], ys, xs, sy, sx)[0].ravel()
+    ranked = [((ys[i // len(xs)], xs[i % len(xs)]), frac[i]) for i in np.argsort(frac, kind="stable")]
+    if MAX_CLIPPED < ranked[0][1] <= MAX_CLIPPED_LAST:
         return [ranked[0][0]]
     chosen: list[tuple[int, int]] = []
     for (y, x), f in ranked:

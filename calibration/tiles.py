@@ -130,14 +130,17 @@ def check_plane_size(shape: tuple[int, ...], block: int, crop: int, name: str) -
         )
 
 
-def box_means(planes: np.ndarray, rows: np.ndarray, cols: np.ndarray, block: int) -> np.ndarray:
-    """Means of ``block``² boxes of each plane (p, h, w) with top-left corners (rows[a], cols[b]), read
-    from summed-area tables; (p, len(rows), len(cols)) float64."""
+def box_means(
+    planes: np.ndarray, rows: np.ndarray, cols: np.ndarray, block: int, width: int | None = None
+) -> np.ndarray:
+    """Means of ``block`` × ``width`` boxes (``width`` None: ``block``) of each plane (p, h, w) with top-left
+    corners (rows[a], cols[b]), read from summed-area tables; (p, len(rows), len(cols)) float64."""
+    width = block if width is None else width
     sat = np.zeros((planes.shape[0], planes.shape[1] + 1, planes.shape[2] + 1))
     np.cumsum(np.cumsum(planes, axis=1, dtype=np.float64), axis=2, out=sat[:, 1:, 1:])
     r0, c0 = np.asarray(rows)[:, None], np.asarray(cols)[None, :]
-    r1, c1 = r0 + block, c0 + block
-    return (sat[:, r1, c1] - sat[:, r0, c1] - sat[:, r1, c0] + sat[:, r0, c0]) / block**2
+    r1, c1 = r0 + block, c0 + width
+    return (sat[:, r1, c1] - sat[:, r0, c1] - sat[:, r1, c0] + sat[:, r0, c0]) / (block * width)
 
 
 def tile_stats(
