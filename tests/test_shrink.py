@@ -220,6 +220,42 @@ def test_best_weights_is_the_constrained_minimum():
     assert abs(float(w[0] + w[1]) - 0.5) < 1e-6 and abs(float(w[2]) - 0.2) < 1e-6
 
 
+
+def test_best_weights_up_to_six_estimates_batched():
+    """K = 4…6, several rows at once: never above the minimum a general solver finds over the simplex (SLSQP
+    from the centre and from each vertex), each row as if solved alone; singular Gram matrices (a repeated or
+    an all-zero estimate) included; K = 7 refused."""
+    from scipy.optimize import minimize
+
+    from rawrcl.models.sure import best_weights
+
+    rng = np.random.default_rng(1)
+    for k in (4, 5, 6):
+        rows = []
+        for i in range(6):
+            a = rng.normal(size=(k, 2 * k))
+            if i == 1:
+                a[-1] = a[0]
+            if i == 2:
+                a[1] = 0
+            rows.append((a @ a.T, rng.normal(size=k) * 2))
+        g = torch.tensor(np.stack([r[0] for r in rows]))
+        r = torch.tensor(np.stack([r[1] for r in rows]))
+        w = best_weights(g, r).numpy()
+        for i, (gi, ri) in enumerate(rows):
+            def f(v, gi=gi, ri=ri):
+                return float(v @ gi @ v - 2 * v @ ri)
+
+            cons = [{"type": "ineq", "fun": lambda v: 1 - v.sum()}]
+            starts = [np.full(k, 1 / (k + 1)), *np.eye(k)]
+            best = min(f(minimize(f, s0, bounds=[(0, 1)] * k, constraints=cons).x) for s0 in starts)
+            assert w[i].min() >= 0 and w[i].sum() <= 1 + 1e-9
+            assert f(w[i]) <= best + 1e-7, (k, i, f(w[i]), best)
+            alone = best_weights(g[i : i + 1], r[i : i + 1])[0].numpy()
+            np.testing.assert_allclose(w[i], alone, atol=1e-12)
+    with pytest.raises(ValueError, match="1 to 6"):
+        best_weights(torch.eye(7)[None].double(), torch.ones(1, 7).double())
+
 def test_two_stage_raw_model_gets_both_stage_weights():
     """Around a two-stage RAW model the output is y + w₁(first stage − y) + w₂(JDD stage − y) + the same for
     their high bands: with an over-smoothing first stage and an untrained JDD stage, SURE leans on the input

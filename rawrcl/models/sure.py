@@ -306,35 +306,43 @@ def best_weights(gram: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
     The objective is convex (gram is a Gram matrix), so its minimum over the simplex lies in the relative
     interior of one face: for every non-empty subset S of the estimates, the stationary point on S with the
     others at 0, either free (Σw < 1) or on Σw = 1 (a Lagrange multiplier); the best feasible candidate, or
-    w = 0, wins. 2^K − 1 small solves per row: K ≤ 4 in practice."""
+    w = 0, wins (the first of equal ones, subsets in binary order, free before bound). All 2·(2^K − 1)
+    candidates are solved at once, batched: K ≤ 6."""
     b, k = rhs.shape
     if k == 1:
         return (rhs / gram[:, 0].clamp_min(1e-300)).clamp(0, 1)
-    if not 1 <= k <= 4:
-        raise ValueError(f"best_weights takes 1 to 4 estimates, got {k}")
-    subsets = [[i for i in range(k) if m >> i & 1] for m in range(1, 2**k)]
-    out = []
-    for g, r in zip(gram.double(), rhs.double(), strict=True):
-        best, best_f = g.new_zeros(k), 0.0
-        for s in subsets:
-            gs, rs, n = g[s][:, s], r[s], len(s)
-            cands = []
-            if torch.linalg.matrix_rank(gs) == n:
-                cands.append(torch.linalg.solve(gs, rs))
-            kkt = g.new_zeros(n + 1, n + 1)  # [[G, 1], [1ᵀ, 0]]·[w; μ] = [r; 1]
-            kkt[:n, :n], kkt[:n, n], kkt[n, :n] = gs, 1.0, 1.0
-            if torch.linalg.matrix_rank(kkt) == n + 1:
-                cands.append(torch.linalg.solve(kkt, torch.cat([rs, g.new_ones(1)]))[:n])
-            for ws in cands:
-                if ws.min() < -1e-12 or ws.sum() > 1 + 1e-12:
-                    continue
-                w = g.new_zeros(k)
-                w[s] = ws.clamp_min(0)
-                f = float(w @ g @ w - 2 * w @ r)
-                if f < best_f:
-                    best, best_f = w, f
-        out.append(best)
-    return torch.stack(out).to(rhs.dtype)
+    if not 1 <= k <= 6:
+        raise ValueError(f"best_weights takes 1 to 6 estimates, got {k}")
+    g, r = gram.double(), rhs.double()
+    sel = torch.tensor([[m >> i & 1 for i in range(k)] for m in range(1, 2**k)], dtype=torch.float64)
+    n_sub = sel.shape[0]
+    # on S: G_S·w_S = r_S; off S: w = 0 (identity rows)
+    a_mat = (sel[:, :, None] * sel[:, None, :])[None] * g[:, None] + torch.diag_embed(1 - sel)[None]
+    r_sub = sel[None] * r[:, None]
+    kkt = g.new_zeros(b, n_sub, k + 1, k + 1)  # [[G_S, 1_S], [1_Sᵀ, 0]]·[w; μ] = [r_S; 1]
+    kkt[..., :k, :k] = a_mat
+    kkt[..., :k, k] = sel
+    kkt[..., k, :k] = sel
+    free, ok_free = _solved(a_mat, r_sub)
+    bound, ok_bound = _solved(kkt, torch.cat([r_sub, r_sub.new_ones(b, n_sub, 1)], -1))
+    cand = torch.stack([free, bound[..., :k]], 2).flatten(1, 2)  # (B, 2·subsets, K) in the loop's order
+    ok = torch.stack([ok_free, ok_bound], 2).flatten(1, 2)
+    ok &= (cand.min(-1).values >= -1e-12) & (cand.sum(-1) <= 1 + 1e-12)
+    cand = cand.clamp_min(0).nan_to_num(0.0)
+    f = torch.einsum("bsi,bij,bsj->bs", cand, g, cand) - 2 * torch.einsum("bsi,bi->bs", cand, r)
+    f = torch.where(ok, f, torch.inf)
+    best = f.argmin(1)
+    out = torch.where((f.gather(1, best[:, None]) < 0), cand[torch.arange(b), best], 0.0)
+    return out.to(rhs.dtype)
+
+
+def _solved(mat: torch.Tensor, rhs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(solutions, solvable) of the batched systems mat·x = rhs: (…, n, n), (…, n) → (…, n), (…) bool; a
+    numerically singular system (condition number beyond 1e12, as a rank test would say) is not solvable."""
+    x, info = torch.linalg.solve_ex(mat, rhs)
+    sv = torch.linalg.svdvals(mat)
+    ok = (info == 0) & (sv[..., -1] > sv[..., 0] * 1e-12) & torch.isfinite(x).all(-1)
+    return x, ok
 
 
 #: how close (in [0, 1] units) a sample must sit to a clip level to count as clipped there: far below a
