@@ -220,7 +220,6 @@ def test_best_weights_is_the_constrained_minimum():
     assert abs(float(w[0] + w[1]) - 0.5) < 1e-6 and abs(float(w[2]) - 0.2) < 1e-6
 
 
-
 def test_best_weights_up_to_six_estimates_batched():
     """K = 4…6, several rows at once: never above the minimum a general solver finds over the simplex (SLSQP
     from the centre and from each vertex), each row as if solved alone; singular Gram matrices (a repeated or
@@ -243,6 +242,7 @@ def test_best_weights_up_to_six_estimates_batched():
         r = torch.tensor(np.stack([r[1] for r in rows]))
         w = best_weights(g, r).numpy()
         for i, (gi, ri) in enumerate(rows):
+
             def f(v, gi=gi, ri=ri):
                 return float(v @ gi @ v - 2 * v @ ri)
 
@@ -255,6 +255,7 @@ def test_best_weights_up_to_six_estimates_batched():
             np.testing.assert_allclose(w[i], alone, atol=1e-12)
     with pytest.raises(ValueError, match="1 to 6"):
         best_weights(torch.eye(7)[None].double(), torch.ones(1, 7).double())
+
 
 def test_two_stage_raw_model_gets_both_stage_weights():
     """Around a two-stage RAW model the output is y + w₁(first stage − y) + w₂(JDD stage − y) + the same for
