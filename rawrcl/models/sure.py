@@ -338,10 +338,12 @@ def best_weights(gram: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
 
 def _solved(mat: torch.Tensor, rhs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(solutions, solvable) of the batched systems mat·x = rhs: (…, n, n), (…, n) → (…, n), (…) bool; a
-    numerically singular system (condition number beyond 1e12, as a rank test would say) is not solvable."""
+    numerically singular system is not solvable (the default test of ``torch.linalg.matrix_rank``: the
+    smallest singular value at most n·eps times the largest)."""
     x, info = torch.linalg.solve_ex(mat, rhs)
     sv = torch.linalg.svdvals(mat)
-    ok = (info == 0) & (sv[..., -1] > sv[..., 0] * 1e-12) & torch.isfinite(x).all(-1)
+    tol = sv[..., 0] * mat.shape[-1] * torch.finfo(mat.dtype).eps
+    ok = (info == 0) & (sv[..., -1] > tol) & torch.isfinite(x).all(-1)
     return x, ok
 
 
