@@ -107,13 +107,14 @@ def crops(packed: np.ndarray, side: int = CROP, most: int = MAX_CROPS) -> list[t
     clipped samples (:func:`rawrcl.calibration.tiles.clipped_mask`: white, or a pile-up at black); when that
     leaves none, the clip-free crops of a finer grid, else its least clipped crop (:func:`_finer_corners`: a
     bright photo whose every grid crop touches a clipped sky was not checked at all, docs/calibration.md)."""
-    from .tiles import clipped_mask
+    from .tiles import box_means, clipped_mask
 
     _, h, w = packed.shape
     clipped = np.stack([clipped_mask(p) for p in packed]).any(0)
     ys = list(range(0, max(h - side, 0) + 1, side))
     xs = list(range(0, max(w - side, 0) + 1, side))
-    corners = [(y, x) for y in ys for x in xs if clipped[y : y + side, x : x + side].mean() <= MAX_CLIPPED]
+    frac = box_means(clipped[None], ys, xs, min(side, h), min(side, w))[0]
+    corners = [(y, x) for a, y in enumerate(ys) for b, x in enumerate(xs) if frac[a, b] <= MAX_CLIPPED]
     if not corners and (h > side or w > side):
         corners = _finer_corners(clipped, side)
     if len(corners) > most:

@@ -30,6 +30,7 @@ only the noise the model is told.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import torch
 import torch.nn as nn
@@ -314,7 +315,7 @@ def best_weights(gram: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
     if not 1 <= k <= 6:
         raise ValueError(f"best_weights takes 1 to 6 estimates, got {k}")
     g, r = gram.double(), rhs.double()
-    sel = torch.tensor([[m >> i & 1 for i in range(k)] for m in range(1, 2**k)], dtype=torch.float64)
+    sel = _faces(k).to(g.device)
     n_sub = sel.shape[0]
     # on S: G_S·w_S = r_S; off S: w = 0 (identity rows)
     a_mat = (sel[:, :, None] * sel[:, None, :])[None] * g[:, None] + torch.diag_embed(1 - sel)[None]
@@ -334,6 +335,13 @@ def best_weights(gram: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
     best = f.argmin(1)
     out = torch.where((f.gather(1, best[:, None]) < 0), cand[torch.arange(b), best], 0.0)
     return out.to(rhs.dtype)
+
+
+@lru_cache(maxsize=8)
+def _faces(k: int) -> torch.Tensor:
+    """(2^k − 1, k) float64 0/1 rows: the non-empty subsets of k estimates in binary order (bit i:
+    estimate i)."""
+    return torch.tensor([[m >> i & 1 for i in range(k)] for m in range(1, 2**k)], dtype=torch.float64)
 
 
 def _solved(mat: torch.Tensor, rhs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
