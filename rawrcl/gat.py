@@ -39,9 +39,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from rawrcl.calibration.special import ndtr
 from rawrcl.errors import RawrclError
@@ -147,6 +149,111 @@ def gat_algebraic_inverse(d: np.ndarray, lambda_shot: PerPlane, lambda_read: Per
     lr, gauss, a, s2 = _gat_params(lambda_shot, lambda_read)
     d = np.asarray(d, dtype=np.float64)
     return np.where(gauss, d * np.sqrt(np.where(gauss, lr, 1.0)), a * ((d / 2) ** 2 - 0.375 - s2))
+
+
+# ------------------------------------------------------------------------------- sliding-window DCT
+#: side and step (packed pixels) of the windows of :func:`dct_wiener`: each pixel lies in (side/step)² windows
+DCT_SIDE = 8
+DCT_STEP = 4
+
+
+def gat_centred(y: torch.Tensor, lambda_shot: torch.Tensor, lambda_read: torch.Tensor) -> torch.Tensor:
+    """:func:`gat_forward` − 2·√(3/8 + σ²) in float32, for torch: the transform less its value at y = 0,
+    written 2·(y/α)/(√(y/α + 3/8 + σ²) + √(3/8 + σ²)) so that float32 keeps the unit noise when σ² (read
+    noise in counts) is large. ``y`` (B, 4, h, w) [0, 1] units; λ (B, 4, 1, 1), λshot > 0 on every plane."""
+    a = lambda_shot.double()
+    c0 = (0.375 + lambda_read.double() / a**2).float()
+    u = y.float() / a.float()
+    arg = (u + c0).clamp_min(0)
+    # below the clamp (arg = 0) the transform is its floor, −2√c0
+    return torch.where(arg > 0, 2 * u / (arg.sqrt() + c0.sqrt()), -2 * c0.sqrt())
+
+
+def gat_centred_inverse(
+    e: torch.Tensor, lambda_shot: torch.Tensor, lambda_read: torch.Tensor
+) -> torch.Tensor:
+    """:func:`gat_inverse` of D = ``e`` + 2·√(3/8 + σ²) (``e`` a denoised :func:`gat_centred` image), float32:
+    D²/4 − 1/8 − σ² = √c₀·e + e²/4 + 1/4 (c₀ = 3/8 + σ²) evaluated without the cancellation. Same shapes."""
+    a = lambda_shot.double()
+    c0 = (0.375 + lambda_read.double() / a**2).float()
+    r0 = c0.sqrt()
+    e = e.float().clamp_min(_D_MIN - 2 * r0)  # D ≥ D*, as gat_inverse
+    d = e + 2 * r0
+    c = math.sqrt(1.5)
+    inv = r0 * e + 0.25 * e * e + 0.25 + 0.25 * c / d - 1.375 / d**2 + 0.625 * c / d**3
+    return a.float() * inv.clamp_min(0)
+
+
+@lru_cache(maxsize=4)
+def _dct_matrix(n: int) -> torch.Tensor:
+    """(n², n²) float32: rows the orthonormal 2-D DCT-II basis images (flattened), row 0 the constant (DC)."""
+    k = np.arange(n)
+    c = np.sqrt(2.0 / n) * np.cos(np.pi * (2 * k[None] + 1) * k[:, None] / (2 * n))
+    c[0] /= np.sqrt(2.0)
+    return torch.from_numpy(np.einsum("ui,vj->uvij", c, c).reshape(n * n, n * n).astype(np.float32))
+
+
+#: output rows per strip of :func:`dct_wiener` (a multiple of :data:`DCT_STEP`): strips keep its ×4-sized
+#: coefficient arrays in cache (2× faster than the whole image at once); the result does not depend on it
+DCT_STRIP = 32
+
+
+def dct_wiener(z: torch.Tensor, pilot: torch.Tensor) -> torch.Tensor:
+    """Sliding-window DCT empirical Wiener filter (Yu & Sapiro 2011's sliding DCT with the Wiener shrinkage of
+    BM3D's second step, without block matching) of ``z`` (B, C, h, w), noisy with unit white noise, guided
+    by ``pilot`` (an estimate of the clean ``z``, same shape): every :data:`DCT_SIDE`² window at step
+    :data:`DCT_STEP` (reflection-padded), each DCT coefficient c of ``z`` but the DC scaled by p²/(p² + 1), p
+    the pilot's, the windows averaged back. float32, autocast off; same shape."""
+    n, s = DCT_SIDE, DCT_STEP
+    b, ch, h, w = z.shape
+    pad = n - s
+    hp, wp = h + 2 * pad + (-(h + 2 * pad - n)) % s, w + 2 * pad + (-(w + 2 * pad - n)) % s
+    mode = "reflect" if min(h, w) > n else "replicate"
+    with torch.autocast(z.device.type, enabled=False):
+        zp, pp = (
+            F.pad(t.float().reshape(b * ch, 1, h, w), (pad, wp - w - pad, pad, hp - h - pad), mode=mode)
+            for t in (z, pilot)
+        )
+        out = z.new_empty(b * ch, h, w, dtype=torch.float32)
+        for r in range(0, h, DCT_STRIP):  # output rows r … r + DCT_STRIP: padded rows r … r + strip + 2·pad
+            rows = slice(r, min(r + DCT_STRIP, h) + 2 * pad + (hp - h - 2 * pad if r + DCT_STRIP >= h else 0))
+            out[:, r : r + DCT_STRIP] = _dct_wiener_padded(zp[..., rows, :], pp[..., rows, :])[
+                :, pad : pad + min(DCT_STRIP, h - r), pad : pad + w
+            ]
+    return out.reshape(b, ch, h, w)
+
+
+def _dct_wiener_padded(zp: torch.Tensor, pp: torch.Tensor) -> torch.Tensor:
+    """:func:`dct_wiener` of a padded (N, 1, H, W) float32 strip (H, W ≡ :data:`DCT_SIDE` mod
+    :data:`DCT_STEP`), every window inside it: (N, H, W), exact where (n/step)² windows cover a pixel (all
+    but the outer :data:`DCT_SIDE` − :data:`DCT_STEP` rows and columns)."""
+    n, s = DCT_SIDE, DCT_STEP
+    mat = _dct_matrix(n).to(zp.device)
+    c = F.conv2d(zp, mat.view(n * n, 1, n, n), stride=s)
+    p = F.conv2d(pp, mat.view(n * n, 1, n, n), stride=s).square_()
+    gain = p.div_(p + 1.0)
+    gain[:, 0] = 1.0
+    win = torch.einsum("kq,bkyx->bqyx", mat, c.mul_(gain))  # each window's pixels (N, n², ny, nx)
+    big, ny, nx = n // s, win.shape[-2], win.shape[-1]
+    win = win.view(-1, big, s, big, s, ny, nx)
+    out = win.new_zeros(win.shape[0], s, s, ny + big - 1, nx + big - 1)
+    for i in range(big):  # overlap-add: window (Y, X)'s pixel (i·s + r, j·s + q) is (Y + i, X + j)'s (r, q)
+        for j in range(big):
+            out[..., i : i + ny, j : j + nx] += win[:, i, :, j]
+    out = out.permute(0, 3, 1, 4, 2).reshape(win.shape[0], (ny + big - 1) * s, (nx + big - 1) * s)
+    return out / big**2
+
+
+def gat_dct_wiener(
+    packed: torch.Tensor, pilot: torch.Tensor, lambda_shot: torch.Tensor, lambda_read: torch.Tensor
+) -> torch.Tensor:
+    """:func:`dct_wiener` in the GAT domain of a packed mosaic (:func:`gat_centred` of ``packed`` and of
+    ``pilot``, a denoised estimate of it; the filter; the exact unbiased inverse). ``packed``, ``pilot``
+    (B, 4, h, w), [0, 1] units; λ (B, 4, 1, 1) tensors, λshot > 0 (the noise variance λshot·x + λread per
+    plane) → (B, 4, h, w) float32 ≥ 0. No black-clipping correction (:func:`declip_black`)."""
+    z = gat_centred(packed, lambda_shot, lambda_read)
+    p = gat_centred(pilot, lambda_shot, lambda_read)
+    return gat_centred_inverse(dct_wiener(z, p), lambda_shot, lambda_read)
 
 
 # -------------------------------------------------------------------------------------- black clipping

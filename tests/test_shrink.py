@@ -276,8 +276,9 @@ def test_two_stage_raw_model_gets_both_stage_weights():
     assert isinstance(shrunk, SureShrink) and shrunk.multi_part
     with torch.no_grad():
         out, own = shrunk(y, cond), model(y, cond)
-    w = shrunk.last_weights[0]  # first stage, JDD stage, then their high bands (sure_low_band)
-    assert w.shape == (4,) and 0.05 < w[0] + w[2] < 0.9 and w[1] < 0.1, w
+    w = shrunk.last_weights[0]  # first stage, JDD stage, their high bands (sure_low_band), the DCT estimate
+    assert shrunk.names[-1] == "sliding DCT" and w.shape == (5,), w
+    assert 0.05 < w[0] + w[2] + w[4] < 0.9 and w[1] < 0.1, w
     mse = lambda v: float(((v - clean) ** 2).mean())  # noqa: E731
     assert mse(out) < 0.9 * min(mse(own), mse(y))
 
@@ -382,3 +383,75 @@ def test_denoise_command_shrinks_by_default_and_not_with_no_shrink(tmp_path):
     assert err["--shrink"] < err["--no-shrink"], err
     assert "SURE weights over 1 tile: first stage" in logs["--shrink"], logs["--shrink"]
     assert "SURE" not in logs["--no-shrink"]
+
+
+class _DctBlur(_Blur):
+    """A blur whose SURE weights may add the sliding-DCT estimate (``sure_dct``, as the CFA-site blend)."""
+
+    sure_dct = True
+
+
+@pytest.mark.parametrize("size", [96, 256])  # probed whole / on windows
+def test_dct_estimate_is_weighed_where_it_helps(size):
+    """Behind a 3×3 blur of a smooth, noisy mosaic the DCT Wiener estimate (the blur as pilot) is the better
+    estimate: SURE gives it weight, and the output beats the weights without it; its column is last."""
+    from rawrcl.models.sure import dct_gate
+
+    yy, xx = torch.meshgrid(torch.linspace(0, 1, size), torch.linspace(0, 1, size), indexing="ij")
+    clean = (0.3 + 0.1 * torch.sin(20 * xx) * torch.cos(14 * yy)).expand(1, 4, -1, -1).contiguous()
+    noise = NoiseModel(1e-3, 1e-5)
+    y = clean + noise.std(clean) * torch.randn(clean.shape, generator=torch.Generator().manual_seed(2))
+    cond = noise.conditioning(4)[None]
+    assert bool(dct_gate(clean, cond))
+    with_dct, without = SureShrink(_DctBlur(3)), SureShrink(_Blur(3))
+    with torch.no_grad():
+        out, ref = with_dct(y, cond), without(y, cond)
+    assert with_dct.names == ("network", "sliding DCT")
+    assert float(with_dct.last_weights[0, 1]) > 0.2, with_dct.last_weights
+    mse = lambda v: float(((v - clean) ** 2).mean())  # noqa: E731
+    assert mse(out) < 0.9 * mse(ref)
+
+
+def test_dct_gate_and_estimate_on_dark_noisy_tiles():
+    """The gate opens on bright tiles and stays shut on dark, noisy ones (noise std at the median > 0.3 of
+    it) and without shot noise; a shut tile's estimate is its input (weight 0, nothing changes); the estimate
+    is float32 and the same under a bf16 autocast (the GAT values' rounding would exceed the noise)."""
+    from rawrcl.models.sure import dct_estimate, dct_gate
+
+    g = torch.Generator().manual_seed(3)
+    bright, dark = torch.full((1, 4, 64, 64), 0.3), torch.full((1, 4, 64, 64), 0.004)
+    x = torch.cat([bright, dark]) + 0.01 * torch.randn(2, 4, 64, 64, generator=g)
+    cond = NoiseModel(1e-3, 1e-5).conditioning(4)[None].expand(2, -1, -1)
+    gate = dct_gate(torch.cat([bright, dark]), cond)
+    assert gate.tolist() == [True, False]
+    assert not bool(dct_gate(bright, NoiseModel(0.0, 1e-5).conditioning(4)[None]))
+    est = dct_estimate(x, torch.cat([bright, dark]), cond, gate)
+    assert est.dtype == torch.float32 and torch.equal(est[1], x[1]) and not torch.equal(est[0], x[0])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        est_bf16 = dct_estimate(x.bfloat16(), torch.cat([bright, dark]).bfloat16(), cond, gate)
+    assert est_bf16.dtype == torch.float32
+    ref = dct_estimate(x.bfloat16().float(), torch.cat([bright, dark]), cond, gate)
+    torch.testing.assert_close(est_bf16, ref)
+
+
+def test_dct_weight_is_vetoed_where_a_smaller_noise_would_make_it_lose():
+    """K = 2 (an estimate, then the DCT estimate). SURE's risk at 1/DCT_VETO² of the told variance decides:
+    a DCT weight that adds correction (weights inside the simplex: at a smaller noise a larger correction
+    over-shoots) is dropped for the weights without it; one that replaces part of an estimate already at
+    full weight (Σw = 1) and wins at both variances is kept. A model without ``sure_dct``: no veto."""
+    from rawrcl.models.sure import DCT_VETO, _risk, _solve
+
+    shrink = SureShrink(_DctBlur(3))
+    gram = torch.tensor([[[1.0, 0.9], [0.9, 1.0]]], dtype=torch.float64)
+    rhs = torch.tensor([[0.4, 0.5]], dtype=torch.float64)
+    w = shrink._solve_vetoed(gram, rhs)
+    free = _solve(gram, rhs)  # the weights without the veto: (0, 0.6), inside the simplex
+    alone = torch.tensor([[0.4 * SLACK, 0.0]], dtype=torch.float64)
+    low = rhs / DCT_VETO**2
+    assert float(free[0, 1]) > 0.3 and float(_risk(free, gram, low)) > float(_risk(alone, gram, low))
+    torch.testing.assert_close(w, alone)
+    gram_b = 0.01 * gram
+    rhs_b = torch.tensor([[0.02, 0.025]], dtype=torch.float64)
+    kept = shrink._solve_vetoed(gram_b, rhs_b)
+    assert abs(float(kept.sum()) - 1) < 1e-9 and float(kept[0, 1]) > 0.5, kept
+    torch.testing.assert_close(SureShrink(_Blur(3))._solve_vetoed(gram, rhs), free)

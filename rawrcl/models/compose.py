@@ -198,6 +198,12 @@ class DenoiseThenDemosaic(nn.Module):
         (:data:`rawrcl.models.sure.CLASSES`), not per tile: the CFA-site blend."""
         return self.raw_parts
 
+    @property
+    def sure_dct(self) -> bool:
+        """:class:`~rawrcl.models.sure.SureShrink` also weighs a sliding-DCT Wiener estimate with the first
+        stage as pilot (:func:`rawrcl.models.sure.dct_estimate`): the CFA-site blend."""
+        return self.raw_parts
+
     def parts(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The two estimates a RAW output combines, each (B, 4, h, w): the first stage's output and the JDD
         network's RGB sampled at the CFA sites (needs a demosaicker)."""

@@ -36,6 +36,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from rawrcl.gat import gat_dct_wiener
 from rawrcl.models.geometry import size_multiple
 from rawrcl.noise.maps import local_mean, variance_map
 
@@ -58,6 +59,15 @@ LOW_BAND = 1.0
 CLASSES = 5
 #: a class with fewer scorable samples than this in the probe windows takes the tile's weights
 MIN_CLASS_SAMPLES = 1024
+#: models with ``sure_dct``: a tile gets the sliding-DCT estimate (:func:`dct_estimate`) only where its noise
+#: std at its median signal is at most this share of that signal (:func:`dct_gate`); dark, noisy tiles
+#: (where it lost, told more noise than there was) keep the networks alone (docs/weights.md, "A sliding-DCT
+#: estimate among the SURE candidates")
+DCT_MAX_REL_NOISE = 0.3
+#: the DCT estimate's weight is vetoed (its tile or class weighed without it) where the weights with it would
+#: lose to those without it were the noise this many times smaller in std than told: SURE trusts the told
+#: variance, and a camera profile or single-image estimate can over-read it (same section)
+DCT_VETO = 1.5
 
 
 class SureShrink(nn.Module):
@@ -102,6 +112,8 @@ class SureShrink(nn.Module):
         self.bands = bool(getattr(model, "sure_low_band", False))
         #: weights per texture class (:func:`texture_classes`): the model asks for it (``sure_classes``)
         self.classes = CLASSES if getattr(model, "sure_classes", False) else 1
+        #: add the sliding-DCT estimate (:func:`dct_estimate`): the model asks for it (``sure_dct``)
+        self.dct = bool(getattr(model, "sure_dct", False))
         self.last_weights: torch.Tensor | None = None
         self.seen: list[list[float]] = []
 
@@ -131,18 +143,34 @@ class SureShrink(nn.Module):
         """Whether K estimates get their high bands too (:meth:`with_bands`; ≤ 4 weights in all)."""
         return self.bands and LOW_BAND > 0 and k <= 2
 
+    def candidates(
+        self, parts: list[torch.Tensor], x: torch.Tensor, noise: torch.Tensor, gate: torch.Tensor | None
+    ) -> list[torch.Tensor]:
+        """Every estimate the weights choose among, float32: :meth:`with_bands` of ``parts``, then (with
+        :attr:`dct`) :func:`dct_estimate` of ``x`` with the first part as pilot, on the tiles ``gate`` (B,)
+        allows (:func:`dct_gate`, decided once per tile)."""
+        out = self.with_bands([p.float() for p in parts], x)
+        if self.dct:
+            out.append(dct_estimate(x, out[0], noise, gate))
+        return out
+
     @property
     def names(self) -> tuple[str, ...]:
         """Names of the weights (:attr:`last_weights` columns), for logs."""
         base = tuple(getattr(self.model, "part_names", ())) if self.multi_part else ("network",)
         if self._banded(len(base)):
             base = base + tuple(f"{n} (high band)" for n in base)
-        return base
+        return base + (("sliding DCT",) if self.dct else ())
 
     def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         parts = self.parts(x, noise)
+        gate = dct = None
+        if self.dct:
+            with torch.no_grad():
+                gate = dct_gate(parts[0], noise)
+                dct = dct_estimate(x, parts[0], noise, gate)
         with torch.no_grad():
-            w, keep, cls = self.weights(x, noise, parts)
+            w, keep, cls = self.weights(x, noise, parts, dct, gate)
         xs = x.to(parts[0].dtype)
         d = [p - xs for p in parts]
         if cls is None:  # (B, K′) → (B, K′, 1, 1, 1): one set per tile
@@ -158,10 +186,13 @@ class SureShrink(nn.Module):
         # the high bands' weights u (columns K…, none without bands): p's correction gets w + u, minus u of
         # its low band (with_bands) — one low-pass of Σ u·(p − x) per tile with one set of weights (of each
         # u·(p − x) with per-pixel weights), none when every u is 0
-        w_all, u = wf[:, : len(d)], wf[:, len(d) :]
+        n_bands = len(d) if self._banded(len(d)) else 0
+        w_all, u = wf[:, : len(d)], wf[:, len(d) : len(d) + n_bands]
         if u.shape[1]:
             w_all = w_all + u
         out = xs + sum(w_all[:, i] * di for i, di in enumerate(d))
+        if dct is not None:  # the last column: the sliding-DCT estimate's weight
+            out = out + wf[:, -1] * (dct.to(xs.dtype) - xs)
         if bool((u > 0).any()):
             if cls is None:
                 out = out - low_band(sum(u[:, i] * di for i, di in enumerate(d)), LOW_BAND)
@@ -185,15 +216,22 @@ class SureShrink(nn.Module):
         return [(t, lft, WINDOW) for t in rows for lft in cols]
 
     def weights(
-        self, x: torch.Tensor, noise: torch.Tensor, full: list[torch.Tensor]
+        self,
+        x: torch.Tensor,
+        noise: torch.Tensor,
+        full: list[torch.Tensor],
+        dct: torch.Tensor | None = None,
+        gate: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """(SURE-optimal weights, (B,) bool: keep the model's own output, class map) for input ``x`` whose
         full-size parts are ``full`` (float32 maths); K′ weights count the high bands too
-        (:meth:`with_bands`). One set per tile: weights (B, K′), class map None; with :attr:`classes` > 1:
-        weights (B, classes, K′) and the (B, 1, h, w) long class of every pixel (:func:`texture_classes`); a
-        class with under :data:`MIN_CLASS_SAMPLES` scorable samples gets the tile's set."""
+        (:meth:`with_bands`) and, with :attr:`dct`, last, the full-size sliding-DCT estimate ``dct`` (on the
+        tiles ``gate`` allows; :meth:`candidates`), its weight vetoed by :data:`DCT_VETO`. One set per tile:
+        weights (B, K′), class map None; with :attr:`classes` > 1: weights (B, classes, K′) and the
+        (B, 1, h, w) long class of every pixel (:func:`texture_classes`); a class with under
+        :data:`MIN_CLASS_SAMPLES` scorable samples gets the tile's set."""
         b, c, h, w = x.shape
-        k = len(full) * (2 if self._banded(len(full)) else 1)
+        k = len(full) * (2 if self._banded(len(full)) else 1) + (1 if self.dct else 0)
         x, noise = x.float(), noise.float()
         wins = self._windows(h, w)
         levels = clip_levels(x)
@@ -210,7 +248,8 @@ class SureShrink(nn.Module):
         gen = torch.Generator(device=x.device).manual_seed(0)  # the same file gives the same output
         with torch.autocast(x.device.type, enabled=False):
             if wins is None:
-                pieces = [(x, self.with_bands([p.float() for p in full], x), 0, cls_full)]
+                f_all = self.with_bands([p.float() for p in full], x)
+                pieces = [(x, f_all + ([dct.float()] if self.dct else []), 0, cls_full)]
             else:
                 pieces = [
                     (
@@ -223,13 +262,13 @@ class SureShrink(nn.Module):
                 ]
             for y, f0, m, cl in pieces:
                 if f0 is None:
-                    f0 = self.with_bands([p.float() for p in self.parts(y, noise)], y)
+                    f0 = self.candidates(self.parts(y, noise), y, noise, gate)
                 v = variance_map(f0[0], noise).clamp_min(0)
                 sd = v.sqrt()
                 eps = PROBE * sd.mean(dim=(1, 2, 3), keepdim=True).clamp_min(1e-6)
                 probe = torch.randint(0, 2, y.shape, generator=gen, device=y.device).to(y.dtype) * 2 - 1
                 yp = y + eps * probe
-                f1 = self.with_bands([p.float() for p in self.parts(yp, noise)], yp)
+                f1 = self.candidates(self.parts(yp, noise), yp, noise, gate)
                 inner = (slice(None), slice(None), slice(m, y.shape[-2] - m), slice(m, y.shape[-1] - m))
                 ok = scorable(levels, f0[0], sd)[inner]
                 res = [(p - y)[inner] for p in f0]
@@ -245,16 +284,61 @@ class SureShrink(nn.Module):
                 cnt_cls += okc.sum(dim=(2, 3, 4))
                 total += ok[0].numel()
         gram_tile = gram.sum(1)
-        tile = _solve(gram_tile, rhs.sum(1))
+        tile = self._solve_vetoed(gram_tile, rhs.sum(1))
         # the model's own output only when every part equals the input where SURE scores (_solve)
         keep = (cnt < 0.05 * total) | (gram_tile.diagonal(dim1=1, dim2=2) <= 0).all(dim=1)
         if noise.shape[1] > 2:
             keep |= (noise[:, 2] > 0).any(dim=1)
         if cls_full is None:
             return tile.float(), keep, None
-        per = _solve(gram.flatten(0, 1), rhs.flatten(0, 1)).view(b, n_cls, k)
+        per = self._solve_vetoed(gram.flatten(0, 1), rhs.flatten(0, 1)).view(b, n_cls, k)
         per = torch.where((cnt_cls >= MIN_CLASS_SAMPLES)[..., None], per, tile[:, None])
         return per.float(), keep, cls_full
+
+    def _solve_vetoed(self, gram: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+        """:func:`_solve`; with :attr:`dct` (the last of the K estimates), where the weights with the DCT
+        estimate have a larger SURE risk than those without it were the noise variance 1/:data:`DCT_VETO`²
+        of the told one (rhs scales with it), the weights without it (N, K) → (N, K)."""
+        w = _solve(gram, rhs)
+        if not self.dct:
+            return w
+        w0 = F.pad(_solve(gram[:, :-1, :-1], rhs[:, :-1]), (0, 1))
+        low = rhs / DCT_VETO**2
+        return torch.where((_risk(w, gram, low) > _risk(w0, gram, low))[:, None], w0, w)
+
+
+def _risk(w: torch.Tensor, gram: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """wᵀ·gram·w − 2·wᵀ·rhs (SURE up to a term free of w): (N, K), (N, K, K), (N, K) → (N,)."""
+    w = w.to(gram.dtype)
+    return torch.einsum("ni,nij,nj->n", w, gram, w) - 2 * (w * rhs).sum(-1)
+
+
+def dct_gate(f: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """(B,) bool: the tiles whose noise std at their median signal is at most :data:`DCT_MAX_REL_NOISE` of
+    that signal (the median of the estimate ``f`` (B, 4, h, w) over its planes; std √(λshot·m + λread) with
+    the planes' mean λ; ``noise`` (B, ≥ 2, 4)), and with shot noise on every plane (the GAT needs it)."""
+    med = f.float().flatten(1).median(1).values
+    nz = noise.float()
+    sd = (nz[:, 0].mean(1) * med.clamp_min(0) + nz[:, 1].mean(1)).clamp_min(0).sqrt()
+    return (med > 0) & (sd <= DCT_MAX_REL_NOISE * med) & (nz[:, 0] > 0).all(1)
+
+
+def dct_estimate(
+    x: torch.Tensor, pilot: torch.Tensor, noise: torch.Tensor, gate: torch.Tensor | None
+) -> torch.Tensor:
+    """The sliding-DCT Wiener estimate of ``x`` (B, 4, h, w) in the GAT domain with ``pilot`` (the first
+    estimate) as its Wiener pilot (:func:`rawrcl.gat.gat_dct_wiener`, ``noise`` (B, ≥ 2, 4) [λshot; λread]
+    per plane) on the tiles ``gate`` (B,) allows; ``x`` itself on the others (an estimate equal to the input
+    gets weight 0). float32, outside autocast (in bf16 the GAT values' rounding exceeds the unit noise)."""
+    out = x.float().clone()
+    if gate is None or not bool(gate.any()):
+        return out
+    with torch.autocast(x.device.type, enabled=False):
+        nz = noise[gate].float()
+        out[gate] = gat_dct_wiener(
+            x[gate].float(), pilot[gate].float(), nz[:, 0, :, None, None], nz[:, 1, :, None, None]
+        )
+    return out
 
 
 def low_band(d: torch.Tensor, sigma: float) -> torch.Tensor:
@@ -402,6 +486,8 @@ def scorable(levels: tuple[torch.Tensor, torch.Tensor], f: torch.Tensor, sd: tor
 
 __all__ = [
     "CLASSES",
+    "DCT_MAX_REL_NOISE",
+    "DCT_VETO",
     "LOW_BAND",
     "MARGIN",
     "PROBE",
@@ -410,6 +496,8 @@ __all__ = [
     "SureShrink",
     "best_weights",
     "clip_levels",
+    "dct_estimate",
+    "dct_gate",
     "low_band",
     "near_clips_to",
     "scorable",
