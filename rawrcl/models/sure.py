@@ -23,8 +23,12 @@ low-frequency correction alone: on smooth, clean content (base ISO) the networks
 weights per texture class instead of one per tile: the tile's pixels fall into :data:`CLASSES` equal-count
 classes by the first estimate's local activity over the noise std (:func:`texture_classes`), and each
 class's weights minimise SURE over that class's samples — on sharp, clean content they keep more of the
-input on texture than on flat areas (docs/weights.md, "Texture classes"). No clean data is used: it needs
-only the noise the model is told.
+input on texture than on flat areas (docs/weights.md, "Texture classes"). A model that asks for it
+(``sure_dct``: the CFA-site blend) adds a classical estimate, a sliding-DCT Wiener filter in the GAT domain
+with the first estimate as pilot (:func:`dct_estimate`), on tiles whose noise is small beside their signal
+(:func:`dct_gate`), its weight dropped where it would lose were the noise :data:`DCT_VETO` × smaller than told
+(docs/weights.md, "A sliding-DCT estimate among the SURE candidates"). No clean data is used: it needs only
+the noise the model is told.
 """
 
 from __future__ import annotations
