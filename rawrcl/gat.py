@@ -215,20 +215,21 @@ def dct_wiener(z: torch.Tensor, pilot: torch.Tensor) -> torch.Tensor:
             for t in (z, pilot)
         )
         out = z.new_empty(b * ch, h, w, dtype=torch.float32)
+        mat = _dct_matrix(n).to(z.device)
         for r in range(0, h, DCT_STRIP):  # output rows r … r + DCT_STRIP: padded rows r … r + strip + 2·pad
             rows = slice(r, min(r + DCT_STRIP, h) + 2 * pad + (hp - h - 2 * pad if r + DCT_STRIP >= h else 0))
-            out[:, r : r + DCT_STRIP] = _dct_wiener_padded(zp[..., rows, :], pp[..., rows, :])[
+            out[:, r : r + DCT_STRIP] = _dct_wiener_padded(zp[..., rows, :], pp[..., rows, :], mat)[
                 :, pad : pad + min(DCT_STRIP, h - r), pad : pad + w
             ]
     return out.reshape(b, ch, h, w)
 
 
-def _dct_wiener_padded(zp: torch.Tensor, pp: torch.Tensor) -> torch.Tensor:
+def _dct_wiener_padded(zp: torch.Tensor, pp: torch.Tensor, mat: torch.Tensor) -> torch.Tensor:
     """:func:`dct_wiener` of a padded (N, 1, H, W) float32 strip (H, W ≡ :data:`DCT_SIDE` mod
-    :data:`DCT_STEP`), every window inside it: (N, H, W), exact where (n/step)² windows cover a pixel (all
-    but the outer :data:`DCT_SIDE` − :data:`DCT_STEP` rows and columns)."""
+    :data:`DCT_STEP`), every window inside it, ``mat`` the (n², n²) DCT basis (:func:`_dct_matrix`) on the
+    strip's device: (N, H, W), exact where (n/step)² windows cover a pixel (all but the outer
+    :data:`DCT_SIDE` − :data:`DCT_STEP` rows and columns)."""
     n, s = DCT_SIDE, DCT_STEP
-    mat = _dct_matrix(n).to(zp.device)
     c = F.conv2d(zp, mat.view(n * n, 1, n, n), stride=s)
     p = F.conv2d(pp, mat.view(n * n, 1, n, n), stride=s).square_()
     gain = p.div_(p + 1.0)
