@@ -139,9 +139,15 @@ def gat_inverse(d: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane) -> 
     # below its minimum D* the closed form rises again (the D⁻³ term: D = 1e-3 gave 7.6e8); the exact
     # inverse is non-decreasing, and the closed form there is already ≤ 0, i.e. x̂ = 0
     dd = np.maximum(d, _D_MIN)
-    c = math.sqrt(1.5)
-    inv = 0.25 * dd**2 + 0.25 * c / dd - 1.375 / dd**2 + 0.625 * c / dd**3 - 0.125 - s2
+    inv = 0.25 * dd**2 + _inverse_tail(dd) - 0.125 - s2
     return np.where(gauss, d * np.sqrt(np.where(gauss, lr, 1.0)), a * np.maximum(inv, 0.0))
+
+
+def _inverse_tail(d):
+    """The closed-form exact unbiased inverse's correction terms ¼·√(3/2)·D⁻¹ − 11/8·D⁻² + 5/8·√(3/2)·D⁻³
+    (numpy or torch, D ≥ D*): shared by :func:`gat_inverse` and :func:`gat_centred_inverse`."""
+    c = math.sqrt(1.5)
+    return 0.25 * c / d - 1.375 / d**2 + 0.625 * c / d**3
 
 
 def gat_algebraic_inverse(d: np.ndarray, lambda_shot: PerPlane, lambda_read: PerPlane) -> np.ndarray:
@@ -161,9 +167,8 @@ def gat_centred(y: torch.Tensor, lambda_shot: torch.Tensor, lambda_read: torch.T
     """:func:`gat_forward` − 2·√(3/8 + σ²) in float32, for torch: the transform less its value at y = 0,
     written 2·(y/α)/(√(y/α + 3/8 + σ²) + √(3/8 + σ²)) so that float32 keeps the unit noise when σ² (read
     noise in counts) is large. ``y`` (B, 4, h, w) [0, 1] units; λ (B, 4, 1, 1), λshot > 0 on every plane."""
-    a = lambda_shot.double()
-    c0 = (0.375 + lambda_read.double() / a**2).float()
-    u = y.float() / a.float()
+    a, c0 = _centred_params(lambda_shot, lambda_read)
+    u = y.float() / a
     arg = (u + c0).clamp_min(0)
     # below the clamp (arg = 0) the transform is its floor, −2√c0
     return torch.where(arg > 0, 2 * u / (arg.sqrt() + c0.sqrt()), -2 * c0.sqrt())
@@ -174,14 +179,19 @@ def gat_centred_inverse(
 ) -> torch.Tensor:
     """:func:`gat_inverse` of D = ``e`` + 2·√(3/8 + σ²) (``e`` a denoised :func:`gat_centred` image), float32:
     D²/4 − 1/8 − σ² = √c₀·e + e²/4 + 1/4 (c₀ = 3/8 + σ²) evaluated without the cancellation. Same shapes."""
-    a = lambda_shot.double()
-    c0 = (0.375 + lambda_read.double() / a**2).float()
+    a, c0 = _centred_params(lambda_shot, lambda_read)
     r0 = c0.sqrt()
     e = e.float().clamp_min(_D_MIN - 2 * r0)  # D ≥ D*, as gat_inverse
-    d = e + 2 * r0
-    c = math.sqrt(1.5)
-    inv = r0 * e + 0.25 * e * e + 0.25 + 0.25 * c / d - 1.375 / d**2 + 0.625 * c / d**3
-    return a.float() * inv.clamp_min(0)
+    inv = r0 * e + 0.25 * e * e + 0.25 + _inverse_tail(e + 2 * r0)
+    return a * inv.clamp_min(0)
+
+
+def _centred_params(
+    lambda_shot: torch.Tensor, lambda_read: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(α = λshot, c₀ = 3/8 + λread/α²), float32, c₀ computed in float64 (σ² in counts can be ≫ 1)."""
+    a = lambda_shot.double()
+    return a.float(), (0.375 + lambda_read.double() / a**2).float()
 
 
 @lru_cache(maxsize=4)

@@ -168,12 +168,9 @@ class SureShrink(nn.Module):
 
     def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         parts = self.parts(x, noise)
-        gate = dct = None
-        if self.dct:
-            with torch.no_grad():
-                gate = dct_gate(parts[0], noise)
-                dct = dct_estimate(x, parts[0], noise, gate)
         with torch.no_grad():
+            gate = dct_gate(parts[0], noise) if self.dct else None
+            dct = dct_estimate(x, parts[0], noise, gate) if self.dct else None
             w, keep, cls = self.weights(x, noise, parts, dct, gate)
         xs = x.to(parts[0].dtype)
         d = [p - xs for p in parts]
@@ -322,8 +319,8 @@ def dct_gate(f: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     that signal (the median of the estimate ``f`` (B, 4, h, w) over its planes; std √(λshot·m + λread) with
     the planes' mean λ; ``noise`` (B, ≥ 2, 4)), and with shot noise on every plane (the GAT needs it)."""
     med = f.float().flatten(1).median(1).values
-    nz = noise.float()
-    sd = (nz[:, 0].mean(1) * med.clamp_min(0) + nz[:, 1].mean(1)).clamp_min(0).sqrt()
+    nz = noise.float()[:, :2]
+    sd = variance_map(med.view(-1, 1, 1, 1).expand(-1, nz.shape[-1], 1, 1), nz).mean((1, 2, 3)).sqrt()
     return (med > 0) & (sd <= DCT_MAX_REL_NOISE * med) & (nz[:, 0] > 0).all(1)
 
 
