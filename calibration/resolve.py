@@ -21,7 +21,7 @@ from pathlib import Path
 from rawrcl.cfa import CHANNELS
 from rawrcl.errors import RawrclError
 from rawrcl.noise import NoiseModel
-from rawrcl.noise.profiles import load_profile
+from rawrcl.noise.profiles import load_profile, read_profile
 from rawrcl.noise.samplers import PRESETS
 from rawrcl.noise.spec import PER_FILE, NoiseSpec, parse_noise
 
@@ -153,8 +153,9 @@ def file_noise(
         if spec.kind == "metadata":
             raise RawrclError(f"{name}: --noise metadata: the file has no DNG NoiseProfile (try auto)")
         if profile is not None:
+            data = read_profile(profile)  # a bad file is an error, not "not this camera"
             try:
-                m = load_profile(profile, raw.make or "", raw.model or "", raw.iso)
+                m = load_profile(data, raw.make or "", raw.model or "", raw.iso)
             except RawrclError:
                 m = None  # not this camera: fall through to the estimate
             if m is not None:

@@ -598,6 +598,40 @@ def test_profiles_interpolate_log_linear(tmp_path):
         load_profile(bad, "Acme", "Cam 1", 100)
 
 
+def test_bad_or_darktable_profile_refused_not_skipped(tmp_path):
+    """A ``--noise-profile`` file that is not a rawrcl profile is an error for every consumer — also where
+    a camera missing from a good profile falls through to the image estimate — and darktable's
+    noiseprofiles.json (not per raw sample: docs/calibration.md) is named as such."""
+    from rawrcl.calibration.resolve import file_noise
+
+    from rawrcl.infer.noise import NoiseOptions
+    from rawrcl.io.raw import read_raw
+    from rawrcl.noise.spec import PER_FILE, parse_noise
+
+    dt = tmp_path / "noiseprofiles.json"
+    entry = {"name": "D750 iso 100", "iso": 100, "a": [2e-6, 1e-6, 2e-6], "b": [1e-8, 1e-8, 1e-8]}
+    dt.write_text(
+        json.dumps(
+            {
+                "version": 0,
+                "noiseprofiles": [{"maker": "Nikon", "models": [{"model": "D750", "profiles": [entry]}]}],
+            }
+        )
+    )
+    with pytest.raises(RawrclError, match="darktable's noiseprofiles.json"):
+        load_profile(dt, "Nikon", "D750", 100)
+    with pytest.raises(RawrclError, match="darktable"):
+        NoiseOptions(profile=dt)
+    raw = read_raw(_write_noisy_dng(tmp_path / "a.dng", 1e-3, 1e-5))
+    auto = parse_noise("auto", PER_FILE, "--noise")
+    with pytest.raises(RawrclError, match="darktable"):
+        file_noise(raw, auto, profile=dt)
+    good = tmp_path / "prof.json"
+    save_profile(good, [_result(100, 1e-4, 1e-6)])
+    raw.model = "Other"  # not in the profile: the image estimate, as before
+    assert file_noise(raw, auto, profile=good).source == "image"
+
+
 # ----------------------------------------------------------------------------------------- CLI
 
 

@@ -31,6 +31,7 @@ from rawrcl.models.conditioning import WithNoise, camera_rows, is_noise_aware, i
 from rawrcl.models.row_fusion import with_row_fusion
 from rawrcl.models.shrink import maybe_shrink
 from rawrcl.noise import NoiseModel
+from rawrcl.noise.profiles import read_profile
 from rawrcl.noise.spec import PER_FILE, NoiseSpec, parse_noise
 
 
@@ -64,8 +65,10 @@ class NoiseOptions:
         self.parsed = parse_noise(self.spec if self.spec is not None else "auto", PER_FILE, "--noise")
         if not self.scale > 0:
             raise RawrclError(f"--noise-scale must be > 0, got {self.scale}")
-        if self.profile is not None and not Path(self.profile).is_file():
-            raise RawrclError(f"--noise-profile {self.profile}: no such file")
+        if self.profile is not None:
+            if not Path(self.profile).is_file():
+                raise RawrclError(f"--noise-profile {self.profile}: no such file")
+            read_profile(self.profile)  # a bad file is refused before any RAW file is read
         self._warned = False
 
     @property

@@ -61,6 +61,12 @@ def read_profile(path: str | Path) -> dict:
         raise RawrclError(f"{p}: no such noise-profile file") from None
     except (OSError, json.JSONDecodeError) as exc:
         raise RawrclError(f"{p}: not a readable JSON noise profile ({exc})") from None
+    if isinstance(data, dict) and isinstance(data.get("noiseprofiles"), list):
+        raise RawrclError(
+            f"{p}: darktable's noiseprofiles.json, whose a and b are not per raw sample (measured on its "
+            "demosaiced image's wavelet detail band, ≈ 10× below a raw sample's); rawrcl does not read it "
+            "(docs/calibration.md, 'Camera profiles')"
+        )
     if (
         not isinstance(data, dict)
         or data.get("format") != FORMAT
