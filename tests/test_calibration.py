@@ -622,6 +622,10 @@ def test_bad_or_darktable_profile_refused_not_skipped(tmp_path):
         load_profile(dt, "Nikon", "D750", 100)
     with pytest.raises(RawrclError, match="darktable"):
         NoiseOptions(profile=dt)
+    binary = tmp_path / "raw.json"
+    binary.write_bytes(bytes([0xD7, 0xFF, 0x00, 0x81]) * 64)  # not text: one line, not a traceback
+    with pytest.raises(RawrclError, match="not a readable JSON noise profile"):
+        NoiseOptions(profile=binary)
     raw = read_raw(_write_noisy_dng(tmp_path / "a.dng", 1e-3, 1e-5))
     auto = parse_noise("auto", PER_FILE, "--noise")
     with pytest.raises(RawrclError, match="darktable"):

@@ -59,7 +59,7 @@ def read_profile(path: str | Path) -> dict:
         data = json.loads(p.read_text())
     except FileNotFoundError:
         raise RawrclError(f"{p}: no such noise-profile file") from None
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON, or not UTF-8 text at all
         raise RawrclError(f"{p}: not a readable JSON noise profile ({exc})") from None
     if isinstance(data, dict) and isinstance(data.get("noiseprofiles"), list):
         raise RawrclError(
