@@ -593,4 +593,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from rawrcl.errors import RawrclError
+
+    try:
+        main()
+    except RawrclError as exc:  # e.g. a SIGTERM'd run (TrainingInterrupted): one line, resumable, exit 130
+        print(f"train_noise_aware: {exc}", file=sys.stderr)
+        sys.exit(getattr(exc, "exit_code", 1))
