@@ -8,11 +8,11 @@
 What the target counts: the whole process — start-up and imports, reading the file, the single-image noise
 estimate (the DNG carries no NoiseProfile, as most cameras' files), both networks, rendering and writing —
 on a 12 MP (4240 × 2828) GRBG 12-bit DNG with an as-shot white balance, made from the bundled photos
-with Poisson–Gaussian noise (:func:`benchmarks.speed.synthetic_cfa`), ``--precision fp32``, torch on
-``--threads`` threads (``OMP_NUM_THREADS``). Each row is the median wall time of ``--runs`` runs after one
-warm-up, with the peak resident memory of the process (``wait4``); variants run interleaved with the
-defaults (A B A B …) so that a drifting machine affects them alike. MP/s counts sensor pixels. Quote the
-figures for an otherwise idle machine only.
+with Poisson–Gaussian noise (``--level``, default ``high``; :func:`benchmarks.speed.synthetic_cfa`),
+``--precision fp32``, torch on ``--threads`` threads (``OMP_NUM_THREADS``). Each row is the median wall
+time of ``--runs`` runs after one warm-up, with the peak resident memory of the process (``wait4``); variants
+run interleaved with the defaults (A B A B …) so that a drifting machine affects them alike. MP/s counts
+sensor pixels. Quote the figures for an otherwise idle machine only.
 """
 
 from __future__ import annotations
@@ -33,11 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from speed import synthetic_cfa  # noqa: E402
 
 
-def make_dng(path: Path, mp: float = 12.0) -> tuple[int, int]:
-    """A GRBG 12-bit DNG (black 64, white 4095, as-shot WB, no NoiseProfile) of ``mp`` megapixels."""
+def make_dng(path: Path, mp: float = 12.0, level: str = "high") -> tuple[int, int]:
+    """A GRBG 12-bit DNG (black 64, white 4095, as-shot WB, no NoiseProfile) of ``mp`` megapixels with the
+    noise of preset ``level`` (:data:`rawrcl.noise.PRESETS`)."""
     from rawrcl.io.dng import write_dng
+    from rawrcl.noise import PRESETS
 
-    cfa = synthetic_cfa(mp, seed=1)[:, 1:-1]  # RGGB → GRBG by dropping the first column
+    cfa = synthetic_cfa(mp, seed=1, noise=PRESETS[level])[:, 1:-1]  # RGGB → GRBG by dropping the first column
     dn = np.round(cfa * (4095 - 64) + 64).astype(np.uint16)
     write_dng(path, dn, "GRBG", 64, 4095, wb=(2.0, 1.0, 1.6), overwrite=True)
     return dn.shape
@@ -93,6 +95,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--commands", default="jdd,denoise")
+    ap.add_argument(
+        "--level",
+        default="high",
+        help="the file's noise (a preset: L1 base ISO … L7, low, high; default high, the target's file). "
+        "At L1–L3 `rawrcl jdd` runs its JDD stage twice (docs/weights.md)",
+    )
     ap.add_argument("--variant", action="append", default=[], help="NAME=ARGS (options and KEY=VALUE env)")
     ap.add_argument(
         "--tree",
@@ -112,7 +120,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             path = package_of(Path(tree), Path(tmp) / f"tree-{name}")
             variants.append((name, [], {"PYTHONPATH": str(path)}))
         src = Path(tmp) / "frame.dng"
-        h, w = make_dng(src, a.mp)
+        h, w = make_dng(src, a.mp, a.level)
         mp = h * w / 1e6
         for command in a.commands.split(","):
             out = Path(tmp) / ("out.tiff" if command == "jdd" else "out.dng")
@@ -139,7 +147,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         "peak_mib": round(peak),
                     }
                 )
-    print(f"{mp:.2f} MP GRBG DNG, fp32, {a.threads} threads, median of {a.runs} (after one warm-up)\n")
+    print(
+        f"{mp:.2f} MP GRBG DNG, noise {a.level}, fp32, {a.threads} threads, median of {a.runs} "
+        "(after one warm-up)\n"
+    )
     print("| command | variant | s (median) | runs | MP/s | peak MiB |")
     print("|---|---|---|---|---|---|")
     for r in rows:

@@ -22,7 +22,8 @@ parameters the command itself would use: the single-image estimate of the noisy 
 between the stages of the two-stage model, ``rawrcl jdd --fuse-bm3d W``); with ``--tta``, ``new tta``: the
 self-ensemble of 8 flips/transposes (``--tta``), true λ; with ``--two-pass``, ``new two-pass``: a two-stage
 model's stages also run on the transposed mosaic and averaged (``--two-pass``: RAW rows the first stage only),
-true λ.
+true λ; with ``--one-pass``, ``new one-pass``: one pass of each stage, without the JDD stage's second pass at
+low noise that ``new`` runs as ``rawrcl jdd`` does (``--one-pass``), true λ.
 
 JDD rows (PSNR dB, linear RGB, 8-px border, as ``rawrcl eval --task jdd``): ``menon+nlm`` (the eval
 baseline), ``gharbi2016`` (``--gharbi DIR``, σ from the true parameters), ``old`` (``--old-jdd``), ``new``
@@ -133,6 +134,7 @@ def predictors(
     bm3d_jdd: bool = False,
     tta: bool = False,
     two_pass: bool = False,
+    one_pass: bool = False,
 ) -> dict:
     from rawrcl.models.loading import load_for_task
 
@@ -178,6 +180,9 @@ def predictors(
             if two_pass:  # the first stage also on the transposed mosaic (--two-pass), true λ
                 run_2p = model_predictor(model, task, multiple=8, shrink=shrink, two_pass=True)
                 fns["new two-pass"] = lambda inp, meta, r=run_2p: r(inp, task, meta)
+            if one_pass:  # without the low-noise second pass of the JDD stage (--one-pass), true λ
+                run_1p = model_predictor(model, task, multiple=8, shrink=shrink, two_pass=False)
+                fns["new one-pass"] = lambda inp, meta, r=run_1p: r(inp, task, meta)
             if estimate:
                 fns["new est"] = lambda inp, meta, r=run_est: r(inp, task, meta)
             if fuse > 0 and task_name == "raw-denoise":  # as rawrcl denoise --fuse-bm3d: the SURE output
@@ -238,6 +243,7 @@ def measure(args) -> list[dict]:
             args.bm3d_jdd,
             args.tta,
             args.two_pass,
+            args.one_pass,
         )
         # the cached "old" scores belong to one checkpoint: its content names them (another --old-* file,
         # or the same path rewritten, must not read an earlier model's scores)
@@ -316,6 +322,11 @@ def main(argv: list[str] | None = None) -> int:
         "--two-pass",
         action="store_true",
         help="also 'new two-pass': each stage run twice (--two-pass; RAW: the first stage), true λ",
+    )
+    ap.add_argument(
+        "--one-pass",
+        action="store_true",
+        help="also 'new one-pass': one pass of each stage (--one-pass: no low-noise second pass), true λ",
     )
     ap.add_argument(
         "--bm3d-jdd", action="store_true", help="JDD rows: also GAT+BM3D then Menon / LibRaw DHT demosaicing"

@@ -37,8 +37,9 @@ import numpy as np
 import torch
 
 
-def synthetic_cfa(mp: float, seed: int = 0) -> np.ndarray:
-    """A (H, W) float32 RGGB mosaic of ``mp`` megapixels (3:2), made from tiled bundled photos + noise."""
+def synthetic_cfa(mp: float, seed: int = 0, noise: tuple[float, float] = (0.01, 1.6e-3)) -> np.ndarray:
+    """A (H, W) float32 RGGB mosaic of ``mp`` megapixels (3:2), made from tiled bundled photos + noise
+    (λshot, λread in [0, 1] units; default the ``high`` preset)."""
     from skimage import data
 
     w = int(round(np.sqrt(mp * 1e6 * 1.5) / 2)) * 2
@@ -52,7 +53,7 @@ def synthetic_cfa(mp: float, seed: int = 0) -> np.ndarray:
     cfa[1::2, 0::2] = rgb[1, 1::2, 0::2]
     cfa[1::2, 1::2] = rgb[2, 1::2, 1::2]
     rng = np.random.default_rng(seed)
-    cfa += rng.standard_normal(cfa.shape, dtype=np.float32) * np.sqrt(0.01 * cfa + 1.6e-3)
+    cfa += rng.standard_normal(cfa.shape, dtype=np.float32) * np.sqrt(noise[0] * cfa + noise[1])
     return np.clip(cfa, 0, 1)
 
 

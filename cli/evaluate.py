@@ -65,10 +65,11 @@ from rawrcl.cli.common import NOISE_SYNTHETIC_HELP, fuse_bm3d_option, user_error
     "--tta", is_flag=True, help="self-ensemble: average the model over 8 flips/transposes (8x slower)"
 )
 @click.option(
-    "--two-pass",
-    is_flag=True,
+    "--two-pass/--one-pass",
+    default=None,
     help="two-stage models: each stage also on the transposed mosaic, averaged (RAW output: the first stage "
-    "only); about 1.25x the time (RAW), 1.75x (JDD)",
+    "only); about 1.25x the time (RAW), 1.75x (JDD). Default: as jdd runs, the JDD stage twice when the "
+    "noise is low (std at mid-grey <= 0.015); --one-pass never",
 )
 @fuse_bm3d_option("--burst: average a RAW denoiser's output (two-stage JDD: the mid mosaic)", "0.3 / 0.5")
 @click.option(

@@ -580,3 +580,30 @@ def test_model_default_names_the_shipped_weights(workdir: Path, tmp_path: Path):
         assert res.exit_code == 0, res.output
         outs.append(read_raw(dst).cfa)
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_jdd_runs_its_jdd_stage_twice_at_low_noise_unless_one_pass(tmp_path: Path):
+    """`rawrcl jdd` with the shipped default: told base-ISO noise the output is the mean over the JDD stage's
+    two orientations (it differs from --one-pass; --two-pass differs again: both stages); told high-ISO
+    noise the default is the one-pass output exactly."""
+    import tifffile
+
+    from rawrcl.io.dng import write_dng
+
+    rng = np.random.default_rng(3)
+    cfa = (rng.random((96, 128)) * 3000 + 600).astype(np.uint16)
+    src = tmp_path / "f.dng"
+    write_dng(src, cfa, "GRBG", 512, 16383)
+
+    def run(noise: str, *opts: str) -> np.ndarray:
+        out = tmp_path / f"{noise}{''.join(opts)}.tiff"
+        res = _cli(["jdd", src, "-o", out, "--noise", noise, "--render", "linear", "--precision", "fp32",
+                    "-q", *opts])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        return tifffile.imread(out).astype(np.int64)
+
+    low, high = "2e-5,1e-8", "1e-2,1.6e-3"  # σ at mid-grey 0.0019 and 0.058 (SIGMA_GATE 0.015)
+    default = run(low)
+    assert np.abs(default - run(low, "--one-pass")).max() > 20  # a real second pass
+    assert np.abs(run(low, "--two-pass") - default).max() > 0
+    np.testing.assert_array_equal(run(high), run(high, "--one-pass"))

@@ -418,7 +418,7 @@ def test_two_pass_first_stage_is_the_mean_over_the_transposed_mosaic():
             model.train()
             torch.testing.assert_close(model.first(x), one)  # training keeps one pass
             model.eval()
-        assert model.two_pass is False  # restored
+        assert model.two_pass is None  # restored (the default: the low-noise pass of a JDD stage)
         out = TileOptions(tile=64, overlap=8, precision="fp32", two_pass=True).apply(
             model, x, scale=2
         )  # the commands' path
@@ -455,3 +455,49 @@ def test_two_pass_jdd_stage_is_the_mean_over_the_transposed_mosaic_transposed_ba
     raw = model.with_output("raw")  # the CFA-site blend keeps one pass of the JDD stage
     with torch.no_grad(), two_pass_stages(raw):
         torch.testing.assert_close(raw.second(x, y, None), one)
+
+
+def test_jdd_stage_runs_twice_by_default_only_where_the_told_noise_is_low():
+    from torch import nn
+
+    from rawrcl.cfa import TRANSPOSED_PLANES
+    from rawrcl.models import build_model
+    from rawrcl.models.compose import (
+        RESIDUAL,
+        SIGMA_GATE,
+        DenoiseThenDemosaic,
+        mid_grey_sigma,
+        passes,
+        two_pass_stages,
+    )
+
+    torch.manual_seed(2)
+    jdd = build_model(
+        {"arch": "unet", "in_channels": 4, "head": "jdd", "width": 8, "depth": 2, "noise_aware": True}
+    ).eval()
+    model = DenoiseThenDemosaic(nn.Conv2d(4, 4, 3, padding=1), jdd).eval()
+    x = torch.rand(2, 4, 8, 12)
+    # base ISO (σ at mid-grey 0.0019) and a high ISO (0.058): one tile each
+    noise = torch.tensor([[[2e-5] * 4, [1e-8] * 4], [[1e-2] * 4, [1.6e-3] * 4]])
+    sigma = mid_grey_sigma(noise)
+    assert sigma[0] <= SIGMA_GATE < sigma[1]
+    torch.testing.assert_close(sigma[1], torch.tensor((1e-2 * 0.18 + 1.6e-3) ** 0.5))
+    with torch.no_grad():
+        y = model.first(x, noise)
+        told = noise * RESIDUAL
+        one = jdd(y, told)
+        t = jdd(y[:, TRANSPOSED_PLANES].transpose(-1, -2), told[..., TRANSPOSED_PLANES]).transpose(-1, -2)
+        assert model.two_pass is None
+        out = model.second(x, y, noise)  # the default: the mean at low noise, one pass above the gate
+        torch.testing.assert_close(out[0], 0.5 * (one[0] + t[0]))
+        torch.testing.assert_close(out[1], one[1])
+        with two_pass_stages(model, False):  # --one-pass
+            torch.testing.assert_close(model.second(x, y, noise), one)
+        with two_pass_stages(model, True):  # --two-pass: both samples
+            torch.testing.assert_close(model.second(x, y, noise), 0.5 * (one + t))
+        model.train()
+        torch.testing.assert_close(model.second(x, y, noise), one)  # training keeps one pass
+    assert not torch.allclose(one[0], t[0], atol=1e-4)
+    # the self-ensemble already averages the orientations: the default pass is off there
+    assert passes(None, self_ensemble=True) is False
+    assert passes(True, self_ensemble=True) is True and passes(None) is None

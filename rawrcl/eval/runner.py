@@ -23,7 +23,7 @@ from rawrcl.errors import RawrclError
 from rawrcl.eval.baselines import BASELINE_NAMES, baseline_applies, make_baseline
 from rawrcl.eval.metrics import BORDER, psnr, psnr_float, ssim, to_srgb, to_uint8
 from rawrcl.io import load_images
-from rawrcl.models.compose import two_pass_stages
+from rawrcl.models.compose import passes, two_pass_stages
 from rawrcl.models.geometry import pad_to_multiple
 from rawrcl.models.loading import is_shipped, load_for_task
 from rawrcl.noise import NoiseLike, noise_label
@@ -38,7 +38,7 @@ def model_predictor(
     self_ensemble: bool = False,
     noise_of: Callable[[torch.Tensor, dict], Any] | None = None,
     shrink: bool | None = None,
-    two_pass: bool = False,
+    two_pass: bool | None = None,
 ):
     """Wrap a model as ``f(input (C, h, w), task, meta) -> output`` with reflection padding to
     ``multiple`` (in the input grid; packed RAW stays RGGB-phased) and output cropping (× task.scale).
@@ -46,10 +46,11 @@ def model_predictor(
     A noise-aware model gets the sample's noise parameters: ``noise_of(input, meta)`` (a
     :class:`~rawrcl.noise.NoiseModel` or (2, C) tensor), by default the true ones (``meta["noise"]``).
     ``self_ensemble`` averages over the 8 flips/transposes (:class:`rawrcl.models.SelfEnsemble`);
-    ``two_pass`` runs a two-stage model's stages twice (``--two-pass``,
-    :func:`rawrcl.models.compose.two_pass_stages`). ``shrink``: the SURE weights of a packed-RAW noise-aware
-    model (:func:`rawrcl.models.shrink.maybe_shrink`; None: as the commands run it — on for RAW denoising,
-    off for JDD)."""
+    ``two_pass`` runs a two-stage model's stages twice (``--two-pass``; ``None``, as the commands: the JDD
+    stage twice at low noise; ``False`` one pass; :func:`rawrcl.models.compose.two_pass_stages`).
+    ``shrink``: the SURE weights of a packed-RAW noise-aware model
+    (:func:`rawrcl.models.shrink.maybe_shrink`; None: as the commands run it — on for RAW denoising, off
+    for JDD)."""
     from rawrcl.cfa import pack, unpack
     from rawrcl.infer.noise import camera_debanded, row_noise_for
     from rawrcl.models import SelfEnsemble
@@ -80,7 +81,7 @@ def model_predictor(
             net = WithNoise(shrunk if x.shape[1] == 4 else model, noise, x.shape[1]).to(device)
         if self_ensemble:
             net = SelfEnsemble(net)
-        with torch.no_grad(), two_pass_stages(net, two_pass):
+        with torch.no_grad(), two_pass_stages(net, passes(two_pass, self_ensemble)):
             y = net(x)[0]
         s = y.shape[-1] // x.shape[-1]
         return y[:, : h * s, : w * s].float().cpu()
@@ -103,7 +104,7 @@ def evaluate(
     self_ensemble: bool = False,
     noise_of: Callable[[torch.Tensor, dict], Any] | None = None,
     gharbi_weights: str | os.PathLike | None = None,
-    two_pass: bool = False,
+    two_pass: bool | None = None,
 ) -> dict:
     """Evaluate a checkpoint / model / classical baseline on a task.
 
@@ -122,7 +123,9 @@ def evaluate(
     self_ensemble : run a model as :class:`rawrcl.models.SelfEnsemble` (8 flips/transposes averaged;
         8× the time). Not for baselines.
     two_pass : a two-stage model's stages run on their input and on the transposed mosaic, averaged (the
-        RAW output: the first stage only; ``--two-pass``; :func:`rawrcl.models.compose.two_pass_stages`).
+        RAW output: the first stage only; ``--two-pass``); ``None`` as the commands run it (the JDD stage
+        twice at low noise), ``False`` one pass (``--one-pass``;
+        :func:`rawrcl.models.compose.two_pass_stages`).
     noise_of : for noise-aware models, ``f(noisy input, meta) -> NoiseModel`` giving the noise parameters
         the model is told (default: the true ones the sample was made with).
     gharbi_weights : folder of Gharbi et al. 2016's released weights (baseline ``gharbi2016``).
@@ -159,8 +162,8 @@ def evaluate(
             label = str(model_or_baseline)
         if self_ensemble:
             label = f"{label} (self-ensemble)"
-        if two_pass:
-            label = f"{label} (two-pass)"
+        if two_pass is not None:
+            label = f"{label} ({'two' if two_pass else 'one'}-pass)"
         runner = model_predictor(
             model, t, device, self_ensemble=self_ensemble, noise_of=noise_of, two_pass=two_pass
         )

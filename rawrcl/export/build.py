@@ -25,6 +25,7 @@ import torch.nn as nn
 from rawrcl.errors import RawrclError
 from rawrcl.export.graph import check_graph, export_onnx, graph_info, source_metadata
 from rawrcl.export.noise import BakedNLF
+from rawrcl.models.compose import DenoiseThenDemosaic
 from rawrcl.models.conditioning import WithNoise, camera_rows
 from rawrcl.models.heads import HEADS
 
@@ -96,6 +97,9 @@ def prepare(
             "before it runs, which an exported graph cannot do; adapt with --row-noise off to export"
         )
     module: nn.Module = model.eval()
+    for m in module.modules():  # a graph holds one pass of each stage (no low-noise second pass)
+        if isinstance(m, DenoiseThenDemosaic):
+            m.two_pass = False
     noise_input = False
     if noise_aware and noise is not None:
         module = WithNoise(module, noise.tensor(), channels=4)

@@ -31,7 +31,7 @@ import torch.nn as nn
 from rawrcl.cfa import align_rggb, pack, unpack
 from rawrcl.errors import RawrclError
 from rawrcl.infer.tiling import check_tiling, count_tiles, tiled_apply
-from rawrcl.models.compose import two_pass_stages
+from rawrcl.models.compose import passes, two_pass_stages
 from rawrcl.models.geometry import size_multiple
 from rawrcl.models.loading import load_for_task
 
@@ -57,7 +57,8 @@ class TileOptions:
     (:class:`rawrcl.models.SelfEnsemble`; 8× the time, +0.2–0.8 dB on our held-out photos). ``two_pass``: a
     two-stage model's stages run on their input and on the transposed mosaic, averaged — the RAW output (the
     CFA-site blend) the first stage only (:func:`rawrcl.models.compose.two_pass_stages`; ≈ 1.25× the time for
-    RAW, 1.75× for JDD, +0.02–0.35 dB; torch models only).
+    RAW, 1.75× for JDD, +0.02–0.35 dB; torch models only); ``None`` (default): the JDD stage of an RGB output
+    twice at low noise (:data:`rawrcl.models.compose.SIGMA_GATE`); ``False``: one pass of each.
     """
 
     #: 768 packed pixels, one tile per pass: on a 12 MP frame (2 × 3 tiles) 5 % of the pixels are computed
@@ -70,7 +71,7 @@ class TileOptions:
     precision: str = "auto"
     progress: bool = False
     self_ensemble: bool = False
-    two_pass: bool = False
+    two_pass: bool | None = None
     backend: str | None = None  # "torch" | "onnxruntime"; None: onnxruntime for a .onnx model, else torch
 
     def __post_init__(self) -> None:
@@ -92,7 +93,7 @@ class TileOptions:
             bar = tqdm(total=total, desc=desc, unit="tile", leave=False, file=sys.stderr)
             cb = bar.update
         try:
-            with two_pass_stages(model, self.two_pass):
+            with two_pass_stages(model, passes(self.two_pass, self.self_ensemble)):
                 return tiled_apply(
                     model,
                     x,

@@ -36,6 +36,14 @@ RESIDUAL = 0.01
 #: stage's own output) — the plain average, chosen on the validation rows (docs/weights.md, "CFA-site blend")
 BLEND = 0.5
 
+#: the JDD stage runs twice (on its input and on the transposed mosaic, averaged) in a two-stage model's RGB
+#: output by default when the file's noise std at mid-grey, √(λshot·0.18 + λread) (plane means, [0, 1] units;
+#: :func:`mid_grey_sigma`), is at most this: the ladder's L3 is 0.0134, L4 0.019. At low noise the JDD
+#: stage's error is mostly its variance across orientations (demosaicking fine detail), and this pass alone
+#: adds +0.26 … +0.48 dB at 1× L1/L2 on the validation photos, +0.03 … +0.08 at L4 and above (stop 95,
+#: docs/weights.md, "The JDD stage's second pass at low noise"); it costs ≈ 1.5× the command's time.
+SIGMA_GATE = 0.015
+
 #: what a two-stage model outputs: RGB (``"jdd"``) or the packed mosaic (``"raw"``, the CFA-site blend)
 OUTPUTS = ("jdd", "raw")
 
@@ -60,12 +68,13 @@ class DenoiseThenDemosaic(nn.Module):
 
     #: in eval mode, each stage as the mean of two passes, on its input and on the transposed mosaic (RGGB
     #: stays RGGB, G1 ↔ G2 and their noise swap; the JDD stage's RGB is transposed back): the networks' errors
-    #: differ between the two, the truth does not. The first stage alone (stop 84): +0.07 / +0.14 dB (RAW) and
-    #: +0.06 / +0.12 (JDD) on the held-out rows at 1× / 4×, for ≈ 25 % of the command; the JDD stage too (stop
-    #: 90; for the RGB output only): docs/weights.md, "A transposed second pass". Below issue 19's 1 MP/s: off
-    #: by default, on with ``--two-pass`` (:func:`two_pass_stages`). Training keeps one pass; so does a
-    #: row-aware (banding) first stage (a transpose turns rows into columns).
-    two_pass = False
+    #: differ between the two, the truth does not. ``True`` (``--two-pass``): both stages — the first stage
+    #: (stop 84) +0.07 / +0.14 dB (RAW) and +0.06 / +0.12 (JDD) on the held-out rows at 1× / 4×, for ≈ 25 % of
+    #: the command, the JDD stage too (stop 90; RGB output only): docs/weights.md, "A transposed second pass";
+    #: ``None`` (the default): the JDD stage of the RGB output only, and only for samples whose told noise is
+    #: at most :data:`SIGMA_GATE`; ``False`` (``--one-pass``): one pass of each. Training keeps one pass; so
+    #: does a row-aware (banding) first stage (a transpose turns rows into columns).
+    two_pass: bool | None = None
 
     def __init__(
         self,
@@ -163,13 +172,24 @@ class DenoiseThenDemosaic(nn.Module):
         """The JDD network on the first stage's output ``y`` (B, 4, h, w), told λ × :attr:`residual` of the
         input ``x``'s ``noise`` (``x`` gives the dtype): (B, 3, 2h, 2w) RGB. In eval mode (with
         :attr:`two_pass`) and output ``"jdd"`` the mean of its outputs on ``y`` and on the transposed mosaic
-        (transposed back); the RAW output (the CFA-site blend) keeps one pass of it: there it added +0.01 dB
+        (transposed back), with :attr:`two_pass` ``None`` only for the samples whose ``noise`` is at most
+        :data:`SIGMA_GATE`; the RAW output (the CFA-site blend) keeps one pass of it: there it added +0.01 dB
         for 0.5× more time (docs/weights.md, "A transposed second pass")."""
         rgb = self._second_pass(x, y, noise)
-        if self.training or not self.two_pass or self.output != "jdd":
+        if self.training or self.two_pass is False or self.output != "jdd":
             return rgb
-        t = self._second_pass(x, *_transposed(y, noise))
-        return 0.5 * (rgb + t.transpose(-1, -2))
+        if self.two_pass:
+            t = self._second_pass(x, *_transposed(y, noise))
+            return 0.5 * (rgb + t.transpose(-1, -2))
+        if noise is None or not _aware(self.demosaicker):
+            return rgb
+        low = (mid_grey_sigma(noise) <= SIGMA_GATE).nonzero().flatten().tolist()
+        if not low:
+            return rgb
+        t = self._second_pass(x[low], *_transposed(y[low], noise[low]))
+        rgb = rgb.clone()
+        rgb[low] = 0.5 * (rgb[low] + t.transpose(-1, -2))
+        return rgb
 
     def _second_pass(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         if not _aware(self.demosaicker):
@@ -222,11 +242,25 @@ class DenoiseThenDemosaic(nn.Module):
         return w * sites + (1 - w) * first
 
 
+def mid_grey_sigma(noise: torch.Tensor) -> torch.Tensor:
+    """(B,) noise std at mid-grey, √(λshot·0.18 + λread) with each parameter's mean over the planes, of
+    ``noise`` (B, K ≥ 2, planes) [λshot; λread; …] in [0, 1] units: the level :data:`SIGMA_GATE` reads."""
+    lam = noise[:, :2].float().mean(-1)
+    return (lam[:, 0] * 0.18 + lam[:, 1]).clamp(min=0).sqrt()
+
+
+def passes(two_pass: bool | None, self_ensemble: bool = False) -> bool | None:
+    """:attr:`DenoiseThenDemosaic.two_pass` for a run: ``two_pass`` as asked, except that the self-ensemble
+    (whose eight passes already average the orientations) turns the default low-noise pass (``None``) off."""
+    return False if self_ensemble and two_pass is None else two_pass
+
+
 @contextmanager
-def two_pass_stages(model: nn.Module, on: bool = True) -> Iterator[None]:
+def two_pass_stages(model: nn.Module, on: bool | None = True) -> Iterator[None]:
     """Within the block, every two-stage model inside ``model`` (its module tree: SURE weights, blind-spot
-    composites and the self-ensemble included) runs each stage as two passes
-    (:attr:`DenoiseThenDemosaic.two_pass` = ``on``); restored after."""
+    composites and the self-ensemble included) sets :attr:`DenoiseThenDemosaic.two_pass` = ``on``: ``True``
+    each stage as two passes, ``None`` the low-noise second pass of the JDD stage, ``False`` one pass of
+    each; restored after."""
     mods = [m for m in model.modules() if isinstance(m, DenoiseThenDemosaic)]
     before = [m.two_pass for m in mods]
     for m in mods:
