@@ -607,3 +607,14 @@ def test_jdd_runs_its_jdd_stage_twice_at_low_noise_unless_one_pass(tmp_path: Pat
     assert np.abs(default - run(low, "--one-pass")).max() > 20  # a real second pass
     assert np.abs(run(low, "--two-pass") - default).max() > 0
     np.testing.assert_array_equal(run(high), run(high, "--one-pass"))
+    said = {}  # the per-file log line says when (and only when) the second pass runs
+    for noise, opts in ((low, ()), (low, ("--one-pass",)), (low, ("--tta",)), (high, ())):
+        res = _cli(["jdd", src, "-o", tmp_path / "log.tiff", "--noise", noise, "--force", *opts])
+        assert res.exit_code == 0, res.output
+        said[noise, opts] = "the JDD stage runs twice" in res.output
+    assert said == {
+        (low, ()): True,
+        (low, ("--one-pass",)): False,
+        (low, ("--tta",)): False,
+        (high, ()): False,
+    }

@@ -109,6 +109,7 @@ def jdd_file(
         rgb = jdd_fused(model, raw.cfa, raw.pattern, nm, fuse, opts, log, Path(src).name)
     else:
         net = raw_model_for(model, raw, src, noise, log, resolved=fn)
+        _log_second_pass(net, src, opts, log)
         rgb = jdd_cfa(net, raw.cfa, raw.pattern, opts)
         _log_shrink(net, src, log)
     # turned for display as the camera was held
@@ -201,6 +202,24 @@ def denoise_file(
     if suffix in (".tif", ".tiff"):
         return write_cfa_tiff(dst, raw, cfa, overwrite)
     raise RawrclError(f"{dst}: RAW denoising writes .dng or .tiff, not {suffix!r}")
+
+
+def _log_second_pass(
+    net: nn.Module, src: str | os.PathLike, opts: TileOptions | None, log: Callable[[str], None] | None
+) -> None:
+    """One log line when ``net`` will run its JDD stage twice by default (low noise:
+    :func:`rawrcl.models.compose.low_noise_second_pass`), so that the longer time is explained."""
+    from rawrcl.models.compose import SIGMA_GATE, low_noise_second_pass, passes
+
+    o = opts or TileOptions()
+    if log is None or passes(o.two_pass, o.self_ensemble) is not None:
+        return
+    if (sigma := low_noise_second_pass(net)) is not None:
+        log(
+            f"{Path(src).name}: low noise (std {sigma:.4f} at mid-grey, at most {SIGMA_GATE:g}): the JDD "
+            "stage runs twice, on the mosaic and its transpose (about 1.5x the time, +0.1-0.3 dB; "
+            "--one-pass skips it)"
+        )
 
 
 def _log_shrink(net: nn.Module, src: str | os.PathLike, log: Callable[[str], None] | None) -> None:
