@@ -40,7 +40,7 @@ BLEND = 0.5
 #: output by default when the file's noise std at mid-grey, √(λshot·0.18 + λread) (plane means, [0, 1] units;
 #: :func:`mid_grey_sigma`), is at most this: the ladder's L3 is 0.0134, L4 0.019. At low noise the JDD
 #: stage's error is mostly its variance across orientations (demosaicking fine detail), and this pass alone
-#: adds +0.26 … +0.48 dB at 1× L1/L2 on the validation photos, +0.03 … +0.08 at L4 and above (stop 95,
+#: adds +0.26 … +0.48 dB at 1× L1/L2 on the validation photos, +0.02 … +0.11 at L4 and above (stop 95,
 #: docs/weights.md, "The JDD stage's second pass at low noise"); it costs ≈ 1.5× the command's time.
 SIGMA_GATE = 0.015
 
