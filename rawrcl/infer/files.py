@@ -208,8 +208,8 @@ def _log_second_pass(
     net: nn.Module, src: str | os.PathLike, opts: TileOptions | None, log: Callable[[str], None] | None
 ) -> None:
     """One log line when ``net`` will run its JDD stage twice by default (low noise:
-    :func:`rawrcl.models.compose.low_noise_second_pass`), so that the longer time is explained."""
-    from rawrcl.models.compose import SIGMA_GATE, low_noise_second_pass, passes
+    :func:`low_noise_second_pass`), so that the longer time is explained."""
+    from rawrcl.models.compose import SIGMA_GATE, passes
 
     o = opts or TileOptions()
     if log is None or passes(o.two_pass, o.self_ensemble) is not None:
@@ -220,6 +220,25 @@ def _log_second_pass(
             "stage runs twice, on the mosaic and its transpose (about 1.5x the time, +0.1-0.3 dB; "
             "--one-pass skips it)"
         )
+
+
+def low_noise_second_pass(net: nn.Module) -> float | None:
+    """For a model bound to one noise level (:class:`~rawrcl.models.conditioning.WithNoise` around a two-stage
+    model with RGB output and a noise-aware JDD stage): the std at mid-grey
+    (:func:`rawrcl.models.compose.mid_grey_sigma`) when it is at most
+    :data:`~rawrcl.models.compose.SIGMA_GATE`, i.e. when the JDD stage runs twice by default; else None."""
+    from rawrcl.models.compose import SIGMA_GATE, DenoiseThenDemosaic, mid_grey_sigma
+    from rawrcl.models.conditioning import WithNoise
+
+    for m in net.modules():
+        if not isinstance(m, WithNoise):
+            continue
+        for d in m.model.modules():
+            aware = bool(getattr(getattr(d, "demosaicker", None), "noise_aware", False))
+            if isinstance(d, DenoiseThenDemosaic) and d.output == "jdd" and aware:
+                sigma = float(mid_grey_sigma(m.noise[None].float())[0])
+                return sigma if sigma <= SIGMA_GATE else None
+    return None
 
 
 def _log_shrink(net: nn.Module, src: str | os.PathLike, log: Callable[[str], None] | None) -> None:

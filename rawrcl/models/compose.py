@@ -249,22 +249,6 @@ def mid_grey_sigma(noise: torch.Tensor) -> torch.Tensor:
     return (lam[:, 0] * 0.18 + lam[:, 1]).clamp(min=0).sqrt()
 
 
-def low_noise_second_pass(model: nn.Module) -> float | None:
-    """For a model bound to one noise level (:class:`~rawrcl.models.conditioning.WithNoise` around a two-stage
-    model with RGB output and a noise-aware JDD stage): the std at mid-grey (:func:`mid_grey_sigma`) when it
-    is at most :data:`SIGMA_GATE`, i.e. when the JDD stage runs twice by default; None otherwise."""
-    from rawrcl.models.conditioning import WithNoise
-
-    for m in model.modules():
-        if not isinstance(m, WithNoise):
-            continue
-        for d in m.model.modules():
-            if isinstance(d, DenoiseThenDemosaic) and d.output == "jdd" and _aware(d.demosaicker):
-                sigma = float(mid_grey_sigma(m.noise[None].float())[0])
-                return sigma if sigma <= SIGMA_GATE else None
-    return None
-
-
 def passes(two_pass: bool | None, self_ensemble: bool = False) -> bool | None:
     """:attr:`DenoiseThenDemosaic.two_pass` for a run: ``two_pass`` as asked, except that the self-ensemble
     (whose eight passes already average the orientations) turns the default low-noise pass (``None``) off."""
