@@ -223,21 +223,17 @@ def _log_second_pass(
 
 
 def low_noise_second_pass(net: nn.Module) -> float | None:
-    """For a model bound to one noise level (:class:`~rawrcl.models.conditioning.WithNoise` around a two-stage
-    model with RGB output and a noise-aware JDD stage): the std at mid-grey
-    (:func:`rawrcl.models.compose.mid_grey_sigma`) when it is at most
-    :data:`~rawrcl.models.compose.SIGMA_GATE`, i.e. when the JDD stage runs twice by default; else None."""
-    from rawrcl.models.compose import SIGMA_GATE, DenoiseThenDemosaic, mid_grey_sigma
+    """For a model bound to one noise level (:class:`~rawrcl.models.conditioning.WithNoise`): the std at
+    mid-grey (:func:`rawrcl.models.compose.mid_grey_sigma`) when a two-stage model inside runs its JDD stage
+    twice by default (:meth:`rawrcl.models.compose.DenoiseThenDemosaic.low_noise`); else None."""
+    from rawrcl.models.compose import DenoiseThenDemosaic, mid_grey_sigma
     from rawrcl.models.conditioning import WithNoise
 
     for m in net.modules():
-        if not isinstance(m, WithNoise):
-            continue
-        for d in m.model.modules():
-            aware = bool(getattr(getattr(d, "demosaicker", None), "noise_aware", False))
-            if isinstance(d, DenoiseThenDemosaic) and d.output == "jdd" and aware:
-                sigma = float(mid_grey_sigma(m.noise[None].float())[0])
-                return sigma if sigma <= SIGMA_GATE else None
+        if isinstance(m, WithNoise):
+            for d in m.model.modules():
+                if isinstance(d, DenoiseThenDemosaic) and bool(d.low_noise(m.noise[None]).any()):
+                    return float(mid_grey_sigma(m.noise[None])[0])
     return None
 
 

@@ -181,15 +181,21 @@ class DenoiseThenDemosaic(nn.Module):
         if self.two_pass:
             t = self._second_pass(x, *_transposed(y, noise))
             return 0.5 * (rgb + t.transpose(-1, -2))
-        if noise is None or not _aware(self.demosaicker):
-            return rgb
-        low = (mid_grey_sigma(noise) <= SIGMA_GATE).nonzero().flatten().tolist()
+        low = self.low_noise(noise).nonzero().flatten().tolist()
         if not low:
             return rgb
         t = self._second_pass(x[low], *_transposed(y[low], noise[low]))
         rgb = rgb.clone()
         rgb[low] = 0.5 * (rgb[low] + t.transpose(-1, -2))
         return rgb
+
+    def low_noise(self, noise: torch.Tensor | None) -> torch.Tensor:
+        """(B,) bool: the samples of ``noise`` (B, K, planes) whose JDD stage runs twice by default (RGB
+        output, a noise-aware JDD stage, :func:`mid_grey_sigma` at most :data:`SIGMA_GATE`); none without
+        noise."""
+        if noise is None or self.output != "jdd" or not _aware(self.demosaicker):
+            return torch.zeros(0 if noise is None else noise.shape[0], dtype=torch.bool)
+        return mid_grey_sigma(noise) <= SIGMA_GATE
 
     def _second_pass(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         if not _aware(self.demosaicker):
