@@ -582,10 +582,10 @@ def test_model_default_names_the_shipped_weights(workdir: Path, tmp_path: Path):
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
-def test_jdd_runs_its_jdd_stage_twice_at_low_noise_unless_one_pass(tmp_path: Path):
+def test_jdd_averages_its_jdd_stage_at_low_noise_unless_one_pass(tmp_path: Path):
     """`rawrcl jdd` with the shipped default: told base-ISO noise the output is the mean over the JDD stage's
-    two orientations (it differs from --one-pass; --two-pass differs again: both stages); told high-ISO
-    noise the default is the one-pass output exactly."""
+    four orientations, told a phone's base ISO over two (both differ from --one-pass; --two-pass differs
+    again: both stages); told high-ISO noise the default is the one-pass output exactly."""
     import tifffile
 
     from rawrcl.io.dng import write_dng
@@ -602,19 +602,22 @@ def test_jdd_runs_its_jdd_stage_twice_at_low_noise_unless_one_pass(tmp_path: Pat
         assert res.exit_code == 0, res.output
         return tifffile.imread(out).astype(np.int64)
 
-    low, high = "2e-5,1e-8", "1e-2,1.6e-3"  # σ at mid-grey 0.0019 and 0.058 (SIGMA_GATE 0.015)
+    # σ at mid-grey 0.0019, 0.0134 and 0.058 (QUAD_GATE 0.008, SIGMA_GATE 0.015)
+    low, mid, high = "2e-5,1e-8", "1e-3,2e-6", "1e-2,1.6e-3"
     default = run(low)
-    assert np.abs(default - run(low, "--one-pass")).max() > 20  # a real second pass
+    assert np.abs(default - run(low, "--one-pass")).max() > 20  # real further passes
     assert np.abs(run(low, "--two-pass") - default).max() > 0
+    assert np.abs(run(mid) - run(mid, "--one-pass")).max() > 20
     np.testing.assert_array_equal(run(high), run(high, "--one-pass"))
-    said = {}  # the per-file log line says when (and only when) the second pass runs
-    for noise, opts in ((low, ()), (low, ("--one-pass",)), (low, ("--tta",)), (high, ())):
+    said = {}  # the per-file log line says when (and only when) further passes run, and how many
+    for noise, opts in ((low, ()), (mid, ()), (low, ("--one-pass",)), (low, ("--tta",)), (high, ())):
         res = _cli(["jdd", src, "-o", tmp_path / "log.tiff", "--noise", noise, "--force", *opts])
         assert res.exit_code == 0, res.output
-        said[noise, opts] = "the JDD stage runs twice" in res.output
+        said[noise, opts] = [n for n in ("twice", "four times") if f"the JDD stage runs {n}" in res.output]
     assert said == {
-        (low, ()): True,
-        (low, ("--one-pass",)): False,
-        (low, ("--tta",)): False,
-        (high, ()): False,
+        (low, ()): ["four times"],
+        (mid, ()): ["twice"],
+        (low, ("--one-pass",)): [],
+        (low, ("--tta",)): [],
+        (high, ()): [],
     }

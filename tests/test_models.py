@@ -457,12 +457,13 @@ def test_two_pass_jdd_stage_is_the_mean_over_the_transposed_mosaic_transposed_ba
         torch.testing.assert_close(raw.second(x, y, None), one)
 
 
-def test_jdd_stage_runs_twice_by_default_only_where_the_told_noise_is_low():
+def test_jdd_stage_averages_its_orientations_by_default_only_where_the_told_noise_is_low():
     from torch import nn
 
-    from rawrcl.cfa import TRANSPOSED_PLANES
+    from rawrcl.cfa import TRANSPOSED_PLANES, pack, unpack
     from rawrcl.models import build_model
     from rawrcl.models.compose import (
+        QUAD_GATE,
         RESIDUAL,
         SIGMA_GATE,
         DenoiseThenDemosaic,
@@ -470,34 +471,51 @@ def test_jdd_stage_runs_twice_by_default_only_where_the_told_noise_is_low():
         passes,
         two_pass_stages,
     )
+    from rawrcl.models.geometry import pad_to_multiple, size_multiple
 
     torch.manual_seed(2)
     jdd = build_model(
         {"arch": "unet", "in_channels": 4, "head": "jdd", "width": 8, "depth": 2, "noise_aware": True}
     ).eval()
     model = DenoiseThenDemosaic(nn.Conv2d(4, 4, 3, padding=1), jdd).eval()
-    x = torch.rand(2, 4, 8, 12)
-    # base ISO (σ at mid-grey 0.0019) and a high ISO (0.058): one tile each
-    noise = torch.tensor([[[2e-5] * 4, [1e-8] * 4], [[1e-2] * 4, [1.6e-3] * 4]])
+    x = torch.rand(3, 4, 8, 12)
+    # base ISO (σ at mid-grey 0.0019), a phone's base ISO (0.0134) and a high ISO (0.058): one tile each
+    noise = torch.tensor([[[2e-5] * 4, [1e-8] * 4], [[1e-3] * 4, [2e-6] * 4], [[1e-2] * 4, [1.6e-3] * 4]])
     sigma = mid_grey_sigma(noise)
-    assert sigma[0] <= SIGMA_GATE < sigma[1]
-    torch.testing.assert_close(sigma[1], torch.tensor((1e-2 * 0.18 + 1.6e-3) ** 0.5))
+    assert sigma[0] <= QUAD_GATE < sigma[1] <= SIGMA_GATE < sigma[2]
+    torch.testing.assert_close(sigma[2], torch.tensor((1e-2 * 0.18 + 1.6e-3) ** 0.5))
+
+    def turned(packed: torch.Tensor, told: torch.Tensor) -> torch.Tensor:
+        """The JDD stage on the mosaic turned 180° (padded 1 px to keep its phase, then to the network's
+        size multiple), its RGB turned back."""
+        m = torch.nn.functional.pad(unpack(packed, "RGGB")[:, None], (1, 1, 1, 1), mode="reflect")
+        q = pack(m[:, 0].flip(-2, -1), "RGGB")
+        rgb = jdd(pad_to_multiple(q, size_multiple(jdd)), told)[..., : 2 * q.shape[-2], : 2 * q.shape[-1]]
+        return rgb.flip(-2, -1)[..., 1:-1, 1:-1]
+
     with torch.no_grad():
         y = model.first(x, noise)
         told = noise * RESIDUAL
         one = jdd(y, told)
-        t = jdd(y[:, TRANSPOSED_PLANES].transpose(-1, -2), told[..., TRANSPOSED_PLANES]).transpose(-1, -2)
+        ty, tt = y[:, TRANSPOSED_PLANES].transpose(-1, -2), told[..., TRANSPOSED_PLANES]
+        t = jdd(ty, tt).transpose(-1, -2)
+        r = turned(y, told)
+        rt = turned(ty, tt).transpose(-1, -2)
         assert model.two_pass is None
-        out = model.second(x, y, noise)  # the default: the mean at low noise, one pass above the gate
-        torch.testing.assert_close(out[0], 0.5 * (one[0] + t[0]))
-        torch.testing.assert_close(out[1], one[1])
+        out = model.second(x, y, noise)  # the default: four, two or one orientation(s) by the told noise
+        torch.testing.assert_close(out[0], (one[0] + t[0] + r[0] + rt[0]) / 4)
+        torch.testing.assert_close(out[1], 0.5 * (one[1] + t[1]))
+        torch.testing.assert_close(out[2], one[2])
+        assert model.jdd_passes(noise).tolist() == [4, 2, 1]
         with two_pass_stages(model, False):  # --one-pass
             torch.testing.assert_close(model.second(x, y, noise), one)
-        with two_pass_stages(model, True):  # --two-pass: both samples
-            torch.testing.assert_close(model.second(x, y, noise), 0.5 * (one + t))
+        with two_pass_stages(model, True):  # --two-pass: at least the pair for every sample
+            out = model.second(x, y, noise)
+            torch.testing.assert_close(out[0], (one[0] + t[0] + r[0] + rt[0]) / 4)
+            torch.testing.assert_close(out[1:], 0.5 * (one[1:] + t[1:]))
         model.train()
         torch.testing.assert_close(model.second(x, y, noise), one)  # training keeps one pass
-    assert not torch.allclose(one[0], t[0], atol=1e-4)
-    # the self-ensemble already averages the orientations: the default pass is off there
+    assert not torch.allclose(one[0], t[0], atol=1e-4) and not torch.allclose(one[0], r[0], atol=1e-4)
+    # the self-ensemble already averages the orientations: the default passes are off there
     assert passes(None, self_ensemble=True) is False
     assert passes(True, self_ensemble=True) is True and passes(None) is None

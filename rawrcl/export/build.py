@@ -97,7 +97,7 @@ def prepare(
             "before it runs, which an exported graph cannot do; adapt with --row-noise off to export"
         )
     module: nn.Module = model.eval()
-    for m in module.modules():  # a graph holds one pass of each stage (no low-noise second pass)
+    for m in module.modules():  # a graph holds one pass of each stage (no low-noise passes)
         if isinstance(m, DenoiseThenDemosaic):
             m.two_pass = False
     noise_input = False

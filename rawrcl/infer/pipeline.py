@@ -58,7 +58,8 @@ class TileOptions:
     two-stage model's stages run on their input and on the transposed mosaic, averaged — the RAW output (the
     CFA-site blend) the first stage only (:func:`rawrcl.models.compose.two_pass_stages`; ≈ 1.25× the time for
     RAW, 1.75× for JDD, +0.02–0.35 dB; torch models only); ``None`` (default): the JDD stage of an RGB output
-    twice at low noise (:data:`rawrcl.models.compose.SIGMA_GATE`); ``False``: one pass of each.
+    twice at low noise (:data:`rawrcl.models.compose.SIGMA_GATE`), in four orientations at the lowest
+    (:data:`~rawrcl.models.compose.QUAD_GATE`); ``False``: one pass of each.
     """
 
     #: 768 packed pixels, one tile per pass: on a 12 MP frame (2 × 3 tiles) 5 % of the pixels are computed

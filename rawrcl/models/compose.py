@@ -22,9 +22,10 @@ from contextlib import contextmanager
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
-from rawrcl.cfa import TRANSPOSED_PLANES, mosaic_packed
-from rawrcl.models.geometry import size_multiple
+from rawrcl.cfa import TRANSPOSED_PLANES, mosaic_packed, pack, unpack
+from rawrcl.models.geometry import pad_to_multiple, size_multiple
 from rawrcl.models.heads import bilinear_demosaic_packed
 from rawrcl.noise import std_map
 
@@ -43,6 +44,16 @@ BLEND = 0.5
 #: adds +0.26 … +0.48 dB at 1× L1/L2 on the validation photos, +0.02 … +0.11 at L4 and above (stop 95,
 #: docs/weights.md, "The JDD stage's second pass at low noise"); it costs ≈ 1.5× the command's time.
 SIGMA_GATE = 0.015
+
+#: at or below this std at mid-grey (the ladder's L2 is 0.0047, L3 0.0134) the default JDD stage averages all
+#: four :data:`ORIENTATIONS`, not two: +0.16 … +0.30 dB more than the pair at 1× L1/L2 on the validation
+#: photos, +0.06 … +0.08 at L3 (stop 96, docs/weights.md, "Four orientations at the lowest noise"); ≈ 2.5×
+#: the one-pass command's time.
+QUAD_GATE = 0.008
+
+#: the orientations the JDD stage's passes run in, in this order (:func:`_oriented`): as it is, transposed,
+#: rotated 180°, rotated 180° after the transpose
+ORIENTATIONS = 4
 
 #: what a two-stage model outputs: RGB (``"jdd"``) or the packed mosaic (``"raw"``, the CFA-site blend)
 OUTPUTS = ("jdd", "raw")
@@ -72,8 +83,10 @@ class DenoiseThenDemosaic(nn.Module):
     #: (stop 84) +0.07 / +0.14 dB (RAW) and +0.06 / +0.12 (JDD) on the held-out rows at 1× / 4×, for ≈ 25 % of
     #: the command, the JDD stage too (stop 90; RGB output only): docs/weights.md, "A transposed second pass";
     #: ``None`` (the default): the JDD stage of the RGB output only, and only for samples whose told noise is
-    #: at most :data:`SIGMA_GATE`; ``False`` (``--one-pass``): one pass of each. Training keeps one pass; so
-    #: does a row-aware (banding) first stage (a transpose turns rows into columns).
+    #: at most :data:`SIGMA_GATE` — over all four :data:`ORIENTATIONS` at most :data:`QUAD_GATE`
+    #: (:meth:`jdd_passes`; ``True`` keeps those four too); ``False`` (``--one-pass``): one pass of each.
+    #: Training keeps one pass; so does a row-aware (banding) first stage (a transpose turns rows into
+    #: columns).
     two_pass: bool | None = None
 
     def __init__(
@@ -170,32 +183,35 @@ class DenoiseThenDemosaic(nn.Module):
 
     def second(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         """The JDD network on the first stage's output ``y`` (B, 4, h, w), told λ × :attr:`residual` of the
-        input ``x``'s ``noise`` (``x`` gives the dtype): (B, 3, 2h, 2w) RGB. In eval mode (with
-        :attr:`two_pass`) and output ``"jdd"`` the mean of its outputs on ``y`` and on the transposed mosaic
-        (transposed back), with :attr:`two_pass` ``None`` only for the samples whose ``noise`` is at most
-        :data:`SIGMA_GATE`; the RAW output (the CFA-site blend) keeps one pass of it: there it added +0.01 dB
-        for 0.5× more time (docs/weights.md, "A transposed second pass")."""
+        input ``x``'s ``noise`` (``x`` gives the dtype): (B, 3, 2h, 2w) RGB. In eval mode and output
+        ``"jdd"`` each sample's result is the mean over the first :meth:`jdd_passes` :data:`ORIENTATIONS` of
+        ``y`` (each output turned back); the RAW output (the CFA-site blend) keeps one pass: there a second
+        added +0.01 dB for 0.5× more time (docs/weights.md, "A transposed second pass")."""
         rgb = self._second_pass(x, y, noise)
-        if self.training or self.two_pass is False or self.output != "jdd":
+        n = self.jdd_passes(noise, y.shape[0]).to(y.device)
+        if int(n.max()) == 1:
             return rgb
-        if self.two_pass:
-            t = self._second_pass(x, *_transposed(y, noise))
-            return 0.5 * (rgb + t.transpose(-1, -2))
-        low = self.low_noise(noise).nonzero().flatten().tolist()
-        if not low:
-            return rgb
-        t = self._second_pass(x[low], *_transposed(y[low], noise[low]))
-        rgb = rgb.clone()
-        rgb[low] = 0.5 * (rgb[low] + t.transpose(-1, -2))
-        return rgb
+        acc = rgb.float()
+        for k in range(1, int(n.max())):
+            idx = (n > k).nonzero().flatten()
+            told = None if noise is None else noise[idx]
+            t = self._second_pass(x[idx], *_oriented(y[idx], told, k, self.size_multiple))
+            acc = acc.index_add(0, idx, _turned_back(t, k, y.shape[-2:]).float())
+        return (acc / n.view(-1, 1, 1, 1).to(acc.dtype)).to(rgb.dtype)
 
-    def low_noise(self, noise: torch.Tensor | None) -> torch.Tensor:
-        """(B,) bool: the samples of ``noise`` (B, K, planes) whose JDD stage runs twice by default (RGB
-        output, a noise-aware JDD stage, :func:`mid_grey_sigma` at most :data:`SIGMA_GATE`); none without
-        noise."""
-        if noise is None or self.output != "jdd" or not _aware(self.demosaicker):
-            return torch.zeros(0 if noise is None else noise.shape[0], dtype=torch.bool)
-        return mid_grey_sigma(noise) <= SIGMA_GATE
+    def jdd_passes(self, noise: torch.Tensor | None, batch: int = 1) -> torch.Tensor:
+        """(B,) int64: over how many :data:`ORIENTATIONS` :meth:`second` averages the JDD stage for each
+        sample of ``noise`` (B, K, planes) (``batch`` B when ``noise`` is None): one in training, for the
+        RAW output and with :attr:`two_pass` ``False``; by default (``None``, a noise-aware JDD stage) four
+        where :func:`mid_grey_sigma` is at most :data:`QUAD_GATE`, two where at most :data:`SIGMA_GATE`,
+        else one; with :attr:`two_pass` ``True`` at least two."""
+        n = torch.ones(batch if noise is None else noise.shape[0], dtype=torch.long)
+        if self.training or self.two_pass is False or self.output != "jdd" or self.demosaicker is None:
+            return n
+        if noise is not None and _aware(self.demosaicker):
+            sigma = mid_grey_sigma(noise).cpu()
+            n = torch.where(sigma <= QUAD_GATE, 4, torch.where(sigma <= SIGMA_GATE, 2, 1))
+        return n.clamp(min=2) if self.two_pass else n
 
     def _second_pass(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         if not _aware(self.demosaicker):
@@ -265,7 +281,7 @@ def passes(two_pass: bool | None, self_ensemble: bool = False) -> bool | None:
 def two_pass_stages(model: nn.Module, on: bool | None = True) -> Iterator[None]:
     """Within the block, every two-stage model inside ``model`` (its module tree: SURE weights, blind-spot
     composites and the self-ensemble included) sets :attr:`DenoiseThenDemosaic.two_pass` = ``on``: ``True``
-    each stage as two passes, ``None`` the low-noise second pass of the JDD stage, ``False`` one pass of
+    each stage as two passes, ``None`` the low-noise passes of the JDD stage, ``False`` one pass of
     each; restored after."""
     mods = [m for m in model.modules() if isinstance(m, DenoiseThenDemosaic)]
     before = [m.two_pass for m in mods]
@@ -283,6 +299,31 @@ def _transposed(packed: torch.Tensor, noise: torch.Tensor | None) -> tuple[torch
     per-plane ``noise`` (B, K, 4) with the same planes swapped; its own inverse."""
     swap = TRANSPOSED_PLANES
     return packed[:, swap].transpose(-1, -2), None if noise is None else noise[..., swap]
+
+
+def _oriented(
+    packed: torch.Tensor, noise: torch.Tensor | None, k: int, multiple: int = 1
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Orientation ``k`` of :data:`ORIENTATIONS` of the packed RGGB mosaic (B, 4, h, w) and its per-plane
+    ``noise`` (B, K, 4): 0 as it is, 1 transposed (:func:`_transposed`), 2 rotated 180°, 3 rotated 180°
+    after the transpose. Rotated mosaics are reflection-padded by one pixel on each side first, so that they
+    start on an R site again (as :class:`~rawrcl.models.ensemble.SelfEnsemble`), which keeps every plane's
+    noise: (B, 4, h + 1, w + 1), then padded bottom/right to ``multiple``. :func:`_turned_back` undoes it."""
+    if k & 1:
+        packed, noise = _transposed(packed, noise)
+    if k & 2:
+        mosaic = F.pad(unpack(packed, "RGGB")[:, None], (1, 1, 1, 1), mode="reflect")
+        packed = pad_to_multiple(pack(mosaic[:, 0].flip(-2, -1), "RGGB"), multiple)
+    return packed, noise
+
+
+def _turned_back(rgb: torch.Tensor, k: int, packed_hw: tuple[int, int]) -> torch.Tensor:
+    """An output (B, C, H', W') computed on :func:`_oriented` orientation ``k`` of a packed (h, w) mosaic,
+    turned back onto the mosaic's grid: (B, C, 2h, 2w)."""
+    h, w = (2 * packed_hw[1], 2 * packed_hw[0]) if k & 1 else (2 * packed_hw[0], 2 * packed_hw[1])
+    if k & 2:
+        rgb = rgb[..., : h + 2, : w + 2].flip(-2, -1)[..., 1:-1, 1:-1]
+    return rgb.transpose(-1, -2) if k & 1 else rgb
 
 
 def first_stage(model: nn.Module) -> nn.Module:
