@@ -515,6 +515,11 @@ def test_jdd_stage_averages_its_orientations_by_default_only_where_the_told_nois
             torch.testing.assert_close(out[1:], 0.5 * (one[1:] + t[1:]))
         model.train()
         torch.testing.assert_close(model.second(x, y, noise), one)  # training keeps one pass
+        model.eval()
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # the commands' precision on bf16 CPUs
+            low = model.second(x, y, noise)
+        assert low.dtype == torch.bfloat16
+        torch.testing.assert_close(low[0].float(), (one[0] + t[0] + r[0] + rt[0]) / 4, atol=0.03, rtol=0.03)
     assert not torch.allclose(one[0], t[0], atol=1e-4) and not torch.allclose(one[0], r[0], atol=1e-4)
     # the self-ensemble already averages the orientations: the default passes are off there
     assert passes(None, self_ensemble=True) is False

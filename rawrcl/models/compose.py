@@ -188,16 +188,17 @@ class DenoiseThenDemosaic(nn.Module):
         ``y`` (each output turned back); the RAW output (the CFA-site blend) keeps one pass: there a second
         added +0.01 dB for 0.5× more time (docs/weights.md, "A transposed second pass")."""
         rgb = self._second_pass(x, y, noise)
-        n = self.jdd_passes(noise, y.shape[0]).to(y.device)
+        n = self.jdd_passes(noise, y.shape[0])  # on the CPU: x, y and noise may sit on other devices
         if int(n.max()) == 1:
             return rgb
         acc = rgb.float()
         for k in range(1, int(n.max())):
-            idx = (n > k).nonzero().flatten()
+            idx = (n > k).nonzero().flatten().tolist()
             told = None if noise is None else noise[idx]
             t = self._second_pass(x[idx], *_oriented(y[idx], told, k, self.size_multiple))
-            acc = acc.index_add(0, idx, _turned_back(t, k, y.shape[-2:]).float())
-        return (acc / n.view(-1, 1, 1, 1).to(acc.dtype)).to(rgb.dtype)
+            at = torch.tensor(idx, device=acc.device)
+            acc = acc.index_add(0, at, _turned_back(t, k, y.shape[-2:]).float())
+        return (acc / n.view(-1, 1, 1, 1).to(acc)).to(rgb.dtype)
 
     def jdd_passes(self, noise: torch.Tensor | None, batch: int = 1) -> torch.Tensor:
         """(B,) int64: over how many :data:`ORIENTATIONS` :meth:`second` averages the JDD stage for each
