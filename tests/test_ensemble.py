@@ -89,3 +89,24 @@ def test_models_that_need_size_multiples_run_under_the_flips():
     with torch.no_grad():
         out = SelfEnsemble(told)(x)
     assert out.shape == x.shape and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("t", range(8))
+def test_turn_keeps_the_bayer_phase_and_turn_back_inverts_it(t):
+    """Every dihedral turn of a mosaic whose sites hold their colour's code (R 0, G 1, B 2) is again an RGGB
+    mosaic (R on R sites, …), and turn_back (scale 1 and 2) returns the original grid exactly."""
+    from rawrcl.models.geometry import turn, turn_back
+
+    h, w = 6, 10
+    colour = torch.tensor([[0.0, 1.0], [1.0, 2.0]]).repeat(h // 2, w // 2)
+    turned = turn(colour[None, None], t)
+    assert torch.equal(
+        turned[0, 0], torch.tensor([[0.0, 1.0], [1.0, 2.0]]).repeat(*(s // 2 for s in turned.shape[-2:]))
+    )
+    x = torch.rand(1, 1, h, w)
+    torch.testing.assert_close(turn_back(turn(x, t), t), x, rtol=0, atol=0)
+    up = F.interpolate(turn(x, t), scale_factor=2, mode="nearest")  # an output at 2 pixels per mosaic pixel
+    torch.testing.assert_close(turn_back(up, t, 2), F.interpolate(x, scale_factor=2, mode="nearest"))
+    rgb = torch.rand(1, 3, h, w)  # photos: plain flips, no padding
+    assert turn(rgb, t, bayer=False).shape[-2:] == ((w, h) if t & 1 else (h, w))
+    torch.testing.assert_close(turn_back(turn(rgb, t, bayer=False), t, bayer=False), rgb, rtol=0, atol=0)

@@ -22,10 +22,9 @@ from contextlib import contextmanager
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from rawrcl.cfa import TRANSPOSED_PLANES, mosaic_packed, pack, unpack
-from rawrcl.models.geometry import pad_to_multiple, size_multiple
+from rawrcl.models.geometry import pad_to_multiple, size_multiple, turn, turn_back
 from rawrcl.models.heads import bilinear_demosaic_packed
 from rawrcl.noise import std_map
 
@@ -51,9 +50,9 @@ SIGMA_GATE = 0.015
 #: the one-pass command's time.
 QUAD_GATE = 0.008
 
-#: the orientations the JDD stage's passes run in, in this order (:func:`_oriented`): as it is, transposed,
-#: rotated 180°, rotated 180° after the transpose
-ORIENTATIONS = 4
+#: the orientations the JDD stage's passes run in, in this order, as :func:`rawrcl.models.geometry.turn`
+#: codes: as it is, transposed, rotated 180° (both flips), rotated 180° and transposed
+ORIENTATIONS = (0, 1, 6, 7)
 
 #: what a two-stage model outputs: RGB (``"jdd"``) or the packed mosaic (``"raw"``, the CFA-site blend)
 OUTPUTS = ("jdd", "raw")
@@ -195,14 +194,14 @@ class DenoiseThenDemosaic(nn.Module):
         for k in range(1, int(n.max())):
             idx = (n > k).nonzero().flatten().tolist()
             told = None if noise is None else noise[idx]
-            t = self._second_pass(x[idx], *_oriented(y[idx], told, k, self.size_multiple))
-            at = torch.tensor(idx, device=acc.device)
-            acc = acc.index_add(0, at, _turned_back(t, k, y.shape[-2:]).float())
+            turned = self._second_pass(x[idx], *_oriented(y[idx], told, ORIENTATIONS[k], self.size_multiple))
+            back = _turned_back(turned, ORIENTATIONS[k], y.shape[-2:]).float()
+            acc = acc.index_add(0, torch.tensor(idx, device=acc.device), back)
         return (acc / n.view(-1, 1, 1, 1).to(acc)).to(rgb.dtype)
 
     def jdd_passes(self, noise: torch.Tensor | None, batch: int = 1) -> torch.Tensor:
-        """(B,) int64: over how many :data:`ORIENTATIONS` :meth:`second` averages the JDD stage for each
-        sample of ``noise`` (B, K, planes) (``batch`` B when ``noise`` is None): one in training, for the
+        """(B,) int64: over how many of the :data:`ORIENTATIONS` :meth:`second` averages the JDD stage for
+        each sample of ``noise`` (B, K, planes) (``batch`` B when ``noise`` is None): one in training, for the
         RAW output and with :attr:`two_pass` ``False``; by default (``None``, a noise-aware JDD stage) four
         where :func:`mid_grey_sigma` is at most :data:`QUAD_GATE`, two where at most :data:`SIGMA_GATE`,
         else one; with :attr:`two_pass` ``True`` at least two."""
@@ -303,28 +302,24 @@ def _transposed(packed: torch.Tensor, noise: torch.Tensor | None) -> tuple[torch
 
 
 def _oriented(
-    packed: torch.Tensor, noise: torch.Tensor | None, k: int, multiple: int = 1
+    packed: torch.Tensor, noise: torch.Tensor | None, t: int, multiple: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Orientation ``k`` of :data:`ORIENTATIONS` of the packed RGGB mosaic (B, 4, h, w) and its per-plane
-    ``noise`` (B, K, 4): 0 as it is, 1 transposed (:func:`_transposed`), 2 rotated 180°, 3 rotated 180°
-    after the transpose. Rotated mosaics are reflection-padded by one pixel on each side first, so that they
-    start on an R site again (as :class:`~rawrcl.models.ensemble.SelfEnsemble`), which keeps every plane's
-    noise: (B, 4, h + 1, w + 1), then padded bottom/right to ``multiple``. :func:`_turned_back` undoes it."""
-    if k & 1:
-        packed, noise = _transposed(packed, noise)
-    if k & 2:
-        mosaic = F.pad(unpack(packed, "RGGB")[:, None], (1, 1, 1, 1), mode="reflect")
-        packed = pad_to_multiple(pack(mosaic[:, 0].flip(-2, -1), "RGGB"), multiple)
-    return packed, noise
+    """The packed RGGB mosaic (B, 4, h, w) turned by :func:`~rawrcl.models.geometry.turn` code ``t`` (its
+    Bayer phase kept: a flipped axis grows by one packed pixel), padded bottom/right to ``multiple``, and
+    its per-plane ``noise`` (B, K, 4) (G1 ↔ G2 under a transpose). :func:`_turned_back` undoes it."""
+    if t == 1:
+        return _transposed(packed, noise)
+    mosaic = turn(unpack(packed, "RGGB")[:, None], t)[:, 0]
+    if noise is not None and t & 1:
+        noise = noise[..., TRANSPOSED_PLANES]
+    return pad_to_multiple(pack(mosaic, "RGGB"), multiple), noise
 
 
-def _turned_back(rgb: torch.Tensor, k: int, packed_hw: tuple[int, int]) -> torch.Tensor:
-    """An output (B, C, H', W') computed on :func:`_oriented` orientation ``k`` of a packed (h, w) mosaic,
-    turned back onto the mosaic's grid: (B, C, 2h, 2w)."""
-    h, w = (2 * packed_hw[1], 2 * packed_hw[0]) if k & 1 else (2 * packed_hw[0], 2 * packed_hw[1])
-    if k & 2:
-        rgb = rgb[..., : h + 2, : w + 2].flip(-2, -1)[..., 1:-1, 1:-1]
-    return rgb.transpose(-1, -2) if k & 1 else rgb
+def _turned_back(rgb: torch.Tensor, t: int, packed_hw: tuple[int, int]) -> torch.Tensor:
+    """An output (B, C, H', W') at mosaic resolution computed on :func:`_oriented` turn ``t`` of a packed
+    (h, w) mosaic, cropped to the turned mosaic and turned back onto the mosaic's grid: (B, C, 2h, 2w)."""
+    h, w = 2 * packed_hw[0] + 2 * bool(t & 4), 2 * packed_hw[1] + 2 * bool(t & 2)
+    return turn_back(rgb[..., : (w if t & 1 else h), : (h if t & 1 else w)], t)
 
 
 def first_stage(model: nn.Module) -> nn.Module:

@@ -6,26 +6,25 @@ not retrained; inference costs 8×.
 
 On a Bayer mosaic a plain flip changes the CFA phase (RGGB → GRBG), which a model trained on RGGB cannot
 read. :class:`SelfEnsemble` therefore transforms packed RAW input as the full-resolution mosaic and keeps
-the phase (Liu et al. 2019, "Bayer preserving augmentation"): a transpose keeps RGGB as it is; before a
-horizontal (vertical) flip the mosaic is reflection-padded by one column (row) on each side — a 1-pixel
-reflection keeps the Bayer phase of the padding — so the flipped mosaic starts on an R column (row) again;
-the padding is cropped from the output after flipping back. That padding makes the input one packed pixel
-larger than the tiler's: it is padded again to the model's ``size_multiple`` (whole packed pixels,
-bottom/right; :func:`~rawrcl.models.geometry.pad_to_multiple`) and the output cropped, so a model that needs
-multiples (a blind-spot network: 4) runs under the ensemble too. A model bound to a row (banding) noise
-(``keeps_rows``, :class:`~rawrcl.models.conditioning.WithNoise`) gets the 4 flips only: a transpose would
-turn the sensor's rows into columns.
+the phase (Liu et al. 2019, "Bayer preserving augmentation"; :func:`~rawrcl.models.geometry.turn`): a
+transpose keeps RGGB as it is; before a horizontal (vertical) flip the mosaic is reflection-padded by one
+column (row) on each side — a 1-pixel reflection keeps the Bayer phase of the padding — so the flipped
+mosaic starts on an R column (row) again; the padding is cropped from the output after flipping back.
+That padding makes the input one packed pixel larger than the tiler's: it is padded again to the model's
+``size_multiple`` (whole packed pixels, bottom/right; :func:`~rawrcl.models.geometry.pad_to_multiple`) and
+the output cropped, so a model that needs multiples (a blind-spot network: 4) runs under the ensemble too.
+A model bound to a row (banding) noise (``keeps_rows``, :class:`~rawrcl.models.conditioning.WithNoise`)
+gets the 4 flips only: a transpose would turn the sensor's rows into columns.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from rawrcl.cfa import pack, unpack
 from rawrcl.errors import RawrclError
-from rawrcl.models.geometry import pad_to_multiple, size_multiple
+from rawrcl.models.geometry import pad_to_multiple, size_multiple, turn, turn_back
 
 
 class SelfEnsemble(nn.Module):
@@ -63,25 +62,12 @@ class SelfEnsemble(nn.Module):
         acc, packed_out = None, False
         ts = (0, 2, 4, 6) if getattr(self.model, "keeps_rows", False) else range(8)
         for t in ts:
-            transpose, fh, fv = bool(t & 1), bool(t & 2), bool(t & 4)
-            g = grid
-            if fh:
-                g = (F.pad(g, (1, 1, 0, 0), mode="reflect") if raw else g).flip(-1)
-            if fv:
-                g = (F.pad(g, (0, 0, 1, 1), mode="reflect") if raw else g).flip(-2)
-            if transpose:
-                g = g.transpose(-1, -2)
+            g = turn(grid, t, bayer=raw)
             y = self._run(pack(g[:, 0], "RGGB") if raw else g)
             if raw and y.shape[1] == 4 and 2 * y.shape[-1] == g.shape[-1]:
                 y, packed_out = unpack(y, "RGGB")[:, None], True
             s = y.shape[-1] // g.shape[-1]  # output pixels per mosaic / photo pixel
-            if transpose:
-                y = y.transpose(-1, -2)
-            if fv:
-                y = y.flip(-2)[..., s:-s, :] if raw else y.flip(-2)
-            if fh:
-                y = y.flip(-1)[..., s:-s] if raw else y.flip(-1)
-            y = y.float()
+            y = turn_back(y, t, s, bayer=raw).float()
             acc = y if acc is None else acc + y
         out = acc / len(ts)
         return pack(out[:, 0], "RGGB") if packed_out else out

@@ -31,3 +31,29 @@ def pad_to_multiple(x: torch.Tensor, multiple: int) -> torch.Tensor:
         return x
     mode = "reflect" if (ph < h and pw < w) else "replicate"
     return F.pad(x, (0, pw, 0, ph), mode=mode)
+
+
+def turn(grid: torch.Tensor, t: int, bayer: bool = True) -> torch.Tensor:
+    """Dihedral transform ``t`` of ``grid`` (..., H, W): bit 2 flips left–right, bit 4 up–down (the flips
+    first), bit 1 transposes. With ``bayer`` the grid is a Bayer mosaic whose CFA phase the transform keeps:
+    before each flip it is reflection-padded by one pixel on both sides (a 1-pixel reflection keeps the
+    phase), so the flipped mosaic starts on the same colour again — (..., H + 2, W) per up–down flip, and so
+    on; a transpose keeps an RGGB mosaic RGGB (G1 ↔ G2). :func:`turn_back` undoes it on an output."""
+    if t & 2:
+        grid = (F.pad(grid, (1, 1, 0, 0), mode="reflect") if bayer else grid).flip(-1)
+    if t & 4:
+        grid = (F.pad(grid, (0, 0, 1, 1), mode="reflect") if bayer else grid).flip(-2)
+    return grid.transpose(-1, -2) if t & 1 else grid
+
+
+def turn_back(out: torch.Tensor, t: int, scale: int = 1, bayer: bool = True) -> torch.Tensor:
+    """The inverse of :func:`turn` on ``out`` (..., H', W'), computed on the turned grid at ``scale`` output
+    pixels per grid pixel: transposed back, flipped back and, with ``bayer``, ``scale`` pixels of padding
+    cropped from both sides of each flipped axis."""
+    if t & 1:
+        out = out.transpose(-1, -2)
+    if t & 4:
+        out = out.flip(-2)[..., scale:-scale, :] if bayer else out.flip(-2)
+    if t & 2:
+        out = out.flip(-1)[..., scale:-scale] if bayer else out.flip(-1)
+    return out
