@@ -37,10 +37,14 @@ import numpy as np
 import torch
 
 
-def synthetic_cfa(mp: float, seed: int = 0, noise: tuple[float, float] = (0.01, 1.6e-3)) -> np.ndarray:
+def synthetic_cfa(mp: float, seed: int = 0, noise: tuple[float, float] | None = None) -> np.ndarray:
     """A (H, W) float32 RGGB mosaic of ``mp`` megapixels (3:2), made from tiled bundled photos + noise
-    (λshot, λread in [0, 1] units; default the ``high`` preset)."""
+    (λshot, λread in [0, 1] units; default the ``high`` preset, :data:`rawrcl.noise.PRESETS`)."""
     from skimage import data
+
+    from rawrcl.noise import PRESETS
+
+    noise = PRESETS["high"] if noise is None else noise
 
     w = int(round(np.sqrt(mp * 1e6 * 1.5) / 2)) * 2
     h = int(round(mp * 1e6 / w / 2)) * 2

@@ -109,7 +109,7 @@ def jdd_file(
         rgb = jdd_fused(model, raw.cfa, raw.pattern, nm, fuse, opts, log, Path(src).name)
     else:
         net = raw_model_for(model, raw, src, noise, log, resolved=fn)
-        _log_second_pass(net, src, opts, log)
+        _log_low_noise_passes(net, src, opts, log)
         rgb = jdd_cfa(net, raw.cfa, raw.pattern, opts)
         _log_shrink(net, src, log)
     # turned for display as the camera was held
@@ -204,7 +204,7 @@ def denoise_file(
     raise RawrclError(f"{dst}: RAW denoising writes .dng or .tiff, not {suffix!r}")
 
 
-def _log_second_pass(
+def _log_low_noise_passes(
     net: nn.Module, src: str | os.PathLike, opts: TileOptions | None, log: Callable[[str], None] | None
 ) -> None:
     """One log line when ``net`` will run its JDD stage more than once by default (low noise:
