@@ -51,9 +51,18 @@ DEFAULTS = {"default-jdd": "jdd", "default-raw-denoise": "raw-denoise"}
 @click.option("--name", default=None, help="darktable display name.")
 @click.option("--description", default=None, help="darktable description.")
 @click.option("--version", "version", default="1.0", show_default=True, help="darktable model version (X.Y).")
+@click.option(
+    "--one-pass",
+    is_flag=True,
+    help="With --noise: one pass of each stage. By default a two-stage model's JDD stage is averaged over "
+    "the orientations rawrcl jdd runs for the baked noise (four at std at mid-grey ≤ 0.008, two at ≤ "
+    "0.015): its output, at up to 3× the time per tile.",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing output.")
 @user_errors
-def export(model, fmt, out, tile, head, noise, iso, camera, model_id, name, description, version, force):
+def export(
+    model, fmt, out, tile, head, noise, iso, camera, model_id, name, description, version, one_pass, force
+):
     """Export MODEL (checkpoint, run directory, or default-jdd / default-raw-denoise for the shipped
     weights) to ONNX (opset 20) or to a darktable raw-denoise package; verified against torch. A run
     directory gives checkpoints/last.pt, or for a JDD export (darktable, --head jdd) its jdd.pt when it has
@@ -83,7 +92,9 @@ def export(model, fmt, out, tile, head, noise, iso, camera, model_id, name, desc
             raise RawrclError(f"-o {out}: --format onnx writes a .onnx file")
         if target.exists() and not force:
             raise RawrclError(f"{target}: exists (use --force to overwrite)")
-        prep = prepare(net, cfg, head=head, noise=spec, allow_noise_input=True, name=str(ckpt))
+        prep = prepare(
+            net, cfg, head=head, noise=spec, allow_noise_input=True, name=str(ckpt), one_pass=one_pass
+        )
         info = export_prepared(prep, target, tile=tile, checkpoint=ckpt, name=str(ckpt))
         path = target
     else:
@@ -91,7 +102,9 @@ def export(model, fmt, out, tile, head, noise, iso, camera, model_id, name, desc
 
         if head not in (None, "jdd"):
             raise RawrclError("--head: darktable packages are always packed RAW → RGB (jdd)")
-        prep = prepare(net, cfg, head="jdd", noise=spec, allow_noise_input=False, name=str(ckpt))
+        prep = prepare(
+            net, cfg, head="jdd", noise=spec, allow_noise_input=False, name=str(ckpt), one_pass=one_pass
+        )
         p = Path(model).resolve()
         if model in DEFAULTS or p.is_dir():
             stem = model if model in DEFAULTS else p.name
@@ -118,3 +131,8 @@ def export(model, fmt, out, tile, head, noise, iso, camera, model_id, name, desc
     click.echo(
         f"verified: ONNX Runtime vs torch max |diff| {info.get('max_abs_diff', float('nan')):.2e} (fp32)"
     )
+    if prep.jdd_passes > 1:
+        click.echo(
+            f"the JDD stage is averaged over {prep.jdd_passes} orientations, as rawrcl jdd runs it at this "
+            "noise: each tile takes longer (docs/export.md; --one-pass for one pass)"
+        )

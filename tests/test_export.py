@@ -295,6 +295,44 @@ def test_darktable_emulation_matches_rawrcl_jdd_rggb(dt192):
     assert d[~inner].mean() <= 2e-3
 
 
+def test_a_baked_low_noise_graph_averages_the_jdd_stage_as_rawrcl_jdd_does(tmp_path):
+    """With the noise baked in, the graph holds the JDD stage's orientations rawrcl jdd runs for it (four at
+    base ISO, two at L3, one above; one with --one-pass or with a noise input) and equals the torch model."""
+    from rawrcl.export.noise import BakedNLF
+    from rawrcl.models.conditioning import WithNoise
+    from rawrcl.noise import PRESETS
+
+    def nlf(level):
+        return BakedNLF((PRESETS[level][0],) * 4, (PRESETS[level][1],) * 4)
+
+    def prep(level, **kw):
+        return prepare(*load_checkpoint(default_weights_path("jdd")), head="jdd", noise=nlf(level), **kw)
+
+    assert [prep(lv).jdd_passes for lv in ("L1", "L2", "L3", "L4")] == [4, 4, 2, 1]
+    assert prep("L1", one_pass=True).jdd_passes == 1
+    assert prepare(*load_checkpoint(default_weights_path("jdd"))).jdd_passes == 1  # a noise input
+    path = tmp_path / "l1.onnx"
+    info = export_prepared(prep("L1"), path, tile=48)
+    assert info["metadata"]["jdd_passes"] == "4" and info["max_abs_diff"] <= 1e-4
+    x = torch.from_numpy(np.ascontiguousarray(np.stack(
+        [mosaic(96, 96, "RGGB", seed=3)[i::2, j::2] for i, j in ((0, 0), (0, 1), (1, 0), (1, 1))]
+    )))[None]  # fmt: skip
+    model, _ = load_checkpoint(default_weights_path("jdd"))
+    with torch.no_grad():
+        ref = WithNoise(model, nlf("L1").tensor(), 4).eval()(x)  # as rawrcl jdd runs it: four orientations
+        model.two_pass = False
+        one = WithNoise(model, nlf("L1").tensor(), 4).eval()(x)
+    got = OrtModel(path)(x)
+    assert float((got - ref).abs().max()) <= 1e-4 < float((got - one).abs().max())
+    out = CliRunner().invoke(main, ["export", "default-jdd", "--format", "onnx", "--noise", "2e-5,1e-8",
+                                    "--tile", "48", "-o", str(tmp_path / "c.onnx")])  # fmt: skip
+    assert out.exit_code == 0 and "averaged over 4 orientations" in out.output, out.output
+    args = ["export", "default-jdd", "--format", "onnx", "--noise", "2e-5,1e-8", "--tile", "48"]
+    out = CliRunner().invoke(main, [*args, "--one-pass", "-o", str(tmp_path / "d.onnx")])
+    assert out.exit_code == 0 and "orientations" not in out.output
+    assert graph_info(tmp_path / "d.onnx")["metadata"]["jdd_passes"] == "1"
+
+
 def test_darktable_emulation_single_512_tile_grbg(dt512):
     """The real package (512 tiles) on a GRBG frame: darktable crops to the R origin before packing,
     rawrcl pads; on the same (R-origin) grid the results agree."""

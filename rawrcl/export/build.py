@@ -46,6 +46,9 @@ class Prepared:
     noise: BakedNLF | None
     config: dict
     pad_multiple: int = 1  # the bare model's own padding multiple (2**depth for a U-Net)
+    #: over how many orientations the graph averages a two-stage model's JDD stage (as ``rawrcl jdd`` does
+    #: for the baked noise; 1 without baked noise or with ``one_pass``)
+    jdd_passes: int = 1
 
 
 def _multiple(model: nn.Module) -> int:
@@ -61,8 +64,13 @@ def prepare(
     noise: BakedNLF | None = None,
     allow_noise_input: bool = True,
     name: str = "model",
+    one_pass: bool = False,
 ) -> Prepared:
     """Wrap ``model`` (config ``config``) to output ``head`` (default: its own) with ``noise`` baked in.
+
+    A two-stage model's JDD stage is averaged over the orientations ``rawrcl jdd`` runs for the baked noise
+    (:meth:`~rawrcl.models.DenoiseThenDemosaic.jdd_passes`: four at std at mid-grey ≤ 0.008, two at ≤ 0.015);
+    without baked noise (a noise input, or a blind model) and with ``one_pass`` the graph holds one pass.
 
     Raises :class:`RawrclError` (one line, naming ``name``) for a head that cannot serve ``head``, noise
     options given to a blind model, or a noise-aware model with no NLF where no noise input is allowed.
@@ -97,9 +105,13 @@ def prepare(
             "before it runs, which an exported graph cannot do; adapt with --row-noise off to export"
         )
     module: nn.Module = model.eval()
-    for m in module.modules():  # a graph holds one pass of each stage (no low-noise passes)
+    baked = noise_aware and noise is not None and not one_pass
+    passes = 1
+    for m in module.modules():  # the baked noise fixes the JDD stage's passes; else one pass of each stage
         if isinstance(m, DenoiseThenDemosaic):
-            m.two_pass = False
+            m.two_pass = None if baked else False
+            if baked:
+                passes = max(passes, int(m.jdd_passes(noise.tensor()[None]).max()))
     noise_input = False
     if noise_aware and noise is not None:
         module = WithNoise(module, noise.tensor(), channels=4)
@@ -123,6 +135,7 @@ def prepare(
         noise,
         dict(config),
         pad_multiple=_multiple(model),
+        jdd_passes=passes,
     )
 
 
@@ -191,6 +204,7 @@ def export_prepared(
     }
     if prep.noise is not None:
         meta["noise"] = json.dumps(prep.noise.as_dict(), sort_keys=True)
+        meta["jdd_passes"] = str(prep.jdd_passes)
     export_onnx(prep.module, path, prep.in_channels, tile, prep.noise_input, meta, trace_hw=trace_size(m))
     check_graph(path)
     info = graph_info(path)

@@ -153,12 +153,14 @@ def write_package(
             Path(checkpoint).name if checkpoint else None,
             sha,
             cfg["attributes"]["variants"]["bayer"]["output_scale"],
+            prep.jdd_passes,
         )
         (root / "README.md").write_text(card)
         record = {
             "rawrcl_export": 1,
             "config": prep.config,
             "noise": noise,
+            "jdd_passes": prep.jdd_passes,
             "checkpoint_sha256": sha,
             "facts": facts,
         }

@@ -14,8 +14,9 @@ Two shape modes:
   (metadata ``any_size``).
 
 Metadata (``metadata_props``, all strings, prefix ``rawrcl.``): ``head`` (``jdd`` | ``raw`` | ``rgb``),
-``in_channels``, ``scale``, ``size_multiple``, ``noise`` (JSON of the baked NLF, if any), ``source``
-(JSON: checkpoint path, sha256, config).
+``in_channels``, ``scale``, ``size_multiple``, ``noise`` (JSON of the baked NLF, if any) and with it
+``jdd_passes`` (over how many orientations the JDD stage is averaged), ``source`` (JSON: checkpoint path,
+sha256, config).
 """
 
 from __future__ import annotations

@@ -193,6 +193,10 @@ class DenoiseThenDemosaic(nn.Module):
         acc = rgb.float()
         for k in range(1, int(n.max())):
             idx = (n > k).nonzero().flatten().tolist()
+            if len(idx) == len(n):  # the whole batch (always in an exported graph: one baked noise)
+                turned = self._second_pass(x, *_oriented(y, noise, ORIENTATIONS[k], self.size_multiple))
+                acc = acc + _turned_back(turned, ORIENTATIONS[k], y.shape[-2:]).float()
+                continue
             told = None if noise is None else noise[idx]
             turned = self._second_pass(x[idx], *_oriented(y[idx], told, ORIENTATIONS[k], self.size_multiple))
             back = _turned_back(turned, ORIENTATIONS[k], y.shape[-2:]).float()
