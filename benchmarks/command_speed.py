@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "--level",
         default="high",
         help="the file's noise (a preset: L1 base ISO … L7, low, high; default high, the target's file). "
-        "At L1–L2 `rawrcl jdd` runs its JDD stage four times, at L3 twice (docs/weights.md)",
+        "At L1–L2 `rawrcl jdd` runs its JDD stage four times, at L3–L4 twice (docs/weights.md)",
     )
     ap.add_argument("--variant", action="append", default=[], help="NAME=ARGS (options and KEY=VALUE env)")
     ap.add_argument(

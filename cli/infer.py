@@ -60,8 +60,8 @@ def _tile_options(func):
             help="Two-stage models (the defaults, runs adapted from them): run each stage also on the "
             "transposed mosaic and average (denoise: the first stage only); about 1.25x the time for "
             "denoise, +0.05-0.3 dB, 1.75x for jdd, +0.02-0.35 dB. Default: jdd runs its JDD stage twice "
-            "when the noise is low (std at mid-grey <= 0.015; about 1.5x the time, +0.1 dB) and four times, "
-            "the mosaic turned four ways, when it is lower (<= 0.008: base ISO; about 2.5x the time, "
+            "when the noise is low (std at mid-grey <= 0.021; about 1.5x the time, +0.06-0.1 dB) and four "
+            "times, the mosaic turned four ways, when it is lower (<= 0.008: base ISO; about 2.5x the time, "
             "+0.3-0.4 dB); --one-pass never (docs/weights.md).",
         ),
         click.option("--force", is_flag=True, help="Overwrite existing outputs."),

@@ -297,7 +297,7 @@ def test_darktable_emulation_matches_rawrcl_jdd_rggb(dt192):
 
 def test_a_baked_low_noise_graph_averages_the_jdd_stage_as_rawrcl_jdd_does(tmp_path):
     """With the noise baked in, the graph holds the JDD stage's orientations rawrcl jdd runs for it (four at
-    base ISO, two at L3, one above; one with --one-pass or with a noise input) and equals the torch model."""
+    base ISO, two at L3–L4, one above; one with --one-pass or with a noise input) and equals torch's."""
     from rawrcl.export.noise import BakedNLF
     from rawrcl.models.conditioning import WithNoise
     from rawrcl.noise import PRESETS
@@ -308,7 +308,7 @@ def test_a_baked_low_noise_graph_averages_the_jdd_stage_as_rawrcl_jdd_does(tmp_p
     def prep(level, **kw):
         return prepare(*load_checkpoint(default_weights_path("jdd")), head="jdd", noise=nlf(level), **kw)
 
-    assert [prep(lv).jdd_passes for lv in ("L1", "L2", "L3", "L4")] == [4, 4, 2, 1]
+    assert [prep(lv).jdd_passes for lv in ("L1", "L2", "L3", "L4", "L5")] == [4, 4, 2, 2, 1]
     assert prep("L1", one_pass=True).jdd_passes == 1
     assert prepare(*load_checkpoint(default_weights_path("jdd"))).jdd_passes == 1  # a noise input
     path = tmp_path / "l1.onnx"

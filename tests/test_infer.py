@@ -602,7 +602,7 @@ def test_jdd_averages_its_jdd_stage_at_low_noise_unless_one_pass(tmp_path: Path)
         assert res.exit_code == 0, res.output
         return tifffile.imread(out).astype(np.int64)
 
-    # σ at mid-grey 0.0019, 0.0134 and 0.058 (QUAD_GATE 0.008, SIGMA_GATE 0.015)
+    # σ at mid-grey 0.0019, 0.0134 and 0.058 (QUAD_GATE 0.008, SIGMA_GATE 0.021)
     low, mid, high = "2e-5,1e-8", "1e-3,2e-6", "1e-2,1.6e-3"
     default = run(low)
     assert np.abs(default - run(low, "--one-pass")).max() > 20  # real further passes

@@ -507,6 +507,10 @@ def test_jdd_stage_averages_its_orientations_by_default_only_where_the_told_nois
         torch.testing.assert_close(out[1], 0.5 * (one[1] + t[1]))
         torch.testing.assert_close(out[2], one[2])
         assert model.jdd_passes(noise).tolist() == [4, 2, 1]
+        from rawrcl.noise import PRESETS
+
+        ladder = torch.tensor([[[PRESETS[k][0]] * 4, [PRESETS[k][1]] * 4] for k in ("L2", "L4", "low", "L5")])
+        assert model.jdd_passes(ladder).tolist() == [4, 2, 1, 1]  # the pair up to L4 (stop 97), not `low`
         with two_pass_stages(model, False):  # --one-pass
             torch.testing.assert_close(model.second(x, y, noise), one)
         with two_pass_stages(model, True):  # --two-pass: at least the pair for every sample

@@ -38,11 +38,12 @@ BLEND = 0.5
 
 #: the JDD stage runs twice (on its input and on the transposed mosaic, averaged) in a two-stage model's RGB
 #: output by default when the file's noise std at mid-grey, √(λshot·0.18 + λread) (plane means, [0, 1] units;
-#: :func:`mid_grey_sigma`), is at most this: the ladder's L3 is 0.0134, L4 0.019. At low noise the JDD
-#: stage's error is mostly its variance across orientations (demosaicking fine detail), and this pass alone
-#: adds +0.26 … +0.48 dB at 1× L1/L2 on the validation photos, +0.02 … +0.11 at L4 and above (stop 95,
-#: docs/weights.md, "The JDD stage's second pass at low noise"); it costs ≈ 1.5× the command's time.
-SIGMA_GATE = 0.015
+#: :func:`mid_grey_sigma`), is at most this: the ladder's L3 is 0.0134, L4 0.0192, `low` 0.0235. At low noise
+#: the JDD stage's error is mostly its variance across orientations (demosaicking fine detail), and this pass
+#: alone adds +0.26 … +0.48 dB at 1× L1/L2 on the validation photos, +0.02 … +0.11 at L4 and above (stop 95,
+#: docs/weights.md, "The JDD stage's second pass at low noise"); the gate, 0.015 in stop 95, takes in L4 since
+#: stop 97 (held out: +0.06 / +0.08 at 1× L4, "The pair up to L4"); it costs ≈ 1.55× the command's time.
+SIGMA_GATE = 0.021
 
 #: at or below this std at mid-grey (the ladder's L2 is 0.0047, L3 0.0134) the default JDD stage averages all
 #: four :data:`ORIENTATIONS`, not two: +0.16 … +0.30 dB more than the pair at 1× L1/L2 on the validation
