@@ -506,6 +506,7 @@ def test_jdd_stage_averages_its_orientations_by_default_only_where_the_told_nois
         torch.testing.assert_close(out[0], (one[0] + t[0] + r[0] + rt[0]) / 4)
         torch.testing.assert_close(out[1], 0.5 * (one[1] + t[1]))
         torch.testing.assert_close(out[2], one[2])
+        torch.testing.assert_close(model.second(x[:1], y[:1], noise[:1]), out[:1])  # a batch all of one count
         assert model.jdd_passes(noise).tolist() == [4, 2, 1]
         from rawrcl.noise import PRESETS
 

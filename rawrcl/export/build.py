@@ -69,8 +69,9 @@ def prepare(
     """Wrap ``model`` (config ``config``) to output ``head`` (default: its own) with ``noise`` baked in.
 
     A two-stage model's JDD stage is averaged over the orientations ``rawrcl jdd`` runs for the baked noise
-    (:meth:`~rawrcl.models.DenoiseThenDemosaic.jdd_passes`: four at std at mid-grey ≤ 0.008, two at ≤ 0.021);
-    without baked noise (a noise input, or a blind model) and with ``one_pass`` the graph holds one pass.
+    (:meth:`~rawrcl.models.DenoiseThenDemosaic.jdd_passes`, by ``QUAD_GATE`` and ``SIGMA_GATE`` of
+    :mod:`rawrcl.models.compose`); without baked noise (a noise input, or a blind model) and with ``one_pass``
+    the graph holds one pass.
 
     Raises :class:`RawrclError` (one line, naming ``name``) for a head that cannot serve ``head``, noise
     options given to a blind model, or a noise-aware model with no NLF where no noise input is allowed.
