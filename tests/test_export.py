@@ -239,6 +239,27 @@ def test_cli_jdd_backend_onnxruntime_matches_torch(tmp_path):
     assert len(list(Path(tmp_path_cache()).glob("*-jdd-*.onnx"))) == 1  # exported once, cached
 
 
+def test_onnxruntime_backend_says_it_runs_one_pass_at_low_noise(tmp_path):
+    """At base-ISO noise rawrcl jdd on torch averages the JDD stage's orientations; the onnxruntime
+    backend's graph holds one pass, and the per-file log says so (and is silent at higher noise)."""
+    from rawrcl.io.dng import write_dng
+
+    dng = write_dng(tmp_path / "f.dng", dn_of(mosaic(200, 260, "RGGB", seed=2)).astype(np.uint16), "RGGB",
+                    BLACK, WHITE)  # fmt: skip
+    said = {}
+    low, high = "2e-5,1e-8", "1e-2,1.6e-3"
+    for backend, noise in (("torch", low), ("onnxruntime", low), ("onnxruntime", high)):
+        res = CliRunner().invoke(main, ["jdd", str(dng), "-o", str(tmp_path / f"{backend}.tiff"), "--force",
+                                        "--noise", noise, "--backend", backend])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        said[backend, noise] = ("runs four times" in res.output, "an ONNX graph holds one pass" in res.output)
+    assert said == {
+        ("torch", low): (True, False),
+        ("onnxruntime", low): (False, True),
+        ("onnxruntime", high): (False, False),
+    }
+
+
 def tmp_path_cache() -> Path:
     import os
 

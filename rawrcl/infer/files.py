@@ -208,11 +208,21 @@ def _log_low_noise_passes(
     net: nn.Module, src: str | os.PathLike, opts: TileOptions | None, log: Callable[[str], None] | None
 ) -> None:
     """One log line when ``net`` will run its JDD stage more than once by default (low noise:
-    :func:`low_noise_passes`), so that the longer time is explained."""
-    from rawrcl.models.compose import QUAD_GATE, SIGMA_GATE, passes
+    :func:`low_noise_passes`), so that the longer time is explained; on the onnxruntime backend, where the
+    graph holds one pass, one line saying so at such noise."""
+    from rawrcl.models.compose import QUAD_GATE, SIGMA_GATE, mid_grey_sigma, passes
+    from rawrcl.models.conditioning import WithNoise
 
     o = opts or TileOptions()
     if log is None or passes(o.two_pass, o.self_ensemble) is not None:
+        return
+    if getattr(o, "backend", None) == "onnxruntime":
+        if isinstance(net, WithNoise) and (sigma := float(mid_grey_sigma(net.noise[None])[0])) <= SIGMA_GATE:
+            log(
+                f"{Path(src).name}: low noise (std {sigma:.4f} at mid-grey): an ONNX graph holds one pass of "
+                "each stage, where --backend torch averages a two-stage model's JDD stage over its "
+                "orientations (docs/export.md)"
+            )
         return
     if (found := low_noise_passes(net)) is not None:
         sigma, n = found
