@@ -210,14 +210,15 @@ def _log_low_noise_passes(
     """One log line when ``net`` will run its JDD stage more than once by default (low noise:
     :func:`low_noise_passes`), so that the longer time is explained; on the onnxruntime backend, where the
     graph holds one pass, one line saying so at such noise."""
-    from rawrcl.models.compose import QUAD_GATE, SIGMA_GATE, mid_grey_sigma, passes
+    from rawrcl.models.compose import QUAD_GATE, SIGMA_GATE, gated_passes, mid_grey_sigma, passes
     from rawrcl.models.conditioning import WithNoise
 
     o = opts or TileOptions()
     if log is None or passes(o.two_pass, o.self_ensemble) is not None:
         return
-    if getattr(o, "backend", None) == "onnxruntime":
-        if isinstance(net, WithNoise) and (sigma := float(mid_grey_sigma(net.noise[None])[0])) <= SIGMA_GATE:
+    if o.backend == "onnxruntime":
+        if isinstance(net, WithNoise) and int(gated_passes(net.noise[None])[0]) > 1:
+            sigma = float(mid_grey_sigma(net.noise[None])[0])
             log(
                 f"{Path(src).name}: low noise (std {sigma:.4f} at mid-grey): an ONNX graph holds one pass of "
                 "each stage, where --backend torch averages a two-stage model's JDD stage over its "

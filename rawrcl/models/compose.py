@@ -194,14 +194,12 @@ class DenoiseThenDemosaic(nn.Module):
         acc = rgb.float()
         for k in range(1, int(n.max())):
             idx = (n > k).nonzero().flatten().tolist()
-            if len(idx) == len(n):  # the whole batch (always in an exported graph: one baked noise)
-                turned = self._second_pass(x, *_oriented(y, noise, ORIENTATIONS[k], self.size_multiple))
-                acc = acc + _turned_back(turned, ORIENTATIONS[k], y.shape[-2:]).float()
-                continue
-            told = None if noise is None else noise[idx]
-            turned = self._second_pass(x[idx], *_oriented(y[idx], told, ORIENTATIONS[k], self.size_multiple))
+            whole = len(idx) == len(n)  # unindexed: always in an exported graph (one baked noise)
+            sel = slice(None) if whole else idx
+            told = None if noise is None else noise[sel]
+            turned = self._second_pass(x[sel], *_oriented(y[sel], told, ORIENTATIONS[k], self.size_multiple))
             back = _turned_back(turned, ORIENTATIONS[k], y.shape[-2:]).float()
-            acc = acc.index_add(0, torch.tensor(idx, device=acc.device), back)
+            acc = acc + back if whole else acc.index_add(0, torch.tensor(idx, device=acc.device), back)
         return (acc / n.view(-1, 1, 1, 1).to(acc)).to(rgb.dtype)
 
     def jdd_passes(self, noise: torch.Tensor | None, batch: int = 1) -> torch.Tensor:
@@ -214,8 +212,7 @@ class DenoiseThenDemosaic(nn.Module):
         if self.training or self.two_pass is False or self.output != "jdd" or self.demosaicker is None:
             return n
         if noise is not None and _aware(self.demosaicker):
-            sigma = mid_grey_sigma(noise).cpu()
-            n = torch.where(sigma <= QUAD_GATE, 4, torch.where(sigma <= SIGMA_GATE, 2, 1))
+            n = gated_passes(noise)
         return n.clamp(min=2) if self.two_pass else n
 
     def _second_pass(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
@@ -274,6 +271,14 @@ def mid_grey_sigma(noise: torch.Tensor) -> torch.Tensor:
     ``noise`` (B, K ≥ 2, planes) [λshot; λread; …] in [0, 1] units: the level :data:`SIGMA_GATE` reads."""
     lam = noise[:, :2].float().mean(-1)
     return (lam[:, 0] * 0.18 + lam[:, 1]).clamp(min=0).sqrt()
+
+
+def gated_passes(noise: torch.Tensor) -> torch.Tensor:
+    """(B,) int64 on the CPU: the JDD stage's default pass count for each sample of ``noise`` (B, K,
+    planes) — four where :func:`mid_grey_sigma` is at most :data:`QUAD_GATE`, two at most
+    :data:`SIGMA_GATE`, else one (:meth:`DenoiseThenDemosaic.jdd_passes` for a noise-aware JDD stage)."""
+    sigma = mid_grey_sigma(noise).cpu()
+    return torch.where(sigma <= QUAD_GATE, 4, torch.where(sigma <= SIGMA_GATE, 2, 1))
 
 
 def passes(two_pass: bool | None, self_ensemble: bool = False) -> bool | None:
