@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "--level",
         default="high",
         help="the file's noise (a preset: L1 base ISO … L7, low, high; default high, the target's file). "
-        "At L1–L2 `rawrcl jdd` runs its JDD stage four times, at L3–L4 twice (docs/weights.md)",
+        "At L1–L2 both commands average their first stage over four orientations (jdd its JDD stage too), "
+        "at L3–L4 over two (docs/weights.md)",
     )
     ap.add_argument("--variant", action="append", default=[], help="NAME=ARGS (options and KEY=VALUE env)")
     ap.add_argument(

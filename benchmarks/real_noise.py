@@ -22,8 +22,8 @@ parameters the command itself would use: the single-image estimate of the noisy 
 between the stages of the two-stage model, ``rawrcl jdd --fuse-bm3d W``); with ``--tta``, ``new tta``: the
 self-ensemble of 8 flips/transposes (``--tta``), true λ; with ``--two-pass``, ``new two-pass``: a two-stage
 model's stages also run on the transposed mosaic and averaged (``--two-pass``: RAW rows the first stage only),
-true λ; with ``--one-pass``, ``new one-pass``: one pass of each stage, without the JDD stage's further passes
-at low noise that ``new`` runs as ``rawrcl jdd`` does (``--one-pass``), true λ.
+true λ; with ``--one-pass``, ``new one-pass``: one pass of each stage, without the stages' further passes at
+low noise that ``new`` runs as the commands do (``--one-pass``), true λ.
 
 JDD rows (PSNR dB, linear RGB, 8-px border, as ``rawrcl eval --task jdd``): ``menon+nlm`` (the eval
 baseline), ``gharbi2016`` (``--gharbi DIR``, σ from the true parameters), ``old`` (``--old-jdd``), ``new``
@@ -180,7 +180,7 @@ def predictors(
             if two_pass:  # the first stage also on the transposed mosaic (--two-pass), true λ
                 run_2p = model_predictor(model, task, multiple=8, shrink=shrink, two_pass=True)
                 fns["new two-pass"] = lambda inp, meta, r=run_2p: r(inp, task, meta)
-            if one_pass:  # without the JDD stage's low-noise passes (--one-pass), true λ
+            if one_pass:  # without the stages' low-noise passes (--one-pass), true λ
                 run_1p = model_predictor(model, task, multiple=8, shrink=shrink, two_pass=False)
                 fns["new one-pass"] = lambda inp, meta, r=run_1p: r(inp, task, meta)
             if estimate:

@@ -54,9 +54,9 @@ DEFAULTS = {"default-jdd": "jdd", "default-raw-denoise": "raw-denoise"}
 @click.option(
     "--one-pass",
     is_flag=True,
-    help="With --noise: one pass of each stage. By default a two-stage model's JDD stage is averaged over "
-    "the orientations rawrcl jdd runs for the baked noise (four at std at mid-grey ≤ 0.008, two at ≤ "
-    "0.021): its output, at up to 3× the time per tile.",
+    help="With --noise: one pass of each stage. By default a two-stage model's stages are averaged over "
+    "the orientations the commands run for the baked noise (four at std at mid-grey ≤ 0.008, two at ≤ "
+    "0.021): their output, at up to 4× the time per tile.",
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing output.")
 @user_errors
@@ -131,8 +131,9 @@ def export(
     click.echo(
         f"verified: ONNX Runtime vs torch max |diff| {info.get('max_abs_diff', float('nan')):.2e} (fp32)"
     )
-    if prep.jdd_passes > 1:
+    if (n := max(prep.jdd_passes, prep.first_passes)) > 1:
+        stages = "both stages are" if prep.jdd_passes > 1 else "the first stage is"
         click.echo(
-            f"the JDD stage is averaged over {prep.jdd_passes} orientations, as rawrcl jdd runs it at this "
-            "noise: each tile takes longer (docs/export.md; --one-pass for one pass)"
+            f"{stages} averaged over {n} orientations, as the commands run them at this noise: each tile "
+            "takes longer (docs/export.md; --one-pass for one pass)"
         )

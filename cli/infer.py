@@ -59,10 +59,10 @@ def _tile_options(func):
             default=None,
             help="Two-stage models (the defaults, runs adapted from them): run each stage also on the "
             "transposed mosaic and average (denoise: the first stage only); about 1.25x the time for "
-            "denoise, +0.05-0.3 dB, 1.75x for jdd, +0.02-0.35 dB. Default: jdd runs its JDD stage twice "
-            "when the noise is low (std at mid-grey <= 0.021; about 1.5x the time, +0.06-0.1 dB) and four "
-            "times, the mosaic turned four ways, when it is lower (<= 0.008: base ISO; about 2.5x the time, "
-            "+0.3-0.4 dB); --one-pass never (docs/weights.md).",
+            "denoise, +0.05-0.3 dB, 1.75x for jdd, +0.02-0.35 dB. Default: when the noise is low (std at "
+            "mid-grey <= 0.021) the first stage (both commands) and jdd's JDD stage run twice, and four "
+            "times, the mosaic turned four ways, when it is lower (<= 0.008: base ISO); longer (up to about "
+            "2x for denoise, 3.5x for jdd), +0.05-0.4 dB; --one-pass never (docs/weights.md).",
         ),
         click.option("--force", is_flag=True, help="Overwrite existing outputs."),
         click.option("--quiet", "-q", is_flag=True, help="No progress bars or per-file lines."),

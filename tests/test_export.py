@@ -252,7 +252,7 @@ def test_onnxruntime_backend_says_it_runs_one_pass_at_low_noise(tmp_path):
         res = CliRunner().invoke(main, ["jdd", str(dng), "-o", str(tmp_path / f"{backend}.tiff"), "--force",
                                         "--noise", noise, "--backend", backend])  # fmt: skip
         assert res.exit_code == 0, res.output
-        said[backend, noise] = ("runs four times" in res.output, "an ONNX graph holds one pass" in res.output)
+        said[backend, noise] = ("run four times" in res.output, "an ONNX graph holds one pass" in res.output)
     assert said == {
         ("torch", low): (True, False),
         ("onnxruntime", low): (False, True),
@@ -317,7 +317,7 @@ def test_darktable_emulation_matches_rawrcl_jdd_rggb(dt192):
 
 
 def test_a_baked_low_noise_graph_averages_the_jdd_stage_as_rawrcl_jdd_does(tmp_path):
-    """With the noise baked in, the graph holds the JDD stage's orientations rawrcl jdd runs for it (four at
+    """With the noise baked in, the graph holds both stages' orientations rawrcl jdd runs for it (four at
     base ISO, two at L3–L4, one above; one with --one-pass or with a noise input) and equals torch's."""
     from rawrcl.export.noise import BakedNLF
     from rawrcl.models.conditioning import WithNoise
@@ -330,17 +330,19 @@ def test_a_baked_low_noise_graph_averages_the_jdd_stage_as_rawrcl_jdd_does(tmp_p
         return prepare(*load_checkpoint(default_weights_path("jdd")), head="jdd", noise=nlf(level), **kw)
 
     assert [prep(lv).jdd_passes for lv in ("L1", "L2", "L3", "L4", "L5")] == [4, 4, 2, 2, 1]
-    assert prep("L1", one_pass=True).jdd_passes == 1
+    assert [prep(lv).first_passes for lv in ("L1", "L3", "L5")] == [4, 2, 1]
+    assert prep("L1", one_pass=True).jdd_passes == prep("L1", one_pass=True).first_passes == 1
     assert prepare(*load_checkpoint(default_weights_path("jdd"))).jdd_passes == 1  # a noise input
     path = tmp_path / "l1.onnx"
     info = export_prepared(prep("L1"), path, tile=48)
-    assert info["metadata"]["jdd_passes"] == "4" and info["max_abs_diff"] <= 1e-4
+    assert info["metadata"]["jdd_passes"] == info["metadata"]["first_passes"] == "4"
+    assert info["max_abs_diff"] <= 1e-4
     x = torch.from_numpy(np.ascontiguousarray(np.stack(
         [mosaic(96, 96, "RGGB", seed=3)[i::2, j::2] for i, j in ((0, 0), (0, 1), (1, 0), (1, 1))]
     )))[None]  # fmt: skip
     model, _ = load_checkpoint(default_weights_path("jdd"))
     with torch.no_grad():
-        ref = WithNoise(model, nlf("L1").tensor(), 4).eval()(x)  # as rawrcl jdd runs it: four orientations
+        ref = WithNoise(model, nlf("L1").tensor(), 4).eval()(x)  # as rawrcl jdd runs it: four of each
         model.two_pass = False
         one = WithNoise(model, nlf("L1").tensor(), 4).eval()(x)
     got = OrtModel(path)(x)

@@ -582,10 +582,11 @@ def test_model_default_names_the_shipped_weights(workdir: Path, tmp_path: Path):
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
-def test_jdd_averages_its_jdd_stage_at_low_noise_unless_one_pass(tmp_path: Path):
-    """`rawrcl jdd` with the shipped default: told base-ISO noise the output is the mean over the JDD stage's
+def test_jdd_and_denoise_average_their_stages_at_low_noise_unless_one_pass(tmp_path: Path):
+    """`rawrcl jdd` with the shipped default: told base-ISO noise the output is the mean over both stages'
     four orientations, told a phone's base ISO over two (both differ from --one-pass; --two-pass differs
-    again: both stages); told high-ISO noise the default is the one-pass output exactly."""
+    again at base ISO only where it would not: it keeps the four); told high-ISO noise the default is the
+    one-pass output exactly. `rawrcl denoise` averages its first stage the same way."""
     import tifffile
 
     from rawrcl.io.dng import write_dng
@@ -606,18 +607,28 @@ def test_jdd_averages_its_jdd_stage_at_low_noise_unless_one_pass(tmp_path: Path)
     low, mid, high = "2e-5,1e-8", "1e-3,2e-6", "1e-2,1.6e-3"
     default = run(low)
     assert np.abs(default - run(low, "--one-pass")).max() > 20  # real further passes
-    assert np.abs(run(low, "--two-pass") - default).max() > 0
+    np.testing.assert_array_equal(run(low, "--two-pass"), default)  # at least two: four here
     assert np.abs(run(mid) - run(mid, "--one-pass")).max() > 20
     np.testing.assert_array_equal(run(high), run(high, "--one-pass"))
     said = {}  # the per-file log line says when (and only when) further passes run, and how many
-    for noise, opts in ((low, ()), (mid, ()), (low, ("--one-pass",)), (low, ("--tta",)), (high, ())):
-        res = _cli(["jdd", src, "-o", tmp_path / "log.tiff", "--noise", noise, "--force", *opts])
+    cases = [("jdd", low, ()), ("jdd", mid, ()), ("jdd", low, ("--one-pass",)), ("jdd", low, ("--tta",))]
+    cases += [("jdd", high, ()), ("denoise", low, ()), ("denoise", high, ())]
+    for cmd, noise, opts in cases:
+        out = tmp_path / ("log.tiff" if cmd == "jdd" else "log.dng")
+        res = _cli([cmd, src, "-o", out, "--noise", noise, "--force", *opts])
         assert res.exit_code == 0, res.output
-        said[noise, opts] = [n for n in ("twice", "four times") if f"the JDD stage runs {n}" in res.output]
+        said[cmd, noise, opts] = [
+            f"{who} {n}"
+            for who in ("both stages run", "the first stage runs")
+            for n in ("twice", "four times")
+            if f"{who} {n}" in res.output
+        ]
     assert said == {
-        (low, ()): ["four times"],
-        (mid, ()): ["twice"],
-        (low, ("--one-pass",)): [],
-        (low, ("--tta",)): [],
-        (high, ()): [],
+        ("jdd", low, ()): ["both stages run four times"],
+        ("jdd", mid, ()): ["both stages run twice"],
+        ("jdd", low, ("--one-pass",)): [],
+        ("jdd", low, ("--tta",)): [],
+        ("jdd", high, ()): [],
+        ("denoise", low, ()): ["the first stage runs four times"],
+        ("denoise", high, ()): [],
     }

@@ -457,6 +457,60 @@ def test_two_pass_jdd_stage_is_the_mean_over_the_transposed_mosaic_transposed_ba
         torch.testing.assert_close(raw.second(x, y, None), one)
 
 
+def test_first_stage_averages_its_orientations_by_default_where_the_told_noise_is_low():
+    """Stop 98: the first stage of both outputs takes the JDD stage's gate — four orientations at base ISO,
+    the pair at a phone's base ISO, one above; one with --one-pass and in training, at least two with
+    --two-pass."""
+    from torch import nn
+
+    from rawrcl.cfa import TRANSPOSED_PLANES, pack, unpack
+    from rawrcl.models import build_model
+    from rawrcl.models.compose import DenoiseThenDemosaic, two_pass_stages
+
+    torch.manual_seed(3)
+    conv = nn.Conv2d(4, 4, 3, padding=1)  # not equivariant under any turn
+    jdd = build_model(
+        {"arch": "unet", "in_channels": 4, "head": "jdd", "width": 8, "depth": 2, "noise_aware": True}
+    ).eval()
+    model = DenoiseThenDemosaic(conv, jdd).eval()
+    x = torch.rand(3, 4, 8, 12)
+    noise = torch.tensor([[[2e-5] * 4, [1e-8] * 4], [[1e-3] * 4, [2e-6] * 4], [[1e-2] * 4, [1.6e-3] * 4]])
+
+    def tr(z: torch.Tensor) -> torch.Tensor:  # packed RGGB of the transposed mosaic; its own inverse
+        return z[:, TRANSPOSED_PLANES].transpose(-1, -2)
+
+    def rot(z: torch.Tensor) -> torch.Tensor:  # the mosaic padded 1 px (its phase kept) and turned 180°
+        m = torch.nn.functional.pad(unpack(z, "RGGB")[:, None], (1, 1, 1, 1), mode="reflect")
+        return pack(m[:, 0].flip(-2, -1), "RGGB")
+
+    def unrot(z: torch.Tensor) -> torch.Tensor:
+        return pack(unpack(z, "RGGB").flip(-2, -1)[..., 1:-1, 1:-1], "RGGB")
+
+    with torch.no_grad():
+        one, t = conv(x), tr(conv(tr(x)))
+        r, rt = unrot(conv(rot(x))), unrot(tr(conv(tr(rot(x)))))
+        four, pair = (one + t + r + rt) / 4, 0.5 * (one + t)
+        assert model.first_passes(noise).tolist() == [4, 2, 1]
+        y = model.first(x, noise)
+        torch.testing.assert_close(y[0], four[0])
+        torch.testing.assert_close(y[1], pair[1])
+        torch.testing.assert_close(y[2], one[2])
+        raw = model.with_output("raw")  # the CFA-site blend's first part too; its JDD stage one pass
+        torch.testing.assert_close(raw.parts(x, noise)[0], y)
+        assert raw.jdd_passes(noise).tolist() == [1, 1, 1] and raw.first_passes(noise).tolist() == [4, 2, 1]
+        torch.testing.assert_close(model.first(x), one)  # no noise told: one pass
+        with two_pass_stages(model, False):  # --one-pass
+            torch.testing.assert_close(model.first(x, noise), one)
+        with two_pass_stages(model, True):  # --two-pass: at least the pair
+            y2 = model.first(x, noise)
+            torch.testing.assert_close(y2[0], four[0])
+            torch.testing.assert_close(y2[1:], pair[1:])
+        model.train()
+        torch.testing.assert_close(model.first(x, noise), one)  # training keeps one pass
+        model.eval()
+    assert not torch.allclose(one, r, atol=1e-4) and not torch.allclose(one, t, atol=1e-4)
+
+
 def test_jdd_stage_averages_its_orientations_by_default_only_where_the_told_noise_is_low():
     from torch import nn
 

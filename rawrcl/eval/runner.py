@@ -46,8 +46,8 @@ def model_predictor(
     A noise-aware model gets the sample's noise parameters: ``noise_of(input, meta)`` (a
     :class:`~rawrcl.noise.NoiseModel` or (2, C) tensor), by default the true ones (``meta["noise"]``).
     ``self_ensemble`` averages over the 8 flips/transposes (:class:`rawrcl.models.SelfEnsemble`);
-    ``two_pass`` runs a two-stage model's stages twice (``--two-pass``; ``None``, as the commands: the JDD
-    stage twice at low noise, four times at the lowest; ``False`` one pass;
+    ``two_pass`` runs a two-stage model's stages twice (``--two-pass``; ``None``, as the commands: both
+    stages twice at low noise, four times at the lowest; ``False`` one pass;
     :func:`rawrcl.models.compose.two_pass_stages`).
     ``shrink``: the SURE weights of a packed-RAW noise-aware model
     (:func:`rawrcl.models.shrink.maybe_shrink`; None: as the commands run it — on for RAW denoising, off
@@ -124,7 +124,7 @@ def evaluate(
     self_ensemble : run a model as :class:`rawrcl.models.SelfEnsemble` (8 flips/transposes averaged;
         8× the time). Not for baselines.
     two_pass : a two-stage model's stages run on their input and on the transposed mosaic, averaged (the
-        RAW output: the first stage only; ``--two-pass``); ``None`` as the commands run it (the JDD stage
+        RAW output: the first stage only; ``--two-pass``); ``None`` as the commands run it (both stages
         twice at low noise, four times at the lowest), ``False`` one pass (``--one-pass``;
         :func:`rawrcl.models.compose.two_pass_stages`).
     noise_of : for noise-aware models, ``f(noisy input, meta) -> NoiseModel`` giving the noise parameters

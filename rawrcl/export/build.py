@@ -46,9 +46,10 @@ class Prepared:
     noise: BakedNLF | None
     config: dict
     pad_multiple: int = 1  # the bare model's own padding multiple (2**depth for a U-Net)
-    #: over how many orientations the graph averages a two-stage model's JDD stage (as ``rawrcl jdd`` does
-    #: for the baked noise; 1 without baked noise or with ``one_pass``)
+    #: over how many orientations the graph averages a two-stage model's JDD stage and its first stage (as
+    #: ``rawrcl jdd`` / ``rawrcl denoise`` do for the baked noise; 1 without baked noise or with ``one_pass``)
     jdd_passes: int = 1
+    first_passes: int = 1
 
 
 def _multiple(model: nn.Module) -> int:
@@ -68,10 +69,11 @@ def prepare(
 ) -> Prepared:
     """Wrap ``model`` (config ``config``) to output ``head`` (default: its own) with ``noise`` baked in.
 
-    A two-stage model's JDD stage is averaged over the orientations ``rawrcl jdd`` runs for the baked noise
-    (:meth:`~rawrcl.models.DenoiseThenDemosaic.jdd_passes`, by ``QUAD_GATE`` and ``SIGMA_GATE`` of
-    :mod:`rawrcl.models.compose`); without baked noise (a noise input, or a blind model) and with ``one_pass``
-    the graph holds one pass.
+    A two-stage model's stages are averaged over the orientations the commands run for the baked noise
+    (:meth:`~rawrcl.models.DenoiseThenDemosaic.first_passes`,
+    :meth:`~rawrcl.models.DenoiseThenDemosaic.jdd_passes`, by ``QUAD_GATE`` and ``SIGMA_GATE`` of
+    :mod:`rawrcl.models.compose`); without baked noise (a noise input, or a blind model) and with
+    ``one_pass`` the graph holds one pass of each.
 
     Raises :class:`RawrclError` (one line, naming ``name``) for a head that cannot serve ``head``, noise
     options given to a blind model, or a noise-aware model with no NLF where no noise input is allowed.
@@ -107,12 +109,13 @@ def prepare(
         )
     module: nn.Module = model.eval()
     baked = noise_aware and noise is not None and not one_pass
-    passes = 1
-    for m in module.modules():  # the baked noise fixes the JDD stage's passes; else one pass of each stage
+    passes = first = 1
+    for m in module.modules():  # the baked noise fixes the stages' passes; else one pass of each stage
         if isinstance(m, DenoiseThenDemosaic):
             m.two_pass = None if baked else False
             if baked:
                 passes = max(passes, int(m.jdd_passes(noise.tensor()[None]).max()))
+                first = max(first, int(m.first_passes(noise.tensor()[None]).max()))
     noise_input = False
     if noise_aware and noise is not None:
         module = WithNoise(module, noise.tensor(), channels=4)
@@ -137,6 +140,7 @@ def prepare(
         dict(config),
         pad_multiple=_multiple(model),
         jdd_passes=passes,
+        first_passes=first,
     )
 
 
@@ -206,6 +210,7 @@ def export_prepared(
     if prep.noise is not None:
         meta["noise"] = json.dumps(prep.noise.as_dict(), sort_keys=True)
         meta["jdd_passes"] = str(prep.jdd_passes)
+        meta["first_passes"] = str(prep.first_passes)
     export_onnx(prep.module, path, prep.in_channels, tile, prep.noise_input, meta, trace_hw=trace_size(m))
     check_graph(path)
     info = graph_info(path)

@@ -107,9 +107,10 @@ def model_card(
     checkpoint_sha256: str | None,
     output_scale: str,
     jdd_passes: int = 1,
+    first_passes: int = 1,
 ) -> str:
-    """Markdown model card for ``README.md`` in the package (``jdd_passes``: over how many orientations the
-    graph averages a two-stage model's JDD stage)."""
+    """Markdown model card for ``README.md`` in the package (``jdd_passes`` / ``first_passes``: over how many
+    orientations the graph averages a two-stage model's JDD stage / first stage)."""
     prov = facts.get("provenance") or {}
     extra = facts.get("extra") or {}
     adapted = {
@@ -171,12 +172,14 @@ def model_card(
             "",
             "Use it for files of that camera at that ISO; export one package per ISO.",
         ]
-        if jdd_passes > 1:
+        if max(jdd_passes, first_passes) > 1:
+            stages = "both stages are" if jdd_passes > 1 else "the first stage is"
             lines += [
                 "",
-                f"At this noise the JDD stage is averaged over {jdd_passes} orientations of its input, as "
-                "`rawrcl jdd` runs it: each tile takes longer (with four, about 3× the time of one pass in "
-                "ONNX Runtime on a 2-thread CPU; `rawrcl export --one-pass` for one pass).",
+                f"At this noise {stages} averaged over {max(jdd_passes, first_passes)} orientations of the "
+                "mosaic, as `rawrcl jdd` / `rawrcl denoise` run them: each tile takes longer (with four, "
+                "about 4× the time of one pass in ONNX Runtime on a 2-thread CPU; `rawrcl export --one-pass` "
+                "for one pass).",
             ]
     else:
         lines.append("Blind model (no noise input): one package serves every ISO the model was trained for.")

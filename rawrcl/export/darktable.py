@@ -154,6 +154,7 @@ def write_package(
             sha,
             cfg["attributes"]["variants"]["bayer"]["output_scale"],
             prep.jdd_passes,
+            prep.first_passes,
         )
         (root / "README.md").write_text(card)
         record = {
@@ -161,6 +162,7 @@ def write_package(
             "config": prep.config,
             "noise": noise,
             "jdd_passes": prep.jdd_passes,
+            "first_passes": prep.first_passes,
             "checkpoint_sha256": sha,
             "facts": facts,
         }

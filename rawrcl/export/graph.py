@@ -15,8 +15,8 @@ Two shape modes:
 
 Metadata (``metadata_props``, all strings, prefix ``rawrcl.``): ``head`` (``jdd`` | ``raw`` | ``rgb``),
 ``in_channels``, ``scale``, ``size_multiple``, ``noise`` (JSON of the baked NLF, if any) and with it
-``jdd_passes`` (over how many orientations the JDD stage is averaged), ``source`` (JSON: checkpoint path,
-sha256, config).
+``jdd_passes`` / ``first_passes`` (over how many orientations the JDD stage / the first stage is
+averaged), ``source`` (JSON: checkpoint path, sha256, config).
 """
 
 from __future__ import annotations

@@ -191,6 +191,7 @@ def denoise_file(
     if fuse > 0 and fn is None:  # GAT+BM3D is told the file's noise, whether or not the network is
         fn = resolve_noise(raw, src, noise, log)
     net = raw_model_for(net, raw, src, noise, log, resolved=fn)
+    _log_low_noise_passes(net, src, opts, log)
     cfa = denoise_cfa(net, raw.cfa, raw.pattern, opts)
     _log_shrink(net, src, log)
     if fuse > 0:
@@ -207,7 +208,7 @@ def denoise_file(
 def _log_low_noise_passes(
     net: nn.Module, src: str | os.PathLike, opts: TileOptions | None, log: Callable[[str], None] | None
 ) -> None:
-    """One log line when ``net`` will run its JDD stage more than once by default (low noise:
+    """One log line when ``net`` will average a stage over several orientations by default (low noise:
     :func:`low_noise_passes`), so that the longer time is explained; on the onnxruntime backend, where the
     graph holds one pass, one line saying so at such noise."""
     from rawrcl.models.compose import QUAD_GATE, SIGMA_GATE, gated_passes, mid_grey_sigma, passes
@@ -221,36 +222,37 @@ def _log_low_noise_passes(
             sigma = float(mid_grey_sigma(net.noise[None])[0])
             log(
                 f"{Path(src).name}: low noise (std {sigma:.4f} at mid-grey): an ONNX graph holds one pass of "
-                "each stage, where --backend torch averages a two-stage model's JDD stage over its "
+                "each stage, where --backend torch averages a two-stage model's stages over their "
                 "orientations (docs/export.md)"
             )
         return
     if (found := low_noise_passes(net)) is not None:
-        sigma, n = found
-        how = (
-            "four times, on the mosaic turned four ways (about 2.5x the time, +0.3-0.4 dB"
-            if n == 4
-            else "twice, on the mosaic and its transpose (about 1.5x the time, +0.1 dB"
-        )
+        sigma, first, jdd = found
+        stages = "both stages run" if jdd > 1 else "the first stage runs"
+        turned = "twice, on the mosaic and its transpose"
+        if first == 4:
+            turned = "four times, on the mosaic turned four ways"
         log(
             f"{Path(src).name}: low noise (std {sigma:.4f} at mid-grey, at most "
-            f"{QUAD_GATE if n == 4 else SIGMA_GATE:g}): the JDD stage runs {how}; --one-pass skips it)"
+            f"{QUAD_GATE if first == 4 else SIGMA_GATE:g}): {stages} {turned} and average "
+            "(longer, better; --one-pass skips it)"
         )
 
 
-def low_noise_passes(net: nn.Module) -> tuple[float, int] | None:
+def low_noise_passes(net: nn.Module) -> tuple[float, int, int] | None:
     """For a model bound to one noise level (:class:`~rawrcl.models.conditioning.WithNoise`): the std at
-    mid-grey (:func:`rawrcl.models.compose.mid_grey_sigma`) and the number of passes when a two-stage model
-    inside runs its JDD stage more than once by default
-    (:meth:`rawrcl.models.compose.DenoiseThenDemosaic.jdd_passes`); else None."""
+    mid-grey (:func:`rawrcl.models.compose.mid_grey_sigma`) and the pass counts of the first stage and of the
+    JDD stage when a two-stage model inside averages its first stage over more than one orientation by
+    default (:meth:`~rawrcl.models.compose.DenoiseThenDemosaic.first_passes`,
+    :meth:`~rawrcl.models.compose.DenoiseThenDemosaic.jdd_passes`); else None."""
     from rawrcl.models.compose import DenoiseThenDemosaic, mid_grey_sigma
     from rawrcl.models.conditioning import WithNoise
 
     for m in net.modules():
         if isinstance(m, WithNoise):
             for d in m.model.modules():
-                if isinstance(d, DenoiseThenDemosaic) and (n := int(d.jdd_passes(m.noise[None])[0])) > 1:
-                    return float(mid_grey_sigma(m.noise[None])[0]), n
+                if isinstance(d, DenoiseThenDemosaic) and (n := int(d.first_passes(m.noise[None])[0])) > 1:
+                    return float(mid_grey_sigma(m.noise[None])[0]), n, int(d.jdd_passes(m.noise[None])[0])
     return None
 
 

@@ -57,9 +57,9 @@ class TileOptions:
     (:class:`rawrcl.models.SelfEnsemble`; 8× the time, +0.2–0.8 dB on our held-out photos). ``two_pass``: a
     two-stage model's stages run on their input and on the transposed mosaic, averaged — the RAW output (the
     CFA-site blend) the first stage only (:func:`rawrcl.models.compose.two_pass_stages`; ≈ 1.25× the time for
-    RAW, 1.75× for JDD, +0.02–0.35 dB; torch models only); ``None`` (default): the JDD stage of an RGB output
-    twice at low noise (:data:`rawrcl.models.compose.SIGMA_GATE`), in four orientations at the lowest
-    (:data:`~rawrcl.models.compose.QUAD_GATE`); ``False``: one pass of each.
+    RAW, 1.75× for JDD, +0.02–0.35 dB; torch models only); ``None`` (default): at low noise
+    (:data:`rawrcl.models.compose.SIGMA_GATE`) the first stage and the JDD stage of an RGB output twice, in
+    four orientations at the lowest (:data:`~rawrcl.models.compose.QUAD_GATE`); ``False``: one pass of each.
     """
 
     #: 768 packed pixels, one tile per pass: on a 12 MP frame (2 × 3 tiles) 5 % of the pixels are computed

@@ -126,7 +126,7 @@ def ensemble_teacher(model: torch.nn.Module) -> Callable[[torch.Tensor, torch.Te
 
     def teach(x: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         if staged:
-            first = frozen.first(x, noise)
+            first = frozen.first_pass(x, noise)
             return SelfEnsemble(_Bound(lambda y: frozen.second(x, y, noise), frozen.demosaicker))(first)
         return SelfEnsemble(_Bound(lambda y: call(frozen, y, noise), frozen))(x)
 

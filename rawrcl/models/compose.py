@@ -43,6 +43,8 @@ BLEND = 0.5
 #: alone adds +0.26 … +0.48 dB at 1× L1/L2 on the validation photos, +0.02 … +0.11 at L4 and above (stop 95,
 #: docs/weights.md, "The JDD stage's second pass at low noise"); the gate, 0.015 in stop 95, takes in L4 since
 #: stop 97 (held out: +0.06 / +0.08 at 1× L4, "The pair up to L4"); it costs ≈ 1.55× the command's time.
+#: Since stop 98 the first stage (both outputs) takes the same gate (:meth:`DenoiseThenDemosaic.first_passes`;
+#: docs/weights.md, "The first stage's orientations at low noise").
 SIGMA_GATE = 0.021
 
 #: at or below this std at mid-grey (the ladder's L2 is 0.0047, L3 0.0134) the default JDD stage averages all
@@ -51,7 +53,7 @@ SIGMA_GATE = 0.021
 #: the one-pass command's time.
 QUAD_GATE = 0.008
 
-#: the orientations the JDD stage's passes run in, in this order, as :func:`rawrcl.models.geometry.turn`
+#: the orientations both stages' passes run in, in this order, as :func:`rawrcl.models.geometry.turn`
 #: codes: as it is, transposed, rotated 180° (both flips), rotated 180° and transposed
 ORIENTATIONS = (0, 1, 6, 7)
 
@@ -82,9 +84,10 @@ class DenoiseThenDemosaic(nn.Module):
     #: differ between the two, the truth does not. ``True`` (``--two-pass``): both stages — the first stage
     #: (stop 84) +0.07 / +0.14 dB (RAW) and +0.06 / +0.12 (JDD) on the held-out rows at 1× / 4×, for ≈ 25 % of
     #: the command, the JDD stage too (stop 90; RGB output only): docs/weights.md, "A transposed second pass";
-    #: ``None`` (the default): the JDD stage of the RGB output only, and only for samples whose told noise is
-    #: at most :data:`SIGMA_GATE` — over all four :data:`ORIENTATIONS` at most :data:`QUAD_GATE`
-    #: (:meth:`jdd_passes`; ``True`` keeps those four too); ``False`` (``--one-pass``): one pass of each.
+    #: ``None`` (the default): only for samples whose told noise is at most :data:`SIGMA_GATE` — over all four
+    #: :data:`ORIENTATIONS` at most :data:`QUAD_GATE` — the first stage (both outputs, since stop 98:
+    #: :meth:`first_passes`) and the JDD stage of the RGB output (:meth:`jdd_passes`); ``True`` keeps those
+    #: four too; ``False`` (``--one-pass``): one pass of each.
     #: Training keeps one pass; so does a row-aware (banding) first stage (a transpose turns rows into
     #: columns).
     two_pass: bool | None = None
@@ -171,15 +174,27 @@ class DenoiseThenDemosaic(nn.Module):
 
     def first(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
         """The RAW denoiser (first stage) on ``x`` (B, 4, h, w): what the JDD network runs behind. In eval
-        mode (with :attr:`two_pass`) the mean of its outputs on ``x`` and on the transposed mosaic."""
-        y = self._first_pass(x, noise)
-        if self.training or not self.two_pass or self.row_aware:
-            return y
-        t = self._first_pass(*_transposed(x, noise))
-        return 0.5 * (y + _transposed(t, None)[0])
+        mode each sample's result is the mean over the first :meth:`first_passes` :data:`ORIENTATIONS` of
+        ``x`` (each output turned back onto the mosaic's grid)."""
+        y = self.first_pass(x, noise)
+        return self._mean_over_orientations(y, self.first_passes(noise, x.shape[0]), x, noise, packed=True)
 
-    def _first_pass(self, x: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
+    def first_pass(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
+        """One pass of the first stage on ``x`` (B, 4, h, w) as it is → (B, 4, h, w)."""
         return self.denoiser(x, noise) if _aware(self.denoiser) else self.denoiser(x)
+
+    def first_passes(self, noise: torch.Tensor | None, batch: int = 1) -> torch.Tensor:
+        """(B,) int64: over how many of the :data:`ORIENTATIONS` :meth:`first` averages the first stage for
+        each sample of ``noise`` (B, K, planes) (``batch`` B when ``noise`` is None): one in training, for a
+        row-aware first stage and with :attr:`two_pass` ``False``; by default (``None``) as many as the JDD
+        stage's gate gives, :func:`gated_passes` (both outputs), one without ``noise``; with :attr:`two_pass`
+        ``True`` at least two."""
+        n = torch.ones(batch if noise is None else noise.shape[0], dtype=torch.long)
+        if self.training or self.two_pass is False or self.row_aware:
+            return n
+        if noise is not None:
+            n = gated_passes(noise)
+        return n.clamp(min=2) if self.two_pass else n
 
     def second(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         """The JDD network on the first stage's output ``y`` (B, 4, h, w), told λ × :attr:`residual` of the
@@ -189,18 +204,38 @@ class DenoiseThenDemosaic(nn.Module):
         added +0.01 dB for 0.5× more time (docs/weights.md, "A transposed second pass")."""
         rgb = self._second_pass(x, y, noise)
         n = self.jdd_passes(noise, y.shape[0])  # on the CPU: x, y and noise may sit on other devices
+        return self._mean_over_orientations(rgb, n, y, noise, x=x)
+
+    def _mean_over_orientations(
+        self,
+        out: torch.Tensor,
+        n: torch.Tensor,
+        src: torch.Tensor,
+        noise: torch.Tensor | None,
+        packed: bool = False,
+        x: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``out`` (B, C, H, W), one stage's pass on ``src`` (B, 4, h, w) as it is, averaged per sample with
+        that stage's passes on the next ``n`` − 1 (``n`` (B,) int64) :data:`ORIENTATIONS` of ``src``, each
+        turned back: the first stage (``packed``: packed outputs) or, with ``x`` (the model's input, for
+        the dtype), the JDD stage. Unindexed where every sample has the same count (an exported graph)."""
         if int(n.max()) == 1:
-            return rgb
-        acc = rgb.float()
+            return out
+        acc = out.float()
         for k in range(1, int(n.max())):
             idx = (n > k).nonzero().flatten().tolist()
-            whole = len(idx) == len(n)  # unindexed: always in an exported graph (one baked noise)
+            whole = len(idx) == len(n)
             sel = slice(None) if whole else idx
-            told = None if noise is None else noise[sel]
-            turned = self._second_pass(x[sel], *_oriented(y[sel], told, ORIENTATIONS[k], self.size_multiple))
-            back = _turned_back(turned, ORIENTATIONS[k], y.shape[-2:]).float()
+            t = ORIENTATIONS[k]
+            multiple = size_multiple(self.denoiser) if packed else self.size_multiple
+            turned_src = _oriented(src[sel], None if noise is None else noise[sel], t, multiple)
+            if packed:
+                mosaic = unpack(self.first_pass(*turned_src), "RGGB")[:, None]
+                back = pack(_turned_back(mosaic, t, src.shape[-2:])[:, 0], "RGGB").float()
+            else:
+                back = _turned_back(self._second_pass(x[sel], *turned_src), t, src.shape[-2:]).float()
             acc = acc + back if whole else acc.index_add(0, torch.tensor(idx, device=acc.device), back)
-        return (acc / n.view(-1, 1, 1, 1).to(acc)).to(rgb.dtype)
+        return (acc / n.view(-1, 1, 1, 1).to(acc)).to(out.dtype)
 
     def jdd_passes(self, noise: torch.Tensor | None, batch: int = 1) -> torch.Tensor:
         """(B,) int64: over how many of the :data:`ORIENTATIONS` :meth:`second` averages the JDD stage for
@@ -274,9 +309,10 @@ def mid_grey_sigma(noise: torch.Tensor) -> torch.Tensor:
 
 
 def gated_passes(noise: torch.Tensor) -> torch.Tensor:
-    """(B,) int64 on the CPU: the JDD stage's default pass count for each sample of ``noise`` (B, K,
-    planes) — four where :func:`mid_grey_sigma` is at most :data:`QUAD_GATE`, two at most
-    :data:`SIGMA_GATE`, else one (:meth:`DenoiseThenDemosaic.jdd_passes` for a noise-aware JDD stage)."""
+    """(B,) int64 on the CPU: each stage's default pass count for each sample of ``noise`` (B, K, planes) —
+    four where :func:`mid_grey_sigma` is at most :data:`QUAD_GATE`, two at most :data:`SIGMA_GATE`, else one
+    (:meth:`DenoiseThenDemosaic.first_passes`, and :meth:`DenoiseThenDemosaic.jdd_passes` for a noise-aware
+    JDD stage)."""
     sigma = mid_grey_sigma(noise).cpu()
     return torch.where(sigma <= QUAD_GATE, 4, torch.where(sigma <= SIGMA_GATE, 2, 1))
 
