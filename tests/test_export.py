@@ -239,25 +239,40 @@ def test_cli_jdd_backend_onnxruntime_matches_torch(tmp_path):
     assert len(list(Path(tmp_path_cache()).glob("*-jdd-*.onnx"))) == 1  # exported once, cached
 
 
-def test_onnxruntime_backend_says_it_runs_one_pass_at_low_noise(tmp_path):
-    """At base-ISO noise rawrcl jdd on torch averages the JDD stage's orientations; the onnxruntime
-    backend's graph holds one pass, and the per-file log says so (and is silent at higher noise)."""
+def test_onnxruntime_backend_averages_as_torch_at_low_noise_a_users_graph_says_it_holds_one(tmp_path):
+    """At base-ISO noise rawrcl jdd averages both stages over four orientations on either backend — on
+    onnxruntime through a cached graph holding them (GatedOrt), with the same output and log line as torch;
+    a user's ONNX file holds one pass, and the per-file log says so (silent at higher noise)."""
+    import tifffile
+
     from rawrcl.io.dng import write_dng
 
     dng = write_dng(tmp_path / "f.dng", dn_of(mosaic(200, 260, "RGGB", seed=2)).astype(np.uint16), "RGGB",
                     BLACK, WHITE)  # fmt: skip
-    said = {}
+    said, outs = {}, {}
     low, high = "2e-5,1e-8", "1e-2,1.6e-3"
-    for backend, noise in (("torch", low), ("onnxruntime", low), ("onnxruntime", high)):
-        res = CliRunner().invoke(main, ["jdd", str(dng), "-o", str(tmp_path / f"{backend}.tiff"), "--force",
-                                        "--noise", noise, "--backend", backend])  # fmt: skip
+    user = tmp_path / "user.onnx"  # a noise-input graph, as plain `rawrcl export --format onnx` writes
+    prep = prepare(*load_checkpoint(default_weights_path("jdd")), head="jdd")
+    export_prepared(prep, user, tile=None, verify=False)
+    runs = [("torch", low, None), ("onnxruntime", low, None), ("onnxruntime", high, None)]
+    for backend, noise, model in [*runs, ("onnxruntime", low, user), ("onnxruntime", high, user)]:
+        out = tmp_path / f"{backend}{noise}{model is not None}.tiff"
+        res = CliRunner().invoke(main, ["jdd", str(dng), "-o", str(out), "--force", "--noise", noise,
+                                        "--backend", backend, "--precision", "fp32", "--render", "linear",
+                                        *(["--model", str(model)] if model else [])])  # fmt: skip
         assert res.exit_code == 0, res.output
-        said[backend, noise] = ("run four times" in res.output, "an ONNX graph holds one pass" in res.output)
+        said[backend, noise, model] = ("four ways" in res.output, "graph holds one pass" in res.output)
+        outs[backend, noise, model] = tifffile.imread(out).astype(np.int64)
     assert said == {
-        ("torch", low): (True, False),
-        ("onnxruntime", low): (False, True),
-        ("onnxruntime", high): (False, False),
+        ("torch", low, None): (True, False),
+        ("onnxruntime", low, None): (True, False),
+        ("onnxruntime", high, None): (False, False),
+        ("onnxruntime", low, user): (False, True),
+        ("onnxruntime", high, user): (False, False),
     }
+    assert np.abs(outs["torch", low, None] - outs["onnxruntime", low, None]).max() <= 7  # within 1e-4
+    assert np.abs(outs["onnxruntime", low, user] - outs["torch", low, None]).max() > 20  # one pass differs
+    assert sorted(p.name.split("-")[-1] for p in tmp_path_cache().glob("*-jdd-*-p*.onnx")) == ["p4.onnx"]
 
 
 def tmp_path_cache() -> Path:

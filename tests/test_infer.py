@@ -620,15 +620,15 @@ def test_jdd_and_denoise_average_their_stages_at_low_noise_unless_one_pass(tmp_p
         said[cmd, noise, opts] = [
             f"{who} {n}"
             for who in ("both stages run", "the first stage runs")
-            for n in ("twice", "four times")
+            for n in ("on the mosaic and its transpose", "on the mosaic turned four ways")
             if f"{who} {n}" in res.output
         ]
     assert said == {
-        ("jdd", low, ()): ["both stages run four times"],
-        ("jdd", mid, ()): ["both stages run twice"],
+        ("jdd", low, ()): ["both stages run on the mosaic turned four ways"],
+        ("jdd", mid, ()): ["both stages run on the mosaic and its transpose"],
         ("jdd", low, ("--one-pass",)): [],
         ("jdd", low, ("--tta",)): [],
         ("jdd", high, ()): [],
-        ("denoise", low, ()): ["the first stage runs four times"],
+        ("denoise", low, ()): ["the first stage runs on the mosaic turned four ways"],
         ("denoise", high, ()): [],
     }

@@ -508,6 +508,12 @@ def test_first_stage_averages_its_orientations_by_default_where_the_told_noise_i
         model.train()
         torch.testing.assert_close(model.first(x, noise), one)  # training keeps one pass
         model.eval()
+        model.fixed_passes = 2  # a graph with a noise input for one gate (--backend onnxruntime)
+        assert model.first_passes(noise).tolist() == model.jdd_passes(noise).tolist() == [2, 2, 2]
+        torch.testing.assert_close(model.first(x, noise), pair)
+        with two_pass_stages(model, False):
+            assert model.first_passes(noise).tolist() == [1, 1, 1]
+        model.fixed_passes = None
     assert not torch.allclose(one, r, atol=1e-4) and not torch.allclose(one, t, atol=1e-4)
 
 

@@ -4,7 +4,9 @@
 - ``onnxruntime``: a ``.onnx`` file runs as it is; a checkpoint (or the shipped weights) is exported on
   the fly to a dynamic-shape graph of exactly the module ``load_for_task`` would run (a RAW denoiser asked
   for JDD included) and cached under ``$RAWRCL_CACHE_DIR`` (default ``$XDG_CACHE_HOME/rawrcl`` or
-  ``~/.cache/rawrcl``) in ``onnx/``, keyed by the checkpoint's sha256, the task and the export version.
+  ``~/.cache/rawrcl``) in ``onnx/``, keyed by the checkpoint's sha256, the task and the export version; for
+  a noise-aware two-stage checkpoint also its two- and four-pass graphs, when a file's noise first needs
+  them (:class:`GatedOrt`: each file runs the graph of its gate, as the torch model averages its stages).
 
 Both engines go through the same tiler (:func:`rawrcl.infer.tiling.tiled_apply`). ONNX Runtime runs fp32 on
 the CPU only.
@@ -13,8 +15,10 @@ the CPU only.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
+import torch
 import torch.nn as nn
 
 from rawrcl.errors import RawrclError
@@ -48,8 +52,10 @@ def cache_dir() -> Path:
     return d
 
 
-def cached_export(model_path: str | os.PathLike | None, task: str) -> Path:
-    """Dynamic-shape ONNX export of what ``load_for_task(model_path, task)`` runs (made when not cached)."""
+def cached_export(model_path: str | os.PathLike | None, task: str, passes: int = 1) -> Path:
+    """Dynamic-shape ONNX export of what ``load_for_task(model_path, task)`` runs (made when not cached);
+    a noise-aware two-stage model's graph holds ``passes`` orientations of each stage
+    (:func:`rawrcl.export.build.prepare`)."""
     from rawrcl.export.build import export_prepared, prepare
     from rawrcl.export.graph import OPSET, file_sha256
     from rawrcl.models import load_checkpoint
@@ -58,10 +64,12 @@ def cached_export(model_path: str | os.PathLike | None, task: str) -> Path:
     load_for_task(model_path, task)  # the head / input checks and their messages, as with --backend torch
     ckpt = checkpoint_for(model_path, task)
     sha = file_sha256(ckpt)
-    target = cache_dir() / f"{sha[:24]}-{task}-op{OPSET}-v{EXPORT_VERSION}.onnx"
+    each = f"-p{passes}" if passes > 1 else ""
+    target = cache_dir() / f"{sha[:24]}-{task}-op{OPSET}-v{EXPORT_VERSION}{each}.onnx"
     if not target.is_file():
         model, cfg = load_checkpoint(ckpt)
-        prep = prepare(model, cfg, head=get_task(task).head, name=str(ckpt))  # noise-aware: a noise input
+        # noise-aware: a noise input
+        prep = prepare(model, cfg, head=get_task(task).head, name=str(ckpt), passes=passes)
         export_prepared(prep, target, tile=None, checkpoint=ckpt, name=str(ckpt))
     return target
 
@@ -118,4 +126,49 @@ def backend_model(model_path: str | os.PathLike | None, task: str, opts) -> nn.M
     m = onnx_model(path, task)
     if m.static_tile is not None:
         opts.tile = m.static_tile
+    if not is_onnx(model_path) and m.noise_input and _gated(model_path, task, opts):
+        return GatedOrt(m, lambda n: onnx_model(cached_export(model_path, task, n), task))
     return m
+
+
+def _gated(model_path: str | os.PathLike | None, task: str, opts) -> bool:
+    """Whether the torch backend would average a stage over orientations at low noise for this run: a
+    two-stage checkpoint, without ``--one-pass`` / ``--tta`` (:func:`rawrcl.models.compose.passes`)."""
+    from rawrcl.models import read_checkpoint
+    from rawrcl.models.compose import passes
+    from rawrcl.models.loading import checkpoint_for
+
+    if passes(opts.two_pass, opts.self_ensemble) is not None:
+        return False
+    return read_checkpoint(checkpoint_for(model_path, task))["config"].get("arch") == "two_stage"
+
+
+class GatedOrt(nn.Module):
+    """The onnxruntime backend's model for a noise-aware two-stage checkpoint: each call runs the graph
+    holding as many orientations of each stage as the torch model's gate gives the told noise
+    (:func:`rawrcl.models.compose.gated_passes`; one, two or four — exported and cached when first
+    needed), so that ``--backend onnxruntime`` gives ``--backend torch``'s output. Shapes and attributes
+    as the one-pass :class:`~rawrcl.export.ort.OrtModel` ``one``; ``graph(n)`` gives the n-pass model."""
+
+    #: the attributes the tiler and the noise binding read, taken from the one-pass graph
+    SHARED = ("head_name", "in_channels", "out_channels", "scale", "size_multiple", "static_tile",
+              "static_batch", "noise_input", "noise_aware", "any_size", "noise", "path", "info")  # fmt: skip
+
+    def __init__(self, one: nn.Module, graph: Callable[[int], nn.Module]) -> None:
+        super().__init__()
+        for name in self.SHARED:
+            setattr(self, name, getattr(one, name))
+        self._graphs = {1: one}
+        self._graph = graph
+
+    def passes(self, noise: torch.Tensor) -> int:
+        """The pass count for ``noise`` (B, K, planes): the largest of its samples' gates."""
+        from rawrcl.models.compose import gated_passes
+
+        return int(gated_passes(noise).max())
+
+    def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        n = self.passes(noise)
+        if n not in self._graphs:
+            self._graphs[n] = self._graph(n)
+        return self._graphs[n](x, noise)

@@ -66,14 +66,16 @@ def prepare(
     allow_noise_input: bool = True,
     name: str = "model",
     one_pass: bool = False,
+    passes: int = 1,
 ) -> Prepared:
     """Wrap ``model`` (config ``config``) to output ``head`` (default: its own) with ``noise`` baked in.
 
     A two-stage model's stages are averaged over the orientations the commands run for the baked noise
     (:meth:`~rawrcl.models.DenoiseThenDemosaic.first_passes`,
     :meth:`~rawrcl.models.DenoiseThenDemosaic.jdd_passes`, by ``QUAD_GATE`` and ``SIGMA_GATE`` of
-    :mod:`rawrcl.models.compose`); without baked noise (a noise input, or a blind model) and with
-    ``one_pass`` the graph holds one pass of each.
+    :mod:`rawrcl.models.compose`); with a noise input it holds ``passes`` of each stage
+    (:attr:`~rawrcl.models.DenoiseThenDemosaic.fixed_passes`: the onnxruntime backend's graph for one gate);
+    a blind model, and any graph with ``one_pass``, one pass of each.
 
     Raises :class:`RawrclError` (one line, naming ``name``) for a head that cannot serve ``head``, noise
     options given to a blind model, or a noise-aware model with no NLF where no noise input is allowed.
@@ -109,13 +111,16 @@ def prepare(
         )
     module: nn.Module = model.eval()
     baked = noise_aware and noise is not None and not one_pass
-    passes = first = 1
-    for m in module.modules():  # the baked noise fixes the stages' passes; else one pass of each stage
+    fixed = noise_aware and noise is None and not one_pass and passes > 1
+    told = noise.tensor()[None] if baked else None
+    jdd = first = 1
+    for m in module.modules():  # the baked noise (or ``passes``) fixes the stages' passes; else one of each
         if isinstance(m, DenoiseThenDemosaic):
-            m.two_pass = None if baked else False
-            if baked:
-                passes = max(passes, int(m.jdd_passes(noise.tensor()[None]).max()))
-                first = max(first, int(m.first_passes(noise.tensor()[None]).max()))
+            m.two_pass = None if baked or fixed else False
+            m.fixed_passes = passes if fixed else None
+            if baked or fixed:
+                jdd = max(jdd, int(m.jdd_passes(told).max()))
+                first = max(first, int(m.first_passes(told).max()))
     noise_input = False
     if noise_aware and noise is not None:
         module = WithNoise(module, noise.tensor(), channels=4)
@@ -139,7 +144,7 @@ def prepare(
         noise,
         dict(config),
         pad_multiple=_multiple(model),
-        jdd_passes=passes,
+        jdd_passes=jdd,
         first_passes=first,
     )
 
@@ -209,6 +214,7 @@ def export_prepared(
     }
     if prep.noise is not None:
         meta["noise"] = json.dumps(prep.noise.as_dict(), sort_keys=True)
+    if prep.noise is not None or max(prep.jdd_passes, prep.first_passes) > 1:
         meta["jdd_passes"] = str(prep.jdd_passes)
         meta["first_passes"] = str(prep.first_passes)
     export_onnx(prep.module, path, prep.in_channels, tile, prep.noise_input, meta, trace_hw=trace_size(m))

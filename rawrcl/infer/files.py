@@ -209,32 +209,33 @@ def _log_low_noise_passes(
     net: nn.Module, src: str | os.PathLike, opts: TileOptions | None, log: Callable[[str], None] | None
 ) -> None:
     """One log line when ``net`` will average a stage over several orientations by default (low noise:
-    :func:`low_noise_passes`), so that the longer time is explained; on the onnxruntime backend, where the
-    graph holds one pass, one line saying so at such noise."""
+    :func:`low_noise_passes`), so that the longer time is explained; on the onnxruntime backend with a
+    user's ONNX file, which holds one pass, one line saying so at such noise."""
     from rawrcl.models.compose import QUAD_GATE, SIGMA_GATE, gated_passes, mid_grey_sigma, passes
     from rawrcl.models.conditioning import WithNoise
 
     o = opts or TileOptions()
     if log is None or passes(o.two_pass, o.self_ensemble) is not None:
         return
-    if o.backend == "onnxruntime":
-        if isinstance(net, WithNoise) and int(gated_passes(net.noise[None])[0]) > 1:
-            sigma = float(mid_grey_sigma(net.noise[None])[0])
+    found = low_noise_passes(net)
+    if o.backend == "onnxruntime" and isinstance(net, WithNoise):
+        n = int(gated_passes(net.noise[None])[0])
+        sigma = float(mid_grey_sigma(net.noise[None])[0])
+        if n > 1 and hasattr(net.model, "passes"):  # rawrcl.export.backend.GatedOrt: the gate's graph
+            found = sigma, n, n if net.model.head_name == "jdd" else 1
+        elif n > 1:
             log(
                 f"{Path(src).name}: low noise (std {sigma:.4f} at mid-grey): an ONNX graph holds one pass of "
                 "each stage, where --backend torch averages a two-stage model's stages over their "
                 "orientations (docs/export.md)"
             )
-        return
-    if (found := low_noise_passes(net)) is not None:
+    if found is not None:
         sigma, first, jdd = found
         stages = "both stages run" if jdd > 1 else "the first stage runs"
-        turned = "twice, on the mosaic and its transpose"
-        if first == 4:
-            turned = "four times, on the mosaic turned four ways"
+        turned = "on the mosaic turned four ways" if first == 4 else "on the mosaic and its transpose"
         log(
             f"{Path(src).name}: low noise (std {sigma:.4f} at mid-grey, at most "
-            f"{QUAD_GATE if first == 4 else SIGMA_GATE:g}): {stages} {turned} and average "
+            f"{QUAD_GATE if first == 4 else SIGMA_GATE:g}): {stages} {turned}, averaged "
             "(longer, better; --one-pass skips it)"
         )
 

@@ -91,6 +91,11 @@ class DenoiseThenDemosaic(nn.Module):
     #: Training keeps one pass; so does a row-aware (banding) first stage (a transpose turns rows into
     #: columns).
     two_pass: bool | None = None
+    #: in eval mode with :attr:`two_pass` ``None``: this many :data:`ORIENTATIONS` of each stage whatever the
+    #: told noise (the JDD stage of the RGB output only) — what an exported graph with a noise input holds
+    #: for ``rawrcl jdd|denoise --backend onnxruntime``, which picks the graph by each file's gate; None: the
+    #: gate (:func:`gated_passes`)
+    fixed_passes: int | None = None
 
     def __init__(
         self,
@@ -192,6 +197,8 @@ class DenoiseThenDemosaic(nn.Module):
         n = torch.ones(batch if noise is None else noise.shape[0], dtype=torch.long)
         if self.training or self.two_pass is False or self.row_aware:
             return n
+        if self.fixed_passes is not None and self.two_pass is None:
+            return n.fill_(self.fixed_passes)
         if noise is not None:
             n = gated_passes(noise)
         return n.clamp(min=2) if self.two_pass else n
@@ -246,6 +253,8 @@ class DenoiseThenDemosaic(nn.Module):
         n = torch.ones(batch if noise is None else noise.shape[0], dtype=torch.long)
         if self.training or self.two_pass is False or self.output != "jdd" or self.demosaicker is None:
             return n
+        if self.fixed_passes is not None and self.two_pass is None:
+            return n.fill_(self.fixed_passes)
         if noise is not None and _aware(self.demosaicker):
             n = gated_passes(noise)
         return n.clamp(min=2) if self.two_pass else n
