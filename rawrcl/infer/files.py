@@ -219,9 +219,11 @@ def _log_low_noise_passes(
         return
     found = low_noise_passes(net)
     if o.backend == "onnxruntime" and isinstance(net, WithNoise):
+        from rawrcl.export.backend import GatedOrt
+
         n = int(gated_passes(net.noise[None])[0])
         sigma = float(mid_grey_sigma(net.noise[None])[0])
-        if n > 1 and hasattr(net.model, "passes"):  # rawrcl.export.backend.GatedOrt: the gate's graph
+        if n > 1 and isinstance(net.model, GatedOrt):  # it runs the gate's graph, as torch would
             found = sigma, n, n if net.model.head_name == "jdd" else 1
         elif n > 1:
             log(

@@ -192,8 +192,8 @@ class DenoiseThenDemosaic(nn.Module):
         """(B,) int64: over how many of the :data:`ORIENTATIONS` :meth:`first` averages the first stage for
         each sample of ``noise`` (B, K, planes) (``batch`` B when ``noise`` is None): one in training, for a
         row-aware first stage and with :attr:`two_pass` ``False``; by default (``None``) as many as the JDD
-        stage's gate gives, :func:`gated_passes` (both outputs), one without ``noise``; with :attr:`two_pass`
-        ``True`` at least two."""
+        stage's gate gives, :func:`gated_passes` (both outputs), one without ``noise``, or
+        :attr:`fixed_passes` when set; with :attr:`two_pass` ``True`` at least two."""
         n = torch.ones(batch if noise is None else noise.shape[0], dtype=torch.long)
         if self.training or self.two_pass is False or self.row_aware:
             return n
@@ -229,12 +229,12 @@ class DenoiseThenDemosaic(nn.Module):
         if int(n.max()) == 1:
             return out
         acc = out.float()
+        multiple = size_multiple(self.denoiser) if packed else self.size_multiple
         for k in range(1, int(n.max())):
             idx = (n > k).nonzero().flatten().tolist()
             whole = len(idx) == len(n)
             sel = slice(None) if whole else idx
             t = ORIENTATIONS[k]
-            multiple = size_multiple(self.denoiser) if packed else self.size_multiple
             turned_src = _oriented(src[sel], None if noise is None else noise[sel], t, multiple)
             if packed:
                 mosaic = unpack(self.first_pass(*turned_src), "RGGB")[:, None]
@@ -249,7 +249,7 @@ class DenoiseThenDemosaic(nn.Module):
         each sample of ``noise`` (B, K, planes) (``batch`` B when ``noise`` is None): one in training, for the
         RAW output and with :attr:`two_pass` ``False``; by default (``None``, a noise-aware JDD stage) four
         where :func:`mid_grey_sigma` is at most :data:`QUAD_GATE`, two where at most :data:`SIGMA_GATE`,
-        else one; with :attr:`two_pass` ``True`` at least two."""
+        else one, or :attr:`fixed_passes` when set; with :attr:`two_pass` ``True`` at least two."""
         n = torch.ones(batch if noise is None else noise.shape[0], dtype=torch.long)
         if self.training or self.two_pass is False or self.output != "jdd" or self.demosaicker is None:
             return n
