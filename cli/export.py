@@ -71,7 +71,7 @@ def export(
     from pathlib import Path
 
     from rawrcl.errors import RawrclError
-    from rawrcl.export.build import export_prepared, prepare
+    from rawrcl.export.build import averaged_stages, export_prepared, prepare
     from rawrcl.export.noise import baked_nlf
     from rawrcl.models import load_checkpoint
     from rawrcl.models.loading import default_weights_path, export_checkpoint
@@ -131,9 +131,8 @@ def export(
     click.echo(
         f"verified: ONNX Runtime vs torch max |diff| {info.get('max_abs_diff', float('nan')):.2e} (fp32)"
     )
-    if (n := max(prep.jdd_passes, prep.first_passes)) > 1:
-        stages = "both stages are" if prep.jdd_passes > 1 else "the first stage is"
+    if (averaged := averaged_stages(prep.jdd_passes, prep.first_passes)) is not None:
         click.echo(
-            f"{stages} averaged over {n} orientations, as the commands run them at this noise: each tile "
-            "takes longer (docs/export.md; --one-pass for one pass)"
+            f"{averaged}, as the commands run them at this noise: each tile takes longer (docs/export.md; "
+            "--one-pass for one pass)"
         )

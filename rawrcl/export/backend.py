@@ -14,6 +14,7 @@ the CPU only.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -126,21 +127,21 @@ def backend_model(model_path: str | os.PathLike | None, task: str, opts) -> nn.M
     m = onnx_model(path, task)
     if m.static_tile is not None:
         opts.tile = m.static_tile
-    if not is_onnx(model_path) and m.noise_input and _gated(model_path, task, opts):
+    if not is_onnx(model_path) and m.noise_input and _gated(m, opts):
         return GatedOrt(m, lambda n: onnx_model(cached_export(model_path, task, n), task))
     return m
 
 
-def _gated(model_path: str | os.PathLike | None, task: str, opts) -> bool:
-    """Whether the torch backend would average a stage over orientations at low noise for this run: a
-    two-stage checkpoint, without ``--one-pass`` / ``--tta`` (:func:`rawrcl.models.compose.passes`)."""
-    from rawrcl.models import read_checkpoint
+def _gated(graph: nn.Module, opts) -> bool:
+    """Whether the torch backend would average a stage over orientations at low noise for this run: the
+    exported model (its config in the graph's ``source`` metadata) is two-stage, without ``--one-pass`` /
+    ``--tta`` (:func:`rawrcl.models.compose.passes`)."""
     from rawrcl.models.compose import passes
-    from rawrcl.models.loading import checkpoint_for
 
     if passes(opts.two_pass, opts.self_ensemble) is not None:
         return False
-    return read_checkpoint(checkpoint_for(model_path, task))["config"].get("arch") == "two_stage"
+    source = json.loads(graph.info["metadata"].get("source") or "{}")
+    return source.get("config", {}).get("arch") == "two_stage"
 
 
 class GatedOrt(nn.Module):

@@ -52,6 +52,15 @@ class Prepared:
     first_passes: int = 1
 
 
+def averaged_stages(jdd_passes: int, first_passes: int) -> str | None:
+    """What a graph's passes say in words (the export's line and the package card), e.g. "both stages are
+    averaged over 4 orientations"; None for one pass of each."""
+    n = max(jdd_passes, first_passes)
+    if n == 1:
+        return None
+    return f"{'both stages are' if jdd_passes > 1 else 'the first stage is'} averaged over {n} orientations"
+
+
 def _multiple(model: nn.Module) -> int:
     from rawrcl.models.geometry import size_multiple
 

@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from rawrcl.export.build import averaged_stages
+
 #: checkpoint ``extra`` keys that are training state, not provenance
 _STATE_KEYS = {"optimizer", "rng", "scaler", "train_weights", "sampler", "world_size", "weights_dtype"}
 
@@ -172,14 +174,12 @@ def model_card(
             "",
             "Use it for files of that camera at that ISO; export one package per ISO.",
         ]
-        if max(jdd_passes, first_passes) > 1:
-            stages = "both stages are" if jdd_passes > 1 else "the first stage is"
+        if (averaged := averaged_stages(jdd_passes, first_passes)) is not None:
             lines += [
                 "",
-                f"At this noise {stages} averaged over {max(jdd_passes, first_passes)} orientations of the "
-                "mosaic, as `rawrcl jdd` / `rawrcl denoise` run them: each tile takes longer (with four, "
-                "about 4× the time of one pass in ONNX Runtime on a 2-thread CPU; `rawrcl export --one-pass` "
-                "for one pass).",
+                f"At this noise {averaged} of the mosaic, as `rawrcl jdd` / `rawrcl denoise` run them: each "
+                "tile takes longer (with four, about 4× the time of one pass in ONNX Runtime on a 2-thread "
+                "CPU; `rawrcl export --one-pass` for one pass).",
             ]
     else:
         lines.append("Blind model (no noise input): one package serves every ISO the model was trained for.")

@@ -218,14 +218,9 @@ def _log_low_noise_passes(
     if log is None or passes(o.two_pass, o.self_ensemble) is not None:
         return
     found = low_noise_passes(net)
-    if o.backend == "onnxruntime" and isinstance(net, WithNoise):
-        from rawrcl.export.backend import GatedOrt
-
-        n = int(gated_passes(net.noise[None])[0])
-        sigma = float(mid_grey_sigma(net.noise[None])[0])
-        if n > 1 and isinstance(net.model, GatedOrt):  # it runs the gate's graph, as torch would
-            found = sigma, n, n if net.model.head_name == "jdd" else 1
-        elif n > 1:
+    if found is None and o.backend == "onnxruntime" and isinstance(net, WithNoise):
+        if int(gated_passes(net.noise[None])[0]) > 1:  # a user's ONNX file: one pass
+            sigma = float(mid_grey_sigma(net.noise[None])[0])
             log(
                 f"{Path(src).name}: low noise (std {sigma:.4f} at mid-grey): an ONNX graph holds one pass of "
                 "each stage, where --backend torch averages a two-stage model's stages over their "
@@ -247,12 +242,17 @@ def low_noise_passes(net: nn.Module) -> tuple[float, int, int] | None:
     mid-grey (:func:`rawrcl.models.compose.mid_grey_sigma`) and the pass counts of the first stage and of the
     JDD stage when a two-stage model inside averages its first stage over more than one orientation by
     default (:meth:`~rawrcl.models.compose.DenoiseThenDemosaic.first_passes`,
-    :meth:`~rawrcl.models.compose.DenoiseThenDemosaic.jdd_passes`); else None."""
-    from rawrcl.models.compose import DenoiseThenDemosaic, mid_grey_sigma
+    :meth:`~rawrcl.models.compose.DenoiseThenDemosaic.jdd_passes`), or when the onnxruntime backend runs such
+    a model's gated graphs (:class:`rawrcl.export.backend.GatedOrt`); else None."""
+    from rawrcl.export.backend import GatedOrt
+    from rawrcl.models.compose import DenoiseThenDemosaic, gated_passes, mid_grey_sigma
     from rawrcl.models.conditioning import WithNoise
 
     for m in net.modules():
-        if isinstance(m, WithNoise):
+        if isinstance(m, WithNoise) and isinstance(m.model, GatedOrt):  # the gate's graph, as torch runs
+            if (n := int(gated_passes(m.noise[None])[0])) > 1:
+                return float(mid_grey_sigma(m.noise[None])[0]), n, n if m.model.head_name == "jdd" else 1
+        elif isinstance(m, WithNoise):
             for d in m.model.modules():
                 if isinstance(d, DenoiseThenDemosaic) and (n := int(d.first_passes(m.noise[None])[0])) > 1:
                     return float(mid_grey_sigma(m.noise[None])[0]), n, int(d.jdd_passes(m.noise[None])[0])

@@ -194,14 +194,8 @@ class DenoiseThenDemosaic(nn.Module):
         row-aware first stage and with :attr:`two_pass` ``False``; by default (``None``) as many as the JDD
         stage's gate gives, :func:`gated_passes` (both outputs), one without ``noise``, or
         :attr:`fixed_passes` when set; with :attr:`two_pass` ``True`` at least two."""
-        n = torch.ones(batch if noise is None else noise.shape[0], dtype=torch.long)
-        if self.training or self.two_pass is False or self.row_aware:
-            return n
-        if self.fixed_passes is not None and self.two_pass is None:
-            return n.fill_(self.fixed_passes)
-        if noise is not None:
-            n = gated_passes(noise)
-        return n.clamp(min=2) if self.two_pass else n
+        on = not (self.training or self.two_pass is False or self.row_aware)
+        return self._pass_counts(noise, batch, on, gate=noise is not None)
 
     def second(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         """The JDD network on the first stage's output ``y`` (B, 4, h, w), told λ × :attr:`residual` of the
@@ -250,12 +244,19 @@ class DenoiseThenDemosaic(nn.Module):
         RAW output and with :attr:`two_pass` ``False``; by default (``None``, a noise-aware JDD stage) four
         where :func:`mid_grey_sigma` is at most :data:`QUAD_GATE`, two where at most :data:`SIGMA_GATE`,
         else one, or :attr:`fixed_passes` when set; with :attr:`two_pass` ``True`` at least two."""
+        on = not (self.training or self.two_pass is False or self.output != "jdd" or self.demosaicker is None)
+        return self._pass_counts(noise, batch, on, gate=noise is not None and _aware(self.demosaicker))
+
+    def _pass_counts(self, noise: torch.Tensor | None, batch: int, on: bool, gate: bool) -> torch.Tensor:
+        """(B,) int64 pass counts of a stage: one where it is not ``on``; else :attr:`fixed_passes` when set
+        (and :attr:`two_pass` is ``None``), :func:`gated_passes` of ``noise`` where ``gate``, else one —
+        at least two with :attr:`two_pass` ``True``."""
         n = torch.ones(batch if noise is None else noise.shape[0], dtype=torch.long)
-        if self.training or self.two_pass is False or self.output != "jdd" or self.demosaicker is None:
+        if not on:
             return n
         if self.fixed_passes is not None and self.two_pass is None:
             return n.fill_(self.fixed_passes)
-        if noise is not None and _aware(self.demosaicker):
+        if gate:
             n = gated_passes(noise)
         return n.clamp(min=2) if self.two_pass else n
 
