@@ -125,6 +125,24 @@ def test_cap_trusts_the_network_closer_where_the_fit_shows_texture(
     assert learned.cap_ratio(packed, shot, read, misfit=misfit) == pytest.approx(expected)
 
 
+def test_the_check_reads_the_per_plane_fits_where_they_read_far_more_than_the_pooled_fit(monkeypatch):
+    """Per-plane fits whose mean reads more than PLANES_APART × the pooled fit's std (fine texture read as
+    noise plane by plane: a snow scene at base ISO, 7×) are checked by their own level — what the model is
+    told; checked against the pooled fit they kept 11× the true std. Nearer, the pooled fit is checked."""
+    from rawrcl.calibration.result import CalibrationResult
+
+    packed = np.full((4, 32, 32), 0.25, np.float32)  # median signal 0.25
+    res = CalibrationResult(path=None, method="image", pooled=(1e-5, 1e-6))  # std 0.0019 at 0.25
+    res.per_plane = {"R": (1e-3, 0.0), "G1": (0.0, 1e-3), "G2": (0.0, 5e-4), "B": (0.0, 9e-4)}
+    monkeypatch.setattr(learned, "learned_std", lambda p, x, net=None: 0.002)
+    told = np.sqrt(np.mean([1e-3, 0, 0, 0]) * 0.25 + np.mean([0, 1e-3, 5e-4, 9e-4]))  # 9.4× the pooled std
+    assert learned.estimate_ratio(packed, res) == pytest.approx(learned.CAP * 0.002 / told)
+    res.per_plane = {c: (1e-5 * 1.5**2, 1e-6 * 1.5**2) for c in ("R", "G1", "G2", "B")}  # 1.5×: the pooled
+    assert learned.estimate_ratio(packed, res) == 1.0  # the pooled fit is within CAP of the network
+    res.per_plane = {}
+    assert learned.estimate_ratio(packed, res) == 1.0
+
+
 def _clipped_corners(shape, blocks):
     """A noisy mid-grey packed mosaic with white-clipped ``side``-px squares at the given top-left corners."""
     x = np.random.default_rng(3).uniform(0.2, 0.3, shape).astype(np.float32)
