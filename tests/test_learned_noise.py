@@ -134,11 +134,15 @@ def test_the_check_reads_the_per_plane_fits_where_they_read_far_more_than_the_po
     packed = np.full((4, 32, 32), 0.25, np.float32)  # median signal 0.25
     res = CalibrationResult(path=None, method="image", pooled=(1e-5, 1e-6))  # std 0.0019 at 0.25
     res.per_plane = {"R": (1e-3, 0.0), "G1": (0.0, 1e-3), "G2": (0.0, 5e-4), "B": (0.0, 9e-4)}
-    monkeypatch.setattr(learned, "learned_std", lambda p, x, net=None: 0.002)
-    told = np.sqrt(np.mean([1e-3, 0, 0, 0]) * 0.25 + np.mean([0, 1e-3, 5e-4, 9e-4]))  # 9.4× the pooled std
-    assert learned.estimate_ratio(packed, res) == pytest.approx(learned.CAP * 0.002 / told)
-    res.per_plane = {c: (1e-5 * 1.5**2, 1e-6 * 1.5**2) for c in ("R", "G1", "G2", "B")}  # 1.5×: the pooled
-    assert learned.estimate_ratio(packed, res) == 1.0  # the pooled fit is within CAP of the network
+    net = 0.0015  # within CAP of the pooled fit: checked against it, nothing would be lowered
+    monkeypatch.setattr(learned, "learned_std", lambda p, x, net_=None: net)
+    told = np.sqrt(np.mean([1e-3, 0, 0, 0]) * 0.25 + np.mean([0, 1e-3, 5e-4, 9e-4]))  # 14× the pooled std
+    assert learned.estimate_ratio(packed, res) == pytest.approx(learned.CAP * net / told)
+    # planes 1.5× the pooled fit (within PLANES_APART): the pooled fit is checked, so nothing is lowered,
+    # though the planes' own level would have been (CAP · net / their std = 0.80)
+    res.per_plane = {c: (1e-5 * 1.5**2, 1e-6 * 1.5**2) for c in ("R", "G1", "G2", "B")}
+    assert learned.cap_ratio(packed, 1e-5 * 1.5**2, 1e-6 * 1.5**2) < 0.85
+    assert learned.estimate_ratio(packed, res) == 1.0
     res.per_plane = {}
     assert learned.estimate_ratio(packed, res) == 1.0
 
