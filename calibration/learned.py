@@ -209,9 +209,8 @@ def estimate_ratio(packed: np.ndarray, res) -> float:
     per-plane fits' mean λ (what a model is told, and what :func:`lowered` scales) reads a std more than
     :data:`PLANES_APART` × the pooled fit's at :func:`median_signal`, that mean — and its ``nlf_misfit``."""
     shot, read = res.pooled
-    if res.per_plane:
-        ms, mr = (float(v) for v in np.asarray(list(res.per_plane.values()), dtype=np.float64).mean(axis=0))
+    if (planes := res.plane_mean) is not None:
         x = median_signal(packed)
-        if ms * x + mr > PLANES_APART**2 * max(shot * x + read, 0.0):
-            shot, read = ms, mr
+        if planes[0] * x + planes[1] > PLANES_APART**2 * max(shot * x + read, 0.0):
+            shot, read = planes
     return cap_ratio(packed, shot, read, misfit=res.extra.get("nlf_misfit", 0.0))

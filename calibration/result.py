@@ -73,23 +73,28 @@ class CalibrationResult:
     pooled_err: tuple[float, float] | None = None
 
     @property
-    def lambda_shot(self) -> float | None:
-        """Plane-average λshot ([0, 1] units): the joint all-plane fit when there is one (image
-        method), else the mean of the per-plane values; None when unknown."""
-        if self.pooled is not None:
-            return float(self.pooled[0])
+    def plane_mean(self) -> tuple[float, float] | None:
+        """The mean of the per-plane (λshot, λread) — what a model told :meth:`noise_model` sees on average —
+        or None without planes."""
         if not self.per_plane:
             return None
-        return float(np.mean([v[0] for v in self.per_plane.values()]))
+        shot, read = np.mean(list(self.per_plane.values()), axis=0)
+        return float(shot), float(read)
+
+    @property
+    def lambda_shot(self) -> float | None:
+        """Plane-average λshot ([0, 1] units): the joint all-plane fit when there is one (image
+        method), else :attr:`plane_mean`'s; None when unknown."""
+        if self.pooled is not None:
+            return float(self.pooled[0])
+        return None if self.plane_mean is None else self.plane_mean[0]
 
     @property
     def lambda_read(self) -> float | None:
         """Plane-average λread ([0, 1]² units), as :attr:`lambda_shot`; None when unknown."""
         if self.pooled is not None:
             return float(self.pooled[1])
-        if not self.per_plane:
-            return None
-        return float(np.mean([v[1] for v in self.per_plane.values()]))
+        return None if self.plane_mean is None else self.plane_mean[1]
 
     def std_at(self, x: float, plane: str | None = None) -> float:
         """Predicted noise standard deviation sqrt(λshot·x + λread) at signal x ([0, 1] units),
