@@ -20,7 +20,8 @@ from rawrcl.cli.common import NOISE_SYNTHETIC_HELP, fuse_bm3d_option, user_error
     type=click.Path(),
     default=None,
     help="folder of RAW frames of one static scene: score MODEL on the target frame against the registered "
-    "mean of the others (CFA-domain PSNR/SSIM, ceiling, burst NLF beside the single-image estimate).",
+    "mean of the others (CFA-domain PSNR/SSIM, ceiling, burst NLF beside the single-image estimate); a frame "
+    "is left out of that mean where it moved, or whole when it does not register.",
 )
 @click.option("--target", default=None, help="--burst: the target frame (file name or stem; default: first)")
 @click.option(

@@ -387,7 +387,9 @@ def test_the_burst_benchmark_scores_the_defaults_as_the_commands_do(burst_dir, t
         assert rows[name] > rows["noisy"] + 1
 
 
-def test_burst_with_an_unrelated_frame_is_refused(burst_dir, tmp_path):
+def test_burst_with_an_unrelated_frame_leaves_it_out_and_a_majority_is_refused(burst_dir, tmp_path):
+    """One frame of another scene is left out of the reference and named in the report; when most of the
+    other frames do not register the command refuses in one line naming one of them."""
     d = tmp_path / "bad"
     d.mkdir()
     for f in sorted(burst_dir.glob("*.dng"))[:4]:
@@ -395,9 +397,16 @@ def test_burst_with_an_unrelated_frame_is_refused(burst_dir, tmp_path):
     rng = np.random.default_rng(3)
     _write(d / "frame09.dng", rng.random((SIZE, SIZE)) * 0.5, "GRBG")
     r = _run(["eval", "noisy", "--burst", str(d)])
+    assert r.exit_code == 0, r.output
+    left = [ln for ln in r.output.splitlines() if ln.startswith("left out of the reference")]
+    assert len(left) == 1 and "3 of 4 frames kept" in left[0] and "frame09.dng" in left[0], r.output
+    for f in sorted(d.glob("*.dng"))[2:4]:
+        f.unlink()
+    _write(d / "frame08.dng", rng.random((SIZE, SIZE)) * 0.5, "GRBG")
+    r = _run(["eval", "noisy", "--burst", str(d)])
     assert r.exit_code == 1
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("rawrcl: error:")]
-    assert len(lines) == 1 and "frame09.dng" in lines[0], r.stderr
+    assert len(lines) == 1 and "frame08.dng" in lines[0] and "did not register" in lines[0], r.stderr
     assert "Traceback" not in r.output
 
 

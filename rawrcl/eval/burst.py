@@ -8,9 +8,11 @@ Pipeline (:func:`build_reference`)
 2. Registration (:func:`register_frame`) of every other frame to the target with OpenCV ``findTransformECC``
    (``MOTION_AFFINE``) on the packed green image g = (G1 + G2)/2, initialised by phase correlation
    (translation, handles shifts of many pixels) and refined coarse to fine on a Gaussian pyramid (≤ 3
-   levels, coarsest ≥ 64 px). Refused (:class:`RawrclError`) when ECC does not converge, when its
-   correlation coefficient is below ``min_cc``, or when the affine is implausible (|A − I| > 0.05 or a
-   shift beyond ``max_shift``).
+   levels, coarsest ≥ 64 px). A frame fails when ECC does not converge, when its correlation coefficient
+   is below ``min_cc``, or when the affine is implausible (|A − I| > 0.05 or a shift beyond
+   ``max_shift``); it is then left out of the reference (named in ``dropped`` and the log), and the burst
+   is refused (:class:`RawrclError`, the first failure's message) when fewer than
+   :func:`frames_needed` (two, and at least half) of the non-target frames register.
 3. Warping in a common frame. g samples the scene at full-resolution position u = 2p + (½, ½) (p the packed
    index, x and y alike); ECC's packed-green affine W(p) = A·p + t is therefore the full-resolution affine
    M(u) = A·u + 2t + (I − A)·(½, ½). Plane c (R, G1, G2, B at offsets o_c = (0,0), (1,0), (0,1), (1,1) in
@@ -21,12 +23,12 @@ Pipeline (:func:`build_reference`)
    per-pixel by-products are exact: the validity (all 16 taps inside the image and on real, not
    reflection-padded, samples), clipping (any tap with non-zero weight on a clipped sample) and the noise
    gain Σw² (the interpolated noise variance is σ²·Σw², between ≈ 0.52 and 1).
-4. Reference = mean of the N − 1 registered non-target frames (never the target: its noise would correlate
-   with the denoiser's input). Its noise variance at pixel p is σ²(x_p)·c_p with
-   c_p = Σ_k Σw²_k(p) / (N − 1)² (≈ 0.6–1 × 1/(N − 1)).
+4. Reference = mean of the registered non-target frames (never the target: its noise would correlate
+   with the denoiser's input), per pixel over the n_p frames the motion check (step 7) keeps there. Its
+   noise variance at pixel p is σ²(x_p)·c_p with c_p = Σ_k Σw²_k(p) / n_p² (≈ 0.6–1 × 1/n_p).
 5. Mask (``BurstReference.mask``): a pixel counts when every frame covers it with valid taps, no frame is
-   clipped there (see "Clipping"), it lies outside flagged motion blocks (step 7), and — for the metrics —
-   it is more than ``border`` pixels from the image edge.
+   clipped there (see "Clipping"), at least :func:`frames_needed` frames agree with the target there
+   (step 7), and — for the metrics — it is more than ``border`` pixels from the image edge.
 6. Noise-level function (:func:`measure_nlf`): target − reference on masked pixels, divided by
    sqrt(1 + c_p) (removes the reference's own noise exactly for an unbiased reference), binned by the
    reference level (24 equal-count bins per plane); per bin a robust variance (outliers beyond 6 MAD-stds
@@ -40,10 +42,17 @@ Pipeline (:func:`build_reference`)
 7. Motion check (per frame, after the NLF): z = (target − registered frame)/sqrt(σ²(ref)(1 + Σw²) + a·D),
    D the reference's local detail energy (:func:`detail_energy`) and a ≥ 0 fitted per frame
    (:func:`resampling_slope`) — the frame's own interpolation error, which on sharp bright content exceeds
-   the noise at edges (without it, static bursts of such content were refused as "moved"); in
+   the noise at edges (without it, static bursts of such content were refused as "moved"), capped at
+   ``SLOPE_SPREAD`` × the frames' median + ``SLOPE_FLOOR`` (an object moving over a large part of one
+   frame otherwise raises that frame's slope until it reads as noise); in
    16×16 packed blocks, the fraction of |z| > 4 (Gaussian: 6·10⁻⁵). A block with ≥ 10 % such pixels is
-   "moved" (an isolated hot pixel is not: it is one pixel); moved blocks are masked, and when more than
-   ``max_moved`` of the valid blocks of any frame are moved, the burst is refused.
+   "moved" (an isolated hot pixel is not: it is one pixel). A frame is left out of the reference in its
+   moved blocks grown by one block (the way a burst merge rejects moving tiles), and whole when more than
+   ``drop_moved`` (25 %) of its blocks moved; the reference and the NLF are then rebuilt from what is
+   kept. Pixels left with fewer than :func:`frames_needed` frames are masked (a target-side motion: every
+   frame disagrees there), and the burst is refused when that is more than ``max_motion_masked`` (half)
+   of the usable pixels or fewer than two frames are left. (Until stop 100 more than 2 % moved blocks in
+   any frame refused the whole burst, and every moved block was masked.)
 
 Clipping
 --------
@@ -77,9 +86,10 @@ MSE_ref) is an upper bound of their size.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -203,8 +213,12 @@ class BurstReference:
     Mosaic-domain arrays are (H, W) on the target's pixel grid: ``target``, ``reference``, ``mask``
     (usable: valid, unclipped, not moved; no border applied), ``valid`` (covered by every frame, whatever the
     clipping), ``ref_gain`` (c_p). ``nlf``: the measured NLF;
-    ``registrations``: one per non-target frame; ``moved_blocks``: per frame, the fraction of valid blocks
-    flagged as moved.
+    ``registrations``: one per registered non-target frame; ``moved_blocks``: per registered frame, the
+    fraction of valid blocks flagged as moved; ``frames_used``: non-target frames in the reference;
+    ``dropped``: frames left out whole (``path``, ``reason``: not registered, or moved in more than
+    ``DROP_MOVED`` of their blocks); ``motion_excluded`` / ``motion_masked``: shares of the usable (valid,
+    unclipped) pixels where the motion check left out at least one frame / left too few
+    (:func:`frames_needed`), so that they are masked.
     """
 
     target: np.ndarray
@@ -219,6 +233,10 @@ class BurstReference:
     moved_blocks: list[float]
     paths: list[str]
     clipped_fraction: float
+    frames_used: int = 0
+    dropped: list[dict] = field(default_factory=list)
+    motion_excluded: float = 0.0
+    motion_masked: float = 0.0
 
     def metric_mask(self, border: int = BORDER, base: np.ndarray | None = None) -> np.ndarray:
         """(H, W) bool: :attr:`mask` (or ``base``) minus a ``border``-pixel frame."""
@@ -261,6 +279,10 @@ class BurstReference:
             "ceiling_linear_nlf": self.ceiling(border, "fit"),
             "registrations": [r.to_dict() for r in self.registrations],
             "moved_block_fraction": [float(v) for v in self.moved_blocks],
+            "frames_used": self.frames_used,
+            "dropped": self.dropped,
+            "motion_excluded_fraction": self.motion_excluded,
+            "motion_masked_fraction": self.motion_masked,
         }
 
 
@@ -308,6 +330,39 @@ def _block_reduce(a: np.ndarray, b: int) -> np.ndarray:
     return a[:h, :w].reshape(h // b, b, w // b, b).sum(axis=(1, 3))
 
 
+#: a frame's resampling slope is capped at SLOPE_SPREAD × the frames' median + SLOPE_FLOOR: a moved object
+#: over a large part of one frame otherwise raises that frame's own slope until its blocks read as noise
+#: (static bursts: every slope within 1.8× the median, 0.08–1.24; an object over a quarter of a frame: 3.5
+#: against a median of 0.001)
+SLOPE_SPREAD, SLOPE_FLOOR = 3.0, 0.05
+#: a motion block is checked when at least this share of its samples is usable (unclipped, covered)
+LIVE_BLOCK = 0.1
+#: a block is also "moved" where its mean z² (z clipped at ±5) reaches this: a difference as large as the
+#: noise itself, too small for 4σ outliers but a bias of the reference (static HDR+ burst: ≤ 1.58 in any of
+#: its 512 checked blocks per frame)
+Z2_MOVED = 3.0
+#: a frame with more than this share of its motion blocks moved is left out of the reference whole
+DROP_MOVED = 0.25
+#: refused when motion leaves too few frames (:func:`frames_needed`) on more than this share of the usable
+#: pixels
+MAX_MOTION_MASKED = 0.5
+
+
+def frames_needed(kept: int) -> int:
+    """Frames a reference pixel needs, of the ``kept`` non-target frames: at least two, and at least half."""
+    return max(2, math.ceil(kept / 2))
+
+
+def _grow(m: np.ndarray) -> np.ndarray:
+    """(h, w) bool grown by one cell in each direction (8-neighbourhood)."""
+    p = np.pad(m, 1)
+    out = np.zeros_like(m)
+    for dy in range(3):
+        for dx in range(3):
+            out |= p[dy : dy + m.shape[0], dx : dx + m.shape[1]]
+    return out
+
+
 def build_reference(
     burst: Burst,
     *,
@@ -315,7 +370,8 @@ def build_reference(
     block: int = 16,
     z_outlier: float = 4.0,
     moved_block_fraction: float = 0.10,
-    max_moved: float = 0.02,
+    drop_moved: float = DROP_MOVED,
+    max_motion_masked: float = MAX_MOTION_MASKED,
     clip_tap_weight: float = CLIP_TAP_WEIGHT,
     nlf_min_snr: float = MIN_BIN_SNR,
     progress: Callable[[str], None] | None = None,
@@ -327,11 +383,14 @@ def build_reference(
     min_cc : minimum ECC correlation coefficient per frame.
     block, z_outlier, moved_block_fraction : motion blocks (packed px), outlier level |z|, and the share of
         outliers that makes a block "moved".
-    max_moved : refuse when a frame has more than this fraction of its valid blocks moved.
+    drop_moved : a frame with more than this share of its blocks moved is left out of the reference whole.
+    max_motion_masked : refuse when more than this share of the usable pixels is left with fewer than
+        :func:`frames_needed` frames by the motion check.
     clip_tap_weight : interpolation weight above which a clipped source sample marks a warped pixel clipped.
     nlf_min_snr : truncated (clipped) NLF bins are fitted only ≥ this many noise stds above 0.
 
-    Raises :class:`RawrclError` (naming the frame) for failed registration, poor correlation or motion.
+    Raises :class:`RawrclError` (naming the frame) when fewer than :func:`frames_needed` of the non-target
+    frames register, and when motion leaves too few frames (above).
     """
     grid = PackedGrid.of(burst.shape, burst.pattern)
     real = grid.real()
@@ -340,62 +399,122 @@ def build_reference(
     tgt = planes[0]
     g_t = green_image(tgt)
     regs: list[Registration] = []
-    warped, valid_all, clip_any = [], real.copy(), bad[0].copy()
-    gains = []
+    warped, gains, oks, clips = [], [], [], []
+    dropped: list[dict] = []
+    failures: list[RawrclError] = []
     hmax, wmax = burst.shape
     corners = np.array([[0, 0, 1], [wmax, 0, 1], [0, hmax, 1], [wmax, hmax, 1]], dtype=np.float64).T
     for k in range(1, burst.n):
         name = str(burst.paths[k])
-        warp, cc = register_frame(g_t, green_image(planes[k]), name=name, min_cc=min_cc)
+        try:
+            warp, cc = register_frame(g_t, green_image(planes[k]), name=name, min_cc=min_cc)
+        except RawrclError as err:
+            failures.append(err)
+            dropped.append({"path": name, "reason": str(err).removeprefix(f"{name}: ")})
+            if progress:
+                progress(f"{Path(name).name}: left out of the reference ({dropped[-1]['reason']})")
+            continue
         full = full_res_affine(warp)
         shift = float(np.abs(full @ corners - corners[:2]).max())
         reg = Registration(name, warp, full, cc, shift)
         regs.append(reg)
-        out = np.empty_like(tgt)
-        gain = np.empty_like(tgt)
+        out, gain = np.empty_like(tgt), np.empty_like(tgt)
+        ok, cl = np.empty(tgt.shape, dtype=bool), np.empty(tgt.shape, dtype=bool)
         for c, pname in enumerate(CHANNELS):
-            v, ok, cl, g = warp_plane(
+            out[c], ok[c], cl[c], gain[c] = warp_plane(
                 planes[k][c], bad[k][c], real[c], reg.plane_warp(pname), clip_tap_weight
             )
-            out[c], gain[c] = v, g
-            valid_all[c] &= ok
-            clip_any[c] |= cl
         warped.append(out)
         gains.append(gain)
+        oks.append(ok)
+        clips.append(cl)
         if progress:
             progress(f"registered {Path(name).name}: cc {cc:.3f}, max shift {shift:.2f} px")
-    n_ref = burst.n - 1
-    ref = np.mean(warped, axis=0)
-    ref_gain = np.sum(gains, axis=0) / n_ref**2
+    if len(warped) < frames_needed(burst.n - 1):
+        raise RawrclError(
+            f"{failures[0]} ({len(failures)} of {burst.n - 1} frames did not register; "
+            f"at least {frames_needed(burst.n - 1)} must)"
+        )
+
+    def combine(w: np.ndarray | None, use: list[int]):
+        """Reference, c_p, coverage, clipping and count of frames ``use``, each where ``w`` (K, h, w) is 1."""
+        ws = np.ones((len(warped), *tgt.shape[1:])) if w is None else w
+        count = sum(ws[j] for j in use)
+        n = np.maximum(count, 1)[None]
+        ref = sum(ws[j][None] * warped[j] for j in use) / n
+        ref_gain = sum(ws[j][None] * gains[j] for j in use) / n**2
+        valid = real.copy()
+        clip = bad[0].copy()
+        for j in use:  # a frame left out at a pixel neither covers nor clips it
+            valid &= oks[j] | (ws[j] == 0)[None]
+            clip |= clips[j] & (ws[j] > 0)[None]
+        return ref, ref_gain, valid, clip, count
+
+    everyone = list(range(len(warped)))
+    ref, ref_gain, valid_all, clip_any, _ = combine(None, everyone)
     usable = valid_all & ~clip_any
     nlf = measure_nlf(tgt, ref, usable, valid_all & clip_any, ref_gain, min_snr=nlf_min_snr)
 
-    # motion check, per frame (module docstring, step 7)
-    var_t = nlf.variance(ref, "binned")
-    moved_any = np.zeros(usable.shape[1:], dtype=bool)
-    fractions = []
+    # motion check, per frame (module docstring, step 7), on the noise of the differences' Gaussian core
+    core = measure_nlf(tgt, ref, usable, valid_all & clip_any, ref_gain, min_snr=nlf_min_snr, core=True)
+    var_t = core.variance(ref, "binned")
     detail = detail_energy(ref)
-    for k, (out, gain) in enumerate(zip(warped, gains, strict=True), start=1):
+    weights = np.ones((len(warped), *tgt.shape[1:]))
+    fractions = []
+    slopes = [
+        resampling_slope((tgt - out)[usable], (var_t * (1 + gain))[usable], detail[usable])
+        for out, gain in zip(warped, gains, strict=True)
+    ]
+    slope_cap = SLOPE_SPREAD * float(np.median(slopes)) + SLOPE_FLOOR
+    for j, (out, gain) in enumerate(zip(warped, gains, strict=True)):
         var_k = var_t * (1 + gain)
-        a = resampling_slope((tgt - out)[usable], var_k[usable], detail[usable])
-        z = (tgt - out) / np.sqrt(var_k + a * detail)
+        z = (tgt - out) / np.sqrt(var_k + min(slopes[j], slope_cap) * detail)
         outlier = (np.abs(z) > z_outlier) & usable
         n_ok = _block_reduce(usable.sum(axis=0).astype(np.float64), block)
         n_out = _block_reduce(outlier.sum(axis=0).astype(np.float64), block)
-        live = n_ok >= 0.5 * 4 * block * block
-        moved = live & (n_out >= moved_block_fraction * np.maximum(n_ok, 1))
+        z2 = _block_reduce(np.where(usable, np.minimum(z * z, 25.0), 0.0).sum(axis=0), block)
+        live = n_ok >= LIVE_BLOCK * 4 * block * block
+        share = n_out >= moved_block_fraction * np.maximum(n_ok, 1)
+        moved = live & (share | (z2 >= Z2_MOVED * np.maximum(n_ok, 1)))
         frac = float(moved.sum() / max(live.sum(), 1))
         fractions.append(frac)
-        if frac > max_moved:
+        name = Path(regs[j].path).name
+        if frac > drop_moved:
+            weights[j] = 0
+            dropped.append({"path": regs[j].path, "reason": f"moved in {100 * frac:.1f} % of its blocks"})
+            if progress:
+                progress(f"{name}: left out of the reference (moved in {100 * frac:.1f} % of its blocks)")
+        elif moved.any():
+            up = np.kron(_grow(moved), np.ones((block, block), dtype=bool))
+            weights[j, : up.shape[0], : up.shape[1]][up] = 0
+            if progress:
+                progress(
+                    f"{name}: moved in {100 * frac:.1f} % of its blocks, left out of the reference there"
+                )
+    kept = [j for j in everyone if weights[j].any()]
+    excluded = masked = 0.0
+    if len(kept) < len(warped) or (weights == 0).any():
+        if len(kept) < 2:
+            where = dropped[-1]["path"] if dropped else burst.paths[0]
             raise RawrclError(
-                f"{burst.paths[k]}: the scene moved against the target after registration "
-                f"({100 * frac:.1f} % of {block}×{block} blocks differ beyond the noise, limit "
-                f"{100 * max_moved:.1f} %); "
-                "a burst of one static scene is needed"
+                f"{where}: the scene moved against the target after registration ({len(kept)} frame(s) "
+                "left); a burst of one static scene is needed"
             )
-        up = np.kron(moved, np.ones((block, block), dtype=bool))
-        moved_any[: up.shape[0], : up.shape[1]] |= up
-    usable &= ~moved_any[None]
+        ref, ref_gain, valid_all, clip_any, count = combine(weights, kept)
+        enough = count >= frames_needed(len(kept))
+        before = valid_all & ~clip_any
+        n_before = max(int(before.sum()), 1)
+        excluded = float((before & (count < len(kept))[None]).sum() / n_before)
+        masked = float((before & ~enough[None]).sum() / n_before)
+        if masked > max_motion_masked:
+            raise RawrclError(
+                f"{burst.paths[0]}: the scene moved in {100 * masked:.0f} % of the usable pixels (fewer than "
+                f"{frames_needed(len(kept))} frames agree with the target there, limit "
+                f"{100 * max_motion_masked:.0f} %); a burst of one static scene is needed"
+            )
+        usable = before & enough[None]
+        clipped = valid_all & clip_any & enough[None]
+        nlf = measure_nlf(tgt, ref, usable, clipped, ref_gain, min_snr=nlf_min_snr)
     return BurstReference(
         target=grid.unpack(tgt).astype(np.float32),
         reference=grid.unpack(ref).astype(np.float32),
@@ -409,6 +528,10 @@ def build_reference(
         moved_blocks=fractions,
         paths=[str(p) for p in burst.paths],
         clipped_fraction=float(grid.unpack(clip_any & valid_all).mean()),
+        frames_used=len(kept),
+        dropped=dropped,
+        motion_excluded=excluded,
+        motion_masked=masked,
     )
 
 

@@ -203,7 +203,8 @@ def evaluate_burst(
     ``seconds`` (the method), ``total_seconds``.
 
     Raises :class:`RawrclError` (one line) for a folder that is not a burst of one static scene (too few
-    frames, frames that differ in size or phase, failed registration, motion) and for unknown methods.
+    frames, frames that differ in size or phase, fewer than half the frames registered, motion over most of
+    the image) and for unknown methods.
     """
     from rawrcl.infer.noise import camera_debanded, row_noise_for
     from rawrcl.infer.pipeline import TileOptions
@@ -334,6 +335,17 @@ def format_report(doc: dict) -> list[str]:
         f"(border {b['border']}, clipped {100 * b['clipped_fraction']:.1f} %); "
         f"ceiling {b['ceiling']['psnr']:.2f} dB",
     ]
+    if b.get("dropped"):
+        lines.append(
+            f"left out of the reference ({b['frames_used']} of {b['n_frames'] - 1} frames kept): "
+            + "; ".join(f"{Path(d['path']).name} ({d['reason']})" for d in b["dropped"])
+        )
+    if b.get("motion_excluded_fraction", 0.0) > 0:
+        excluded, masked = (100 * b[k] for k in ("motion_excluded_fraction", "motion_masked_fraction"))
+        lines.append(
+            f"motion: frames left out of the reference where they moved ({excluded:.1f} % of the usable "
+            f"pixels), {masked:.1f} % masked (too few frames agree with the target there)"
+        )
     nb, ni = doc["nlf"]["burst"], doc["nlf"]["image"]
     bs, br = (float(np.mean([v[i] for v in nb["per_plane"].values()])) for i in (0, 1))
     line = f"noise-level function (plane means): burst λshot {bs:.3g}, λread {br:.3g}"

@@ -64,6 +64,30 @@ def _robust_var(r: np.ndarray, trim: float = 6.0) -> float:
     return float(np.var(keep))
 
 
+#: the variance of a standard normal kept within ±3: what 3-sigma clipping leaves of σ²
+_CLIPPED_3 = 0.97333
+
+
+def clipped_var(r: np.ndarray, iters: int = 8) -> float:
+    """Variance of the Gaussian core of ``r`` by iterated 3-sigma clipping about the median (from the MAD
+    std, each pass the clipped variance corrected by :data:`_CLIPPED_3`): a share of gross outliers as large
+    as a quarter of the samples (a moved object) leaves it near the core's variance, where the 6-MAD trim
+    of :func:`_robust_var` keeps outliers within reach of its inflated scale."""
+    med = np.median(r)
+    dev = np.abs(r - med)
+    s = 1.4826 * float(np.median(dev))
+    for _ in range(iters):
+        keep = dev <= 3 * s if s > 0 else dev <= 0
+        if keep.sum() < 10:
+            break
+        s_new = math.sqrt(float(np.mean(dev[keep] ** 2)) / _CLIPPED_3)
+        if abs(s_new - s) <= 1e-3 * s:
+            s = s_new
+            break
+        s = s_new
+    return s * s
+
+
 def untruncate(m: float, v: float, iters: int = 50) -> tuple[float, float]:
     """Signal level and variance (x, σ²) of a normal whose samples were kept only when > 0 (a black-clipped
     burst: pixels with any clipped frame are masked), from the kept samples' mean ``m`` and variance ``v``:
@@ -106,6 +130,7 @@ def measure_nlf(
     bins: int = 24,
     min_count: int = 200,
     min_snr: float = MIN_BIN_SNR,
+    core: bool = False,
 ) -> BurstNLF:
     """Fit the NLF from target − reference (module docstring, step 6).
 
@@ -117,6 +142,8 @@ def measure_nlf(
         :func:`untruncate`. Bins are fitted when their (corrected) level is ≥ ``min_snr`` noise stds.
     ref_gain : (4, h, w) c_p, the reference's noise variance in units of σ²(x_p).
     bins, min_count : equal-count bins per plane (over the usable pixels), each with ≥ ``min_count`` pixels.
+    core : each bin's variance from its Gaussian core (:func:`clipped_var`), not the 6-MAD trimmed variance:
+        what the motion check reads before moved pixels are known.
     """
     resid = (target - reference) / np.sqrt(1.0 + ref_gain)
     out_bins: dict[str, dict] = {}
@@ -142,7 +169,7 @@ def measure_nlf(
                 continue
             in_bin = idx_c == b
             truncated = bool(in_bin.any() and clip_c[in_bin].mean() >= 0.01)
-            mean_b, var_b = float(xs[sel].mean()), _robust_var(rs[sel])
+            mean_b, var_b = float(xs[sel].mean()), (clipped_var if core else _robust_var)(rs[sel])
             x_b, v_b = untruncate(mean_b, var_b) if truncated else (mean_b, var_b)
             means.append((mean_b, x_b))
             vars_.append((var_b, v_b))
