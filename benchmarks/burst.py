@@ -132,7 +132,7 @@ def run(args, skip: set[str]) -> int:
     print(
         f"mask: {100 * summ['mask_fraction']:.1f} % of the pixels (border {args.border}); clipped "
         f"{100 * summ['clipped_fraction']:.1f} %; mean reference noise gain c = {summ['mean_ref_gain']:.4f} "
-        f"(1/(N−1) = {1 / (burst.n - 1):.4f})"
+        f"(1/(frames in the reference) = {1 / br.frames_used:.4f})"
     )
     print(
         f"ceiling: {summ['ceiling']['psnr']:.2f} dB (binned NLF), "
