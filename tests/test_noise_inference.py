@@ -410,6 +410,30 @@ def test_burst_with_an_unrelated_frame_leaves_it_out_and_a_majority_is_refused(b
     assert "Traceback" not in r.output
 
 
+def test_burst_with_a_moving_object_is_scored_and_says_where(burst_dir, tmp_path):
+    """Something else stands in a square of one frame: the command scores the burst (it refused before stop
+    100), names the frame in its log and reports the share of pixels where frames were left out; the
+    ``--json`` record holds the same."""
+    import json
+
+    from rawrcl.io.raw import read_raw
+
+    d = tmp_path / "moving"
+    d.mkdir()
+    for f in sorted(burst_dir.glob("*.dng")):
+        (d / f.name).write_bytes(f.read_bytes())
+    moved = read_raw(d / "frame02.dng").cfa.copy()
+    moved[40:104, 40:104] = moved[SIZE - 64 :, SIZE - 64 :]
+    _write(d / "frame02.dng", moved, "GRBG")
+    r = _run(["eval", "noisy", "--burst", str(d), "--json", str(tmp_path / "m.json")])
+    assert r.exit_code == 0, r.output
+    assert "frame02.dng: moved in" in r.output and "left out of the reference there" in r.output, r.output
+    assert any(ln.startswith("motion: frames left out") for ln in r.output.splitlines()), r.output
+    doc = json.loads((tmp_path / "m.json").read_text())["burst"]
+    assert doc["frames_used"] == 4 and doc["dropped"] == [] and doc["motion_excluded_fraction"] > 0
+    assert doc["moved_block_fraction"][1] > 0 and doc["moved_block_fraction"][0] == 0
+
+
 def test_eval_needs_burst_or_clean_dir():
     r = _run(["eval", "noisy"])
     assert r.exit_code == 1 and "--burst" in r.stderr
