@@ -257,6 +257,21 @@ def test_sharp_bright_static_burst_is_not_moved(seed):
     assert [f > 0.02 for f in br.moved_blocks] == [False, True, True, False, False]
 
 
+def test_clipped_variance_reads_the_gaussian_core():
+    """The motion check's noise: a quarter of the samples far out raise the core variance far less than the
+    trimmed variance of the NLF; on coarsely quantised noise it does not lock onto the grid."""
+    from rawrcl.eval.burst_nlf import _robust_var, clipped_var
+
+    rng = np.random.default_rng(0)
+    r = rng.normal(size=20000)
+    assert abs(clipped_var(r) - 1) < 0.03
+    out = r.copy()
+    out[:5000] = rng.normal(size=5000) * 5
+    assert clipped_var(out) < 1.7 and _robust_var(out) > 3
+    grid = np.round(r * 1.2) / 1.2
+    assert abs(clipped_var(grid) / grid.var() - 1) < 0.03
+
+
 def test_resampling_slope_recovers_a_detail_dependent_variance():
     """var(d) = v + a·h is fitted back (a = 3), 0 without the h term, and a minority of outliers does not
     move it much."""

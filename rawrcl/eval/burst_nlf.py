@@ -70,9 +70,9 @@ _CLIPPED_3 = 0.97333
 
 def clipped_var(r: np.ndarray, iters: int = 8) -> float:
     """Variance of the Gaussian core of ``r`` by iterated 3-sigma clipping about the median (from the MAD
-    std, each pass the clipped variance corrected by :data:`_CLIPPED_3`): a share of gross outliers as large
-    as a quarter of the samples (a moved object) leaves it near the core's variance, where the 6-MAD trim
-    of :func:`_robust_var` keeps outliers within reach of its inflated scale."""
+    std, each pass the clipped variance corrected by :data:`_CLIPPED_3`). A quarter of the samples at 5–10 σ
+    (a moved object) raise it 1.2–1.6×, the 6-MAD trimmed variance of :func:`_robust_var` 4× (a tenth: 1.1×
+    against 1.9×); on a grid of 0.8 σ steps it reads the plain variance within 2 %."""
     med = np.median(r)
     dev = np.abs(r - med)
     s = 1.4826 * float(np.median(dev))
