@@ -122,7 +122,12 @@ def metadata_from_tags(
     prof = tags.get("noise_profile")
     if not prof:
         res.status = "no-metadata"
-        res.extra["note"] = "the file has no DNG NoiseProfile (tag 51041)"
+        bad = tags.get("noise_profile_invalid")
+        res.extra["note"] = (
+            "the file has no DNG NoiseProfile (tag 51041)"
+            if bad is None
+            else f"the file's DNG NoiseProfile {[round(float(v), 6) for v in bad]} is implausible: not used"
+        )
         return res
     res.extra["noise_profile_raw"] = [[float(s), float(o)] for s, o in prof]
     planes = map_noise_profile(prof, pattern)

@@ -68,12 +68,15 @@ class FileNoise:
         ``"fallback"`` (the preset :data:`FALLBACK`: no estimate could be made).
     scale : the ``--noise-scale`` factor applied to both λ (the std map scales by √scale).
     note : why the noise is less reliable than usual (a relaxed or failed estimate), for the log line.
+    profile_ignored : the file has a NoiseProfile whose values are implausible (``read_dng_tags``), so it
+        was not used.
     """
 
     model: NoiseModel
     source: str
     scale: float = 1.0
     note: str = ""
+    profile_ignored: bool = False
 
     @property
     def source_text(self) -> str:
@@ -90,7 +93,7 @@ class FileNoise:
         ms = sum(s) / len(s) if isinstance(s, tuple | list) else float(s)
         mr = sum(r) / len(r) if isinstance(r, tuple | list) else float(r)
         why = (
-            " (no NoiseProfile)"
+            (" (its NoiseProfile is implausible: ignored)" if self.profile_ignored else " (no NoiseProfile)")
             if self.source in ("image", "profile", "fallback") and asked == "auto"
             else ""
         )
@@ -146,12 +149,14 @@ def file_noise(
     if spec.kind == "profile":
         m = spec.fixed_model(raw.make or "", raw.model or "", raw.iso)
         return FileNoise(m.scaled(scale), "profile", scale)
+    ignored = False
     if spec.kind in ("auto", "metadata"):
-        meta = _metadata(raw, path)
+        meta, ignored = _metadata(raw, path)
         if meta is not None:
             return FileNoise(_planes(meta, scale), "metadata", scale)
         if spec.kind == "metadata":
-            raise RawrclError(f"{name}: --noise metadata: the file has no DNG NoiseProfile (try auto)")
+            what = "an implausible DNG NoiseProfile (not used)" if ignored else "no DNG NoiseProfile"
+            raise RawrclError(f"{name}: --noise metadata: the file has {what} (try auto)")
         if profile is not None:
             data = read_profile(profile)  # a bad file is an error, not "not this camera"
             try:
@@ -159,7 +164,7 @@ def file_noise(
             except RawrclError:
                 m = None  # not this camera: fall through to the estimate
             if m is not None:
-                return FileNoise(m.scaled(scale), "profile", scale)
+                return FileNoise(m.scaled(scale), "profile", scale, profile_ignored=ignored)
     try:
         per_plane, note = image_estimate(raw.cfa, raw.pattern, name)
     except RawrclError as err:
@@ -172,9 +177,13 @@ def file_noise(
         )
         s, r = PRESETS[FALLBACK]
         return FileNoise(
-            NoiseModel(s * scale, r * scale), "fallback", scale, note="the image estimate failed"
+            NoiseModel(s * scale, r * scale),
+            "fallback",
+            scale,
+            note="the image estimate failed",
+            profile_ignored=ignored,
         )
-    return FileNoise(_planes(per_plane, scale), "image", scale, note=note)
+    return FileNoise(_planes(per_plane, scale), "image", scale, note=note, profile_ignored=ignored)
 
 
 #: the single-image estimate's bins' median relative distance from their line above which the file's noise is
@@ -214,16 +223,17 @@ def image_estimate(cfa, pattern: str, name: str = "image") -> tuple[dict[str, tu
     raise RawrclError(f"{msg} {HINT}")
 
 
-def _metadata(raw, path: str | Path | None) -> dict[str, tuple[float, float]] | None:
-    """Per-plane (λshot, λread) from the file's DNG NoiseProfile, in ``raw``'s normalisation; None if none."""
+def _metadata(raw, path: str | Path | None) -> tuple[dict[str, tuple[float, float]] | None, bool]:
+    """Per-plane (λshot, λread) from the file's DNG NoiseProfile, in ``raw``'s normalisation, or None; and
+    whether the file holds a NoiseProfile that was not used for implausible values."""
     if path is None:
-        return None
+        return None, False
     from rawrcl.io.raw import dng_tags_of
     from rawrcl.io.tags import read_dng_tags
 
     # the tags read_raw already read with the file; opened again only for a RawImage made without them
     tags = dng_tags_of(raw) or read_dng_tags(Path(path), rendering=False)
     if not tags.get("noise_profile"):
-        return None
+        return None, "noise_profile_invalid" in tags
     res = metadata_of_raw(tags, raw, str(path))
-    return res.per_plane or None
+    return res.per_plane or None, False

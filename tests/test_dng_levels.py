@@ -55,7 +55,8 @@ def test_noise_profile_not_converted_when_levels_agree(tmp_path):
     ]:
         path = _file(tmp_path / name, top, left, prof, *extra, deltas=d)
         img = read_raw(path)
-        planes = _metadata(img, path)
+        planes, ignored = _metadata(img, path)
+        assert not ignored
         for s, o in planes.values():
             assert s == pytest.approx(1e-4, rel=1e-6) and o == pytest.approx(2e-6, rel=1e-6), (name, planes)
 

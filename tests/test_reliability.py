@@ -499,11 +499,32 @@ def _dng_with_profile(path, s, o) -> Path:
     return Path(path)
 
 
-@pytest.mark.parametrize("s, o", [(1e6, 1e6), (-4e-3, 2e-4), (5.0, 1e-5)])
+@pytest.mark.parametrize("s, o", [(1e6, 1e6), (-4e-3, 2e-4), (5.0, 1e-5), (0.0, 0.0), (1e-12, 1e-14)])
 def test_absurd_or_negative_noise_profile_is_no_profile(tmp_path, s, o):
     p = _dng_with_profile(tmp_path / "bad.dng", s, o)
     assert read_raw(p).noise_profile is None
     assert read_dng_tags(p)["noise_profile_invalid"] == [s, o]
+
+
+def test_a_profile_of_no_noise_is_ignored_and_said_so(tmp_path):
+    """A NoiseProfile of zeros (stop 100's sweep: `rawrcl denoise` then told the model "no noise" and returned
+    its input unchanged) is not used: `auto` takes the image estimate and says the profile was ignored,
+    `metadata` refuses naming why, `calibrate --method metadata` notes it; the quietest real profiles stay."""
+    from rawrcl.calibration.api import calibrate_file
+    from rawrcl.calibration.resolve import file_noise
+
+    p = _dng_with_profile(tmp_path / "zero.dng", 0.0, 0.0)
+    raw = read_raw(p)
+    got = file_noise(raw, "auto", path=p)
+    assert got.source == "image" and got.profile_ignored
+    assert min(got.model.lambda_shot) + min(got.model.lambda_read) > 0
+    assert "(its NoiseProfile is implausible: ignored)" in got.describe(p.name, asked="auto")
+    with pytest.raises(RawrclError, match="implausible DNG NoiseProfile"):
+        file_noise(raw, "metadata", path=p)
+    assert "implausible: not used" in calibrate_file(p, "metadata").extra["note"]
+    quiet = _dng_with_profile(tmp_path / "quiet.dng", 1e-5, 1e-7)  # a base-ISO medium-format sensor's order
+    assert read_raw(quiet).noise_profile == [(1e-5, 1e-7)]
+    assert file_noise(read_raw(quiet), "auto", path=quiet).source == "metadata"
 
 
 def test_negative_profile_offset_is_read_and_written_clamped(tmp_path):

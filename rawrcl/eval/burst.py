@@ -218,7 +218,10 @@ class BurstReference:
     ``dropped``: frames left out whole (``path``, ``reason``: not registered, or moved in more than
     ``DROP_MOVED`` of their blocks); ``motion_excluded`` / ``motion_masked``: shares of the usable (valid,
     unclipped) pixels where the motion check left out at least one frame / left too few
-    (:func:`frames_needed`), so that they are masked.
+    (:func:`frames_needed`), so that they are masked; ``resampling_share``: a registered frame's own
+    interpolation error against the noise in its difference from the target (median slope × mean detail
+    energy / mean noise variance, usable pixels) — above :data:`RESAMPLING_WARN` the reference's error
+    inflates the measured NLF, its ceiling and the true-error PSNR (sharp, bright, low-noise content).
     """
 
     target: np.ndarray
@@ -237,6 +240,7 @@ class BurstReference:
     dropped: list[dict] = field(default_factory=list)
     motion_excluded: float = 0.0
     motion_masked: float = 0.0
+    resampling_share: float = 0.0
 
     def metric_mask(self, border: int = BORDER, base: np.ndarray | None = None) -> np.ndarray:
         """(H, W) bool: :attr:`mask` (or ``base``) minus a ``border``-pixel frame."""
@@ -283,6 +287,7 @@ class BurstReference:
             "dropped": self.dropped,
             "motion_excluded_fraction": self.motion_excluded,
             "motion_masked_fraction": self.motion_masked,
+            "resampling_share": self.resampling_share,
         }
 
 
@@ -341,6 +346,11 @@ LIVE_BLOCK = 0.1
 #: noise itself, too small for 4σ outliers but a bias of the reference (static HDR+ burst: ≤ 1.58 in any of
 #: its 512 checked blocks per frame)
 Z2_MOVED = 3.0
+#: ``BurstReference.resampling_share`` above which the report warns. Sharp, bright synthetic bursts: 0.7
+#: (sub-pixel shifts) to 1.2 (odd-pixel shifts, whose NLF reads 2.5× the true λshot) and 2.9–3.4 (the tests'
+#: unblurred ones: 5–6×); bright truth bursts of benchmarks/burst_truth.py 0.41–0.57; hdrplus_burst2 0.035,
+#: the dark truth burst 0.054, smooth or noisy synthetic bursts 0.03–0.12
+RESAMPLING_WARN = 0.25
 #: a frame with more than this share of its motion blocks moved is left out of the reference whole
 DROP_MOVED = 0.25
 #: refused when motion leaves too few frames (:func:`frames_needed`) on more than this share of the usable
@@ -466,6 +476,9 @@ def build_reference(
         for out, gain in zip(warped, gains, strict=True)
     ]
     slope_cap = SLOPE_SPREAD * float(np.median(slopes)) + SLOPE_FLOOR
+    resampling = (
+        float(np.median(slopes)) * float(detail[usable].mean()) / max(float(var_t[usable].mean()), 1e-30)
+    )
     for j, (out, gain) in enumerate(zip(warped, gains, strict=True)):
         var_k = var_t * (1 + gain)
         z = (tgt - out) / np.sqrt(var_k + min(slopes[j], slope_cap) * detail)
@@ -532,6 +545,7 @@ def build_reference(
         dropped=dropped,
         motion_excluded=excluded,
         motion_masked=masked,
+        resampling_share=resampling,
     )
 
 

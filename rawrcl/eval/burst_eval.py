@@ -39,7 +39,7 @@ import torch
 
 from rawrcl.cfa import CHANNELS
 from rawrcl.errors import RawrclError
-from rawrcl.eval.burst import BORDER, BurstReference, build_reference, load_burst
+from rawrcl.eval.burst import BORDER, RESAMPLING_WARN, BurstReference, build_reference, load_burst
 from rawrcl.eval.burst_align import PackedGrid
 from rawrcl.eval.burst_score import score_jdd, score_raw
 from rawrcl.eval.libraw import NAMES as LIBRAW_NAMES
@@ -345,6 +345,13 @@ def format_report(doc: dict) -> list[str]:
         lines.append(
             f"motion: frames left out of the reference where they moved ({excluded:.1f} % of the usable "
             f"pixels), {masked:.1f} % masked (too few frames agree with the target there)"
+        )
+    if b.get("resampling_share", 0.0) > RESAMPLING_WARN:
+        share = 100 * b["resampling_share"]
+        lines.append(
+            f"warning: the frames' own interpolation error is {share:.0f} % of the noise in their "
+            "differences from the target (sharp, bright content): the burst NLF, the ceiling and the "
+            "true-error PSNR overstate the noise, and the measured PSNR favours smoother outputs"
         )
     nb, ni = doc["nlf"]["burst"], doc["nlf"]["image"]
     bs, br = (float(np.mean([v[i] for v in nb["per_plane"].values()])) for i in (0, 1))

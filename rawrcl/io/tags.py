@@ -19,6 +19,9 @@ from rawrcl.io.tiffcheck import data_layout_problem
 #: the largest NoiseProfile value read as a profile ([0, 1] units: S = 1 is a noise std of √x, far above any
 #: camera's; larger values are a corrupt tag)
 MAX_PROFILE = 1.0
+#: the least noise variance at mid-grey (0.18·S + O, [0, 1] units) a NoiseProfile must give: a std of 1e-4 —
+#: a tenth of the quietest base-ISO sensors'; a profile of zeros (seen in files) would tell a model "no noise"
+MIN_PROFILE_VAR = 1e-8
 
 PHOTOMETRIC_CFA = 32803
 PHOTOMETRIC_LINEAR_RAW = 34892
@@ -269,7 +272,8 @@ def _read_tags(p: Path, tifffile, rendering: bool) -> dict:
         except (TypeError, ValueError):
             prof = []
         # a corrupt profile is no profile: non-finite, a negative or absurd (> 1: a noise std above full
-        # scale) value, or a count DNG readers cannot map (1 pair, one per plane, or one per 2×2 position);
+        # scale) value, no noise at all (every plane under MIN_PROFILE_VAR at mid-grey), or a count DNG
+        # readers cannot map (1 pair, one per plane, or one per 2×2 position);
         # a negative offset O is kept (the variance λshot·x + O is clamped at 0 where it is used). Floating-
         # point data is converted to integers by LibRaw with a scale of its own, which the profile's units do
         # not follow: its profile is not used either (the image estimate serves instead).
@@ -281,6 +285,8 @@ def _read_tags(p: Path, tifffile, rendering: bool) -> dict:
             or len(prof) // 2 not in (1, 3, 4)
             or any(not 0 <= v <= MAX_PROFILE for v in shots)
             or any(abs(v) > MAX_PROFILE for v in offsets)
+            or max((0.18 * a + b for a, b in zip(shots, offsets, strict=False)), default=0.0)
+            < MIN_PROFILE_VAR
         ):
             out["noise_profile_invalid"] = prof
             prof = []
