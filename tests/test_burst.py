@@ -304,6 +304,16 @@ def test_unrelated_frame_is_left_out_and_a_majority_refused():
         B.build_reference(B.burst_from_arrays([*noisy[:2], *others], "RGGB"))
 
 
+def test_copies_are_left_out_and_a_burst_of_copies_refused():
+    """A frame with the target's (or an earlier frame's) exact values carries no independent noise: left out,
+    named; a folder of copies is refused (it read a 200 dB ceiling before stop 100)."""
+    _, _, noisy = _burst(seed=4, n=4)
+    br = B.build_reference(B.burst_from_arrays([*noisy, noisy[2]], "RGGB"))
+    assert br.dropped == [{"path": "frame04", "reason": "a copy of frame02 (the same values)"}]
+    with pytest.raises(RawrclError, match="frame01: a copy of frame00.*3 of 3 frames did not register"):
+        B.build_reference(B.burst_from_arrays([noisy[0]] * 4, "RGGB"))
+
+
 def test_poor_correlation_is_refused(synthetic):
     *_, noisy, _ = synthetic
     with pytest.raises(RawrclError, match="poor correlation.*cc = 0.9"):

@@ -10,8 +10,9 @@ Pipeline (:func:`build_reference`)
    (translation, handles shifts of many pixels) and refined coarse to fine on a Gaussian pyramid (≤ 3
    levels, coarsest ≥ 64 px). A frame fails when ECC does not converge, when its correlation coefficient
    is below ``min_cc``, or when the affine is implausible (|A − I| > 0.05 or a shift beyond
-   ``max_shift``); it is then left out of the reference (named in ``dropped`` and the log), and the burst
-   is refused (:class:`RawrclError`, the first failure's message) when fewer than
+   ``max_shift``), or when it is a copy of the target or of an earlier frame (the same values: its noise
+   is not an independent draw); it is then left out of the reference (named in ``dropped`` and the log),
+   and the burst is refused (:class:`RawrclError`, the first failure's message) when fewer than
    :func:`frames_needed` (two, and at least half) of the non-target frames register.
 3. Warping in a common frame. g samples the scene at full-resolution position u = 2p + (½, ½) (p the packed
    index, x and y alike); ECC's packed-green affine W(p) = A·p + t is therefore the full-resolution affine
@@ -86,6 +87,7 @@ MSE_ref) is an upper bound of their size.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -414,9 +416,14 @@ def build_reference(
     failures: list[RawrclError] = []
     hmax, wmax = burst.shape
     corners = np.array([[0, 0, 1], [wmax, 0, 1], [0, hmax, 1], [wmax, hmax, 1]], dtype=np.float64).T
+    seen = {hashlib.sha1(np.ascontiguousarray(burst.cfa[0]).tobytes()).hexdigest(): burst.paths[0]}
     for k in range(1, burst.n):
         name = str(burst.paths[k])
+        digest = hashlib.sha1(np.ascontiguousarray(burst.cfa[k]).tobytes()).hexdigest()
         try:
+            if digest in seen:  # its noise is another frame's: no independent draw
+                raise RawrclError(f"{name}: a copy of {Path(seen[digest]).name} (the same values)")
+            seen[digest] = burst.paths[k]
             warp, cc = register_frame(g_t, green_image(planes[k]), name=name, min_cc=min_cc)
         except RawrclError as err:
             failures.append(err)
