@@ -527,6 +527,16 @@ def test_a_profile_of_no_noise_is_ignored_and_said_so(tmp_path):
     assert file_noise(read_raw(quiet), "auto", path=quiet).source == "metadata"
 
 
+def test_calibrate_errors_of_the_fit_name_the_file(tmp_path):
+    """The line fit's own refusals did not know the file: with several files, which one failed was unclear."""
+    from rawrcl.calibration.api import calibrate_file
+
+    black = tmp_path / "black.dng"
+    write_dng(black, np.full((256, 384), 512, dtype=np.uint16), "RGGB", 512, 4095)
+    with pytest.raises(RawrclError, match=r"^.*black\.dng: (not enough|too few) signal levels"):
+        calibrate_file(black, "image")
+
+
 def test_negative_profile_offset_is_read_and_written_clamped(tmp_path):
     from rawrcl.infer.writers import _profile_for_dng, write_denoised_dng
 
