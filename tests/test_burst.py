@@ -351,6 +351,8 @@ def test_load_burst_files_target_and_mismatch(tmp_path):
         B.load_burst(tmp_path)
     with pytest.raises(RawrclError, match="no such folder"):
         B.load_burst(tmp_path / "missing")
+    with pytest.raises(RawrclError, match="f0.dng: not a folder"):
+        B.load_burst(tmp_path / "f0.dng")
     (tmp_path / "two").mkdir()
     for k in range(2):
         (tmp_path / "two" / f"f{k}.dng").write_bytes((tmp_path / "f0.dng").read_bytes())

@@ -185,7 +185,8 @@ def load_burst(folder: str | os.PathLike, target: str | None = None) -> Burst:
 
     d = Path(folder)
     if not d.is_dir():
-        raise RawrclError(f"{d}: no such folder (--burst expects a folder of RAW frames of one scene)")
+        what = "not a folder" if d.exists() else "no such folder"
+        raise RawrclError(f"{d}: {what} (--burst expects a folder of RAW frames of one scene)")
     files = folder_files(d, RAW_EXTENSIONS)
     if len(files) < 3:
         raise RawrclError(f"{d}: a burst needs at least 3 RAW files (target + 2), found {len(files)}")

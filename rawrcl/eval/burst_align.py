@@ -157,7 +157,7 @@ def register_frame(
         except cv2.error:
             raise RawrclError(
                 f"{name}: registration to the target failed (ECC did not converge at pyramid level {lev}); "
-                "frames of one static scene are needed"
+                "frames of one static scene with some texture to register on are needed"
             ) from None
         warp = wl.copy()
         warp[:, 2] *= s
