@@ -376,6 +376,24 @@ def _grow(m: np.ndarray) -> np.ndarray:
     return out
 
 
+def _moved_blocks(
+    z: np.ndarray, usable: np.ndarray, block: int, z_outlier: float, outlier_share: float
+) -> tuple[np.ndarray, float]:
+    """The motion blocks (block × block packed px) of one frame where it moved against the target, from its
+    normalised difference ``z`` (4, h, w) on the ``usable`` samples: a block checked (≥ :data:`LIVE_BLOCK`
+    usable) is moved when ≥ ``outlier_share`` of its samples have |z| > ``z_outlier``, or when its mean z²
+    (z clipped at ±5) reaches :data:`Z2_MOVED`. Returns the (h // block, w // block) bool grid and the share
+    of checked blocks moved."""
+    n_ok = _block_reduce(usable.sum(axis=0).astype(np.float64), block)
+    outlier = (np.abs(z) > z_outlier) & usable
+    n_out = _block_reduce(outlier.sum(axis=0).astype(np.float64), block)
+    z2 = _block_reduce(np.where(usable, np.minimum(z * z, 25.0), 0.0).sum(axis=0), block)
+    live = n_ok >= LIVE_BLOCK * 4 * block * block
+    enough = np.maximum(n_ok, 1)
+    moved = live & ((n_out >= outlier_share * enough) | (z2 >= Z2_MOVED * enough))
+    return moved, float(moved.sum() / max(live.sum(), 1))
+
+
 def build_reference(
     burst: Burst,
     *,
@@ -488,16 +506,8 @@ def build_reference(
         float(np.median(slopes)) * float(detail[usable].mean()) / max(float(var_t[usable].mean()), 1e-30)
     )
     for j, (out, gain) in enumerate(zip(warped, gains, strict=True)):
-        var_k = var_t * (1 + gain)
-        z = (tgt - out) / np.sqrt(var_k + min(slopes[j], slope_cap) * detail)
-        outlier = (np.abs(z) > z_outlier) & usable
-        n_ok = _block_reduce(usable.sum(axis=0).astype(np.float64), block)
-        n_out = _block_reduce(outlier.sum(axis=0).astype(np.float64), block)
-        z2 = _block_reduce(np.where(usable, np.minimum(z * z, 25.0), 0.0).sum(axis=0), block)
-        live = n_ok >= LIVE_BLOCK * 4 * block * block
-        share = n_out >= moved_block_fraction * np.maximum(n_ok, 1)
-        moved = live & (share | (z2 >= Z2_MOVED * np.maximum(n_ok, 1)))
-        frac = float(moved.sum() / max(live.sum(), 1))
+        z = (tgt - out) / np.sqrt(var_t * (1 + gain) + min(slopes[j], slope_cap) * detail)
+        moved, frac = _moved_blocks(z, usable, block, z_outlier, moved_block_fraction)
         fractions.append(frac)
         name = Path(regs[j].path).name
         if frac > drop_moved:
