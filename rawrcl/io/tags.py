@@ -19,8 +19,9 @@ from rawrcl.io.tiffcheck import data_layout_problem
 #: the largest NoiseProfile value read as a profile ([0, 1] units: S = 1 is a noise std of √x, far above any
 #: camera's; larger values are a corrupt tag)
 MAX_PROFILE = 1.0
-#: the least noise variance at mid-grey (0.18·S + O, [0, 1] units) a NoiseProfile must give: a std of 1e-4 —
-#: a tenth of the quietest base-ISO sensors'; a profile of zeros (seen in files) would tell a model "no noise"
+#: the least noise variance at mid-grey (0.18·S + O, [0, 1] units) a NoiseProfile must give: a std of 1e-4,
+#: about a tenth of a quiet base-ISO sensor's; a profile of zeros (a placeholder or corrupt tag) would tell a
+#: model "no noise"
 MIN_PROFILE_VAR = 1e-8
 
 PHOTOMETRIC_CFA = 32803
