@@ -314,6 +314,16 @@ def test_copies_are_left_out_and_a_burst_of_copies_refused():
         B.build_reference(B.burst_from_arrays([noisy[0]] * 4, "RGGB"))
 
 
+def test_a_frame_at_another_exposure_is_left_out_as_such():
+    """A frame at 0.6× the exposure (a bracketed folder) is left out whole and said to be another exposure
+    (it read as "moved in 72 % of its blocks" before)."""
+    _, _, noisy = _burst(seed=4, n=5)
+    frames = [*noisy[:2], noisy[2] * 0.6, *noisy[3:]]
+    br = B.build_reference(B.burst_from_arrays(frames, "RGGB"))
+    assert [d["path"] for d in br.dropped] == ["frame02"] and br.frames_used == 3
+    assert br.dropped[0]["reason"].startswith("its exposure differs from the target's (×0.6")
+
+
 def test_poor_correlation_is_refused(synthetic):
     *_, noisy, _ = synthetic
     with pytest.raises(RawrclError, match="poor correlation.*cc = 0.9"):

@@ -49,7 +49,8 @@ Pipeline (:func:`build_reference`)
    16×16 packed blocks, the fraction of |z| > 4 (Gaussian: 6·10⁻⁵). A block with ≥ 10 % such pixels is
    "moved" (an isolated hot pixel is not: it is one pixel). A frame is left out of the reference in its
    moved blocks grown by one block (the way a burst merge rejects moving tiles), and whole when more than
-   ``drop_moved`` (25 %) of its blocks moved; the reference and the NLF are then rebuilt from what is
+   ``drop_moved`` (25 %) of its blocks moved or when its mean level differs from the target's by more than
+   ``EXPOSURE_TOL`` (another exposure); the reference and the NLF are then rebuilt from what is
    kept. Pixels left with fewer than :func:`frames_needed` frames are masked (a target-side motion: every
    frame disagrees there), and the burst is refused when that is more than ``max_motion_masked`` (half)
    of the usable pixels or fewer than two frames are left. (Until stop 100 more than 2 % moved blocks in
@@ -354,6 +355,9 @@ Z2_MOVED = 3.0
 #: unblurred ones: 5–6×); bright truth bursts of benchmarks/burst_truth.py 0.41–0.57; hdrplus_burst2 0.035,
 #: the dark truth burst 0.054, smooth or noisy synthetic bursts 0.03–0.12
 RESAMPLING_WARN = 0.25
+#: a frame whose mean level over the usable pixels differs from the target's by more than this share is left
+#: out whole, as another exposure (a bracketed folder), not as "moved" (hdrplus_burst2: within 0.9 %)
+EXPOSURE_TOL = 0.10
 #: a frame with more than this share of its motion blocks moved is left out of the reference whole
 DROP_MOVED = 0.25
 #: refused when motion leaves too few frames (:func:`frames_needed`) on more than this share of the usable
@@ -505,12 +509,20 @@ def build_reference(
     resampling = (
         float(np.median(slopes)) * float(detail[usable].mean()) / max(float(var_t[usable].mean()), 1e-30)
     )
+    level = max(float(tgt[usable].mean()), 1e-12)
     for j, (out, gain) in enumerate(zip(warped, gains, strict=True)):
         z = (tgt - out) / np.sqrt(var_t * (1 + gain) + min(slopes[j], slope_cap) * detail)
         moved, frac = _moved_blocks(z, usable, block, z_outlier, moved_block_fraction)
         fractions.append(frac)
         name = Path(regs[j].path).name
-        if frac > drop_moved:
+        exposure = float(out[usable].mean()) / level
+        if abs(exposure - 1) > EXPOSURE_TOL:
+            weights[j] = 0
+            reason = f"its exposure differs from the target's (×{exposure:.2f} in mean level)"
+            dropped.append({"path": regs[j].path, "reason": reason})
+            if progress:
+                progress(f"{name}: left out of the reference ({reason})")
+        elif frac > drop_moved:
             weights[j] = 0
             dropped.append({"path": regs[j].path, "reason": f"moved in {100 * frac:.1f} % of its blocks"})
             if progress:
