@@ -66,11 +66,7 @@ def calibrate_file(path: str | Path, method: str = "auto", **image_kwargs) -> Ca
     if raw is None:  # keep the noise below black: clipped samples are detected anyway
         raw = read_raw(p, clip=False)
     packed = packed_mosaic(raw.cfa, raw.pattern, str(p))
-    try:
-        res = estimate_packed(packed, name=str(p), **image_kwargs)
-    except RawrclError as exc:  # the fit's own messages do not know the file: name it
-        msg = str(exc)
-        raise RawrclError(msg if msg.startswith(f"{p}: ") else f"{p}: {msg}") from None
+    res = estimate_packed(packed, name=str(p), **image_kwargs)
     _learned_check(res, packed)
     res.path = str(p)
     res.iso, res.make, res.model = raw.iso, raw.make, raw.model

@@ -87,14 +87,16 @@ class CalibrationResult:
         method), else :attr:`plane_mean`'s; None when unknown."""
         if self.pooled is not None:
             return float(self.pooled[0])
-        return None if self.plane_mean is None else self.plane_mean[0]
+        mean = self.plane_mean
+        return None if mean is None else mean[0]
 
     @property
     def lambda_read(self) -> float | None:
         """Plane-average λread ([0, 1]² units), as :attr:`lambda_shot`; None when unknown."""
         if self.pooled is not None:
             return float(self.pooled[1])
-        return None if self.plane_mean is None else self.plane_mean[1]
+        mean = self.plane_mean
+        return None if mean is None else mean[1]
 
     def std_at(self, x: float, plane: str | None = None) -> float:
         """Predicted noise standard deviation sqrt(λshot·x + λread) at signal x ([0, 1] units),

@@ -302,7 +302,11 @@ def estimate_packed(
     if packed.ndim != 3 or packed.shape[0] != 4:
         raise RawrclError(f"{name}: expected a packed mosaic (4, h, w), got shape {packed.shape}")
     details, refs, clipping = cfa_details(packed, st, name)
-    res = fit_details(details, refs, st, clipping=clipping, name=name)
+    try:
+        res = fit_details(details, refs, st, clipping=clipping, name=name)
+    except RawrclError as exc:  # the line fit's own refusals do not know the file: name it
+        msg = str(exc)
+        raise RawrclError(msg if msg.startswith(f"{name}: ") else f"{name}: {msg}") from None
     if clipping is not None:
         res.extra["black_floor"] = clipping.floor
     return res

@@ -492,11 +492,10 @@ def build_reference(
 
     everyone = list(range(len(warped)))
     ref, ref_gain, valid_all, clip_any, _ = combine(None, everyone)
-    usable = valid_all & ~clip_any
-    nlf = measure_nlf(tgt, ref, usable, valid_all & clip_any, ref_gain, min_snr=nlf_min_snr)
+    usable, clipped = valid_all & ~clip_any, valid_all & clip_any
 
     # motion check, per frame (module docstring, step 7), on the noise of the differences' Gaussian core
-    core = measure_nlf(tgt, ref, usable, valid_all & clip_any, ref_gain, min_snr=nlf_min_snr, core=True)
+    core = measure_nlf(tgt, ref, usable, clipped, ref_gain, min_snr=nlf_min_snr, core=True)
     var_t = core.variance(ref, "binned")
     detail = detail_energy(ref)
     weights = np.ones((len(warped), *tgt.shape[1:]))
@@ -557,7 +556,8 @@ def build_reference(
             )
         usable = before & enough[None]
         clipped = valid_all & clip_any & enough[None]
-        nlf = measure_nlf(tgt, ref, usable, clipped, ref_gain, min_snr=nlf_min_snr)
+    # the NLF, once, on what the motion check kept
+    nlf = measure_nlf(tgt, ref, usable, clipped, ref_gain, min_snr=nlf_min_snr)
     return BurstReference(
         target=grid.unpack(tgt).astype(np.float32),
         reference=grid.unpack(ref).astype(np.float32),
