@@ -71,11 +71,11 @@ def main(argv: list[str] | None = None) -> None:
         baked = BakedNLF(shot, read, {"source": told.source_text})
         net = bind_noise(net, baked.model(), 4, shrink=False)  # the package's network: no SURE weights
         print(f"noise baked in ({told.source_text}): λshot {shot}, λread {read}", file=sys.stderr)
-    tmp = tempfile.mkdtemp(prefix="rawrcl-dt-")
     package = prepare(model, cfg, head="jdd", noise=baked)
-    info = write_package(package, tmp, "rawdenoise-bench", checkpoint=ckpt)
-    variant = load_bayer_variant(info["path"])
-    run = ort_runner(variant.onnx)
+    with tempfile.TemporaryDirectory(prefix="rawrcl-dt-") as tmp:  # read once into a session, then removed
+        info = write_package(package, tmp, "rawdenoise-bench", checkpoint=ckpt)
+        variant = load_bayer_variant(info["path"])
+        run = ort_runner(variant.onnx)
     colour = {"R": 0, "G": 1, "B": 2}
     y0, x0 = divmod(pattern.index("R"), 2)
     opts = TileOptions(tile=4096, overlap=0, precision="fp32", device="cpu")

@@ -52,7 +52,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    os.environ.setdefault("RAWRCL_CACHE_DIR", tempfile.mkdtemp(prefix="rawrcl-onnx-speed-"))
+    cache = None  # unless the caller set one: a fresh export cache, removed when main returns
+    if "RAWRCL_CACHE_DIR" not in os.environ:
+        cache = tempfile.TemporaryDirectory(prefix="rawrcl-onnx-speed-")
+        os.environ["RAWRCL_CACHE_DIR"] = cache.name
 
     import onnxruntime
 
@@ -85,11 +88,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         engines = {k: bind_noise(m, NoiseModel(2e-3, 5e-5)) for k, m in engines.items()}
         if task == "jdd":
             model, cfg = load_checkpoint(default_weights_path("jdd"))
-            tmp = tempfile.mkdtemp(prefix="rawrcl-dt-")
             baked = BakedNLF((2e-3,) * 4, (5e-5,) * 4)  # a darktable graph has one input: the level baked in
             prep = prepare(model, cfg, head="jdd", noise=baked if cfg.get("noise_aware") else None)
-            info = write_package(prep, tmp, "rawdenoise-speed", tile=args.tile)
-            engines["onnxruntime static 512"] = OrtModel(Path(info["path"]) / "model_bayer.onnx")
+            with tempfile.TemporaryDirectory(prefix="rawrcl-dt-") as tmp:  # read once into a session
+                info = write_package(prep, tmp, "rawdenoise-speed", tile=args.tile)
+                engines["onnxruntime static 512"] = OrtModel(Path(info["path"]) / "model_bayer.onnx")
         outs, times = {}, {k: [] for k in engines}
         for m in engines.values():
             fn(m, cfa[:1024, :1024], "RGGB", opts)  # warm-up
@@ -124,6 +127,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.json:
         meta = {"frame": [h, w], "threads": args.threads, "load": [load0, load1], "rows": rows}
         Path(args.json).write_text(json.dumps(meta, indent=2))
+    if cache is not None:
+        del os.environ["RAWRCL_CACHE_DIR"]
+        cache.cleanup()
     return rows
 
 
