@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         default="high",
         help="the file's noise (a preset: L1 base ISO … L7, low, high; default high, the target's file). "
         "At L1–L2 both commands average their first stage over four orientations (jdd its JDD stage too), "
-        "at L3–L4 over two (docs/weights.md)",
+        "at L3–L4 over two; at `low`, L5 and L6 the first stage over two (docs/weights.md)",
     )
     ap.add_argument("--variant", action="append", default=[], help="NAME=ARGS (options and KEY=VALUE env)")
     ap.add_argument(

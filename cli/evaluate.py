@@ -70,7 +70,7 @@ from rawrcl.cli.common import NOISE_SYNTHETIC_HELP, fuse_bm3d_option, user_error
     default=None,
     help="two-stage models: each stage also on the transposed mosaic, averaged (RAW output: the first stage "
     "only); about 1.25x the time (RAW), 1.75x (JDD). Default: as the commands run, the first stage (and "
-    "a JDD stage) twice when the noise is low (std at mid-grey <= 0.021), four times when lower (<= 0.008); "
+    "a JDD stage) twice up to std at mid-grey 0.053 (the JDD stage up to 0.021), four times at <= 0.008; "
     "--one-pass never",
 )
 @fuse_bm3d_option("--burst: average a RAW denoiser's output (two-stage JDD: the mid mosaic)", "0.3 / 0.5")

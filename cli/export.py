@@ -56,7 +56,7 @@ DEFAULTS = {"default-jdd": "jdd", "default-raw-denoise": "raw-denoise"}
     is_flag=True,
     help="With --noise: one pass of each stage. By default a two-stage model's stages are averaged over "
     "the orientations the commands run for the baked noise (four at std at mid-grey ≤ 0.008, two at ≤ "
-    "0.021): their output, at up to 4× the time per tile.",
+    "0.021, the first stage two up to 0.053): their output, at up to 4× the time per tile.",
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing output.")
 @user_errors

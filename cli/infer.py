@@ -59,10 +59,11 @@ def _tile_options(func):
             default=None,
             help="Two-stage models (the defaults, runs adapted from them): run each stage also on the "
             "transposed mosaic and average (denoise: the first stage only); about 1.25x the time for "
-            "denoise, +0.05-0.3 dB, 1.75x for jdd, +0.02-0.35 dB. Default: when the noise is low (std at "
-            "mid-grey <= 0.021) the first stage (both commands) and jdd's JDD stage run twice, and four "
-            "times, the mosaic turned four ways, when it is lower (<= 0.008: base ISO); longer (up to about "
-            "2x for denoise, 3.5x for jdd), +0.05-0.4 dB; --one-pass never (docs/weights.md).",
+            "denoise, +0.05-0.3 dB, 1.75x for jdd, +0.02-0.35 dB. Default: unless the noise is high (std at "
+            "mid-grey <= 0.053) the first stage (both commands) runs twice, and jdd's JDD stage too when "
+            "it is low (<= 0.021); both four times, the mosaic turned four ways, at base ISO (<= 0.008); "
+            "longer (1.3x, up to about 2x for denoise and 3.5x for jdd at base ISO), +0.05-0.4 dB; "
+            "--one-pass never (docs/weights.md).",
         ),
         click.option("--force", is_flag=True, help="Overwrite existing outputs."),
         click.option("--quiet", "-q", is_flag=True, help="No progress bars or per-file lines."),

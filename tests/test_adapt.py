@@ -866,7 +866,8 @@ def test_adapt_blindspot_writes_the_start_beside_a_new_network(adapt_env, tmp_pa
     with torch.no_grad():
         first, net = view.parts(x, noise)
         start, net_raw = model.parts(x, noise)  # the RAW composite, loaded apart: the same weights
-        assert torch.equal(first, model.base.denoiser(x, noise)) and torch.equal(net, net_raw)
+        # the start's first stage as the commands run it (at this noise, std 0.026 at mid-grey, its pair)
+        assert torch.equal(first, model.base.first(x, noise)) and torch.equal(net, net_raw)
         assert not torch.equal(first, start)
     assert model.part_names == ("start (its SURE weights)", "blind-spot network")  # the RAW model unchanged
     if importlib.util.find_spec("onnx") and importlib.util.find_spec("onnxruntime"):  # not the start alone

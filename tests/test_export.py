@@ -8,8 +8,8 @@ darktable 5.6's Bayer raw-denoise path (darktable itself cannot be installed her
 from __future__ import annotations
 
 import json
-import tempfile
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -200,7 +200,7 @@ def test_onnxruntime_equals_torch_fp32(task):
     from rawrcl.noise import NoiseModel
 
     # the shipped RAW denoiser is noise-aware: its on-the-fly graph takes the noise as a second input
-    level = NoiseModel(4e-3, 3e-5)
+    level = NoiseModel(1e-2, 1.6e-3)  # above the pass gates (std 0.058 at mid-grey): one pass, as the graph
     torch_model = bind_noise(load_for_task(None, task)[0], level)
     ort_model = bind_noise(OrtModel(cached_export(None, task)), level)
     g = torch.Generator().manual_seed(5)
@@ -236,7 +236,12 @@ def test_cli_jdd_backend_onnxruntime_matches_torch(tmp_path):
         outs[backend] = tifffile.imread(out).astype(np.int64)
     # 16-bit output of values within 1e-4 of each other: at most ⌈1e-4·65535⌉ = 7 codes apart
     assert np.abs(outs["torch"] - outs["onnxruntime"]).max() <= 7
-    assert len(list(Path(tmp_path_cache()).glob("*-jdd-*.onnx"))) == 1  # exported once, cached
+    # exported once, cached: the one-pass graph and, as this file's estimated noise (std at mid-grey between
+    # SIGMA_GATE and FIRST_GATE) asks for it, the graph holding the first stage's pair, the JDD stage once
+    assert sorted(p.name.split("-")[-1] for p in tmp_path_cache().glob("*-jdd-*.onnx")) == [
+        "p2x1.onnx",
+        "v2.onnx",
+    ]
 
 
 def test_onnxruntime_backend_averages_as_torch_at_low_noise_a_users_graph_says_it_holds_one(tmp_path):
@@ -251,6 +256,7 @@ def test_onnxruntime_backend_averages_as_torch_at_low_noise_a_users_graph_says_i
                     BLACK, WHITE)  # fmt: skip
     said, outs = {}, {}
     low, high = "2e-5,1e-8", "1e-2,1.6e-3"
+    before = set(tmp_path_cache().glob("*-jdd-*-p*.onnx"))
     user = tmp_path / "user.onnx"  # a noise-input graph, as plain `rawrcl export --format onnx` writes
     prep = prepare(*load_checkpoint(default_weights_path("jdd")), head="jdd")
     export_prepared(prep, user, tile=None, verify=False)
@@ -272,7 +278,8 @@ def test_onnxruntime_backend_averages_as_torch_at_low_noise_a_users_graph_says_i
     }
     assert np.abs(outs["torch", low, None] - outs["onnxruntime", low, None]).max() <= 7  # within 1e-4
     assert np.abs(outs["onnxruntime", low, user] - outs["torch", low, None]).max() > 20  # one pass differs
-    assert sorted(p.name.split("-")[-1] for p in tmp_path_cache().glob("*-jdd-*-p*.onnx")) == ["p4.onnx"]
+    made = set(tmp_path_cache().glob("*-jdd-*-p*.onnx")) - before  # the base-ISO file's four-pass graph only
+    assert [p.name.split("-")[-1] for p in made] == ["p4x4.onnx"]
 
 
 def tmp_path_cache() -> Path:
@@ -303,7 +310,10 @@ def test_cli_denoise_runs_an_exported_onnx_file(tmp_path):
     raw = read_raw(dng, clip=False)  # the same noise as the command: --noise auto (here the image estimate)
     plain = NoiseOptions(shrink=False)  # an exported graph: the network and its fixed blend, no SURE
     ref = denoise_cfa(
-        raw_model_for(load_for_task(None, "raw-denoise")[0], raw, dng, plain), raw.cfa, "BGGR", WHOLE
+        raw_model_for(load_for_task(None, "raw-denoise")[0], raw, dng, plain),
+        raw.cfa,
+        "BGGR",
+        replace(WHOLE, two_pass=False),  # the graph holds one pass; this file is under the first stage's gate
     )
     want = (requantize_cfa(ref, "BGGR", (BLACK,) * 4, WHITE) - BLACK) / (WHITE - BLACK)
     assert np.abs(got - want).max() * (WHITE - BLACK) <= 1.01  # requantised to DN: at most one code apart
@@ -333,7 +343,8 @@ def test_darktable_emulation_matches_rawrcl_jdd_rggb(dt192):
 
 def test_a_baked_low_noise_graph_averages_the_jdd_stage_as_rawrcl_jdd_does(tmp_path):
     """With the noise baked in, the graph holds both stages' orientations rawrcl jdd runs for it (four at
-    base ISO, two at L3–L4, one above; one with --one-pass or with a noise input) and equals torch's."""
+    base ISO, two at L3–L4 — the first stage up to L6 —, one above; one with --one-pass or with a noise
+    input) and equals torch's."""
     from rawrcl.export.noise import BakedNLF
     from rawrcl.models.conditioning import WithNoise
     from rawrcl.noise import PRESETS
@@ -345,7 +356,7 @@ def test_a_baked_low_noise_graph_averages_the_jdd_stage_as_rawrcl_jdd_does(tmp_p
         return prepare(*load_checkpoint(default_weights_path("jdd")), head="jdd", noise=nlf(level), **kw)
 
     assert [prep(lv).jdd_passes for lv in ("L1", "L2", "L3", "L4", "L5")] == [4, 4, 2, 2, 1]
-    assert [prep(lv).first_passes for lv in ("L1", "L3", "L5")] == [4, 2, 1]
+    assert [prep(lv).first_passes for lv in ("L1", "L3", "L5", "L6", "high")] == [4, 2, 2, 2, 1]
     assert prep("L1", one_pass=True).jdd_passes == prep("L1", one_pass=True).first_passes == 1
     assert prepare(*load_checkpoint(default_weights_path("jdd"))).jdd_passes == 1  # a noise input
     path = tmp_path / "l1.onnx"
@@ -640,14 +651,14 @@ def test_backend_option_errors(tmp_path):
         assert res.exit_code == 1 and needle in res.output and res.output.count("\n") == 1, res.output
 
 
-def test_raw_denoiser_as_jdd_same_result_on_both_backends():
+def test_raw_denoiser_as_jdd_same_result_on_both_backends(tmp_path):
     """``rawrcl jdd --model RAW_DENOISER``: the on-the-fly export is the same denoise → demosaic module and
     tiles the frame the same way (same size multiple) as torch."""
     from rawrcl.infer import task_model
     from rawrcl.models import build_model, save_checkpoint
 
     torch.manual_seed(8)  # a blind RAW denoiser (the shipped one is noise-aware: its JDD graph needs --noise)
-    ckpt = Path(tempfile.mkdtemp()) / "blind_raw.pt"
+    ckpt = tmp_path / "blind_raw.pt"
     save_checkpoint(
         ckpt, build_model({"arch": "unet", "in_channels": 4, "head": "raw", "width": 8, "depth": 3})
     )

@@ -603,8 +603,8 @@ def test_jdd_and_denoise_average_their_stages_at_low_noise_unless_one_pass(tmp_p
         assert res.exit_code == 0, res.output
         return tifffile.imread(out).astype(np.int64)
 
-    # σ at mid-grey 0.0019, 0.0134 and 0.058 (QUAD_GATE 0.008, SIGMA_GATE 0.021)
-    low, mid, high = "2e-5,1e-8", "1e-3,2e-6", "1e-2,1.6e-3"
+    # σ at mid-grey 0.0019, 0.0134, 0.0268 and 0.058 (QUAD_GATE 0.008, SIGMA_GATE 0.021, FIRST_GATE 0.053)
+    low, mid, l5, high = "2e-5,1e-8", "1e-3,2e-6", "4e-3,3e-5", "1e-2,1.6e-3"
     default = run(low)
     assert np.abs(default - run(low, "--one-pass")).max() > 20  # real further passes
     np.testing.assert_array_equal(run(low, "--two-pass"), default)  # at least two: four here
@@ -612,7 +612,8 @@ def test_jdd_and_denoise_average_their_stages_at_low_noise_unless_one_pass(tmp_p
     np.testing.assert_array_equal(run(high), run(high, "--one-pass"))
     said = {}  # the per-file log line says when (and only when) further passes run, and how many
     cases = [("jdd", low, ()), ("jdd", mid, ()), ("jdd", low, ("--one-pass",)), ("jdd", low, ("--tta",))]
-    cases += [("jdd", high, ()), ("denoise", low, ()), ("denoise", high, ())]
+    cases += [("jdd", l5, ()), ("jdd", high, ())]
+    cases += [("denoise", low, ()), ("denoise", l5, ()), ("denoise", high, ())]
     for cmd, noise, opts in cases:
         out = tmp_path / ("log.tiff" if cmd == "jdd" else "log.dng")
         res = _cli([cmd, src, "-o", out, "--noise", noise, "--force", *opts])
@@ -628,7 +629,9 @@ def test_jdd_and_denoise_average_their_stages_at_low_noise_unless_one_pass(tmp_p
         ("jdd", mid, ()): ["both stages run on the mosaic and its transpose"],
         ("jdd", low, ("--one-pass",)): [],
         ("jdd", low, ("--tta",)): [],
+        ("jdd", l5, ()): ["the first stage runs on the mosaic and its transpose"],
         ("jdd", high, ()): [],
         ("denoise", low, ()): ["the first stage runs on the mosaic turned four ways"],
+        ("denoise", l5, ()): ["the first stage runs on the mosaic and its transpose"],
         ("denoise", high, ()): [],
     }

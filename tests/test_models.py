@@ -214,7 +214,7 @@ def test_two_stage_jdd_checkpoint(tmp_path):
     model, cfg = load_for_task(out, "jdd")
     assert isinstance(model, DenoiseThenDemosaic) and model.noise_aware and cfg["arch"] == "two_stage"
     x = torch.rand(2, 4, 12, 10)
-    noise = torch.tensor([[1e-2] * 4, [1e-4] * 4]).expand(2, 2, 4)
+    noise = torch.tensor([[2e-2] * 4, [1e-3] * 4]).expand(2, 2, 4)  # above the gates: one pass of each stage
     with torch.no_grad():
         want = dem(den(x, noise), noise * 0.04)
         got = model(x, noise)
@@ -259,7 +259,7 @@ def test_two_stage_raw_output_is_the_cfa_site_blend(tmp_path):
     model, cfg = load_for_task(path, "raw-denoise")
     assert cfg["head"] == "raw" and cfg["blend"] == 0.3 and model.head_name == "raw"
     x = torch.rand(2, 4, 12, 10)
-    noise = torch.tensor([[1e-2] * 4, [1e-4] * 4]).expand(2, 2, 4)
+    noise = torch.tensor([[2e-2] * 4, [1e-3] * 4]).expand(2, 2, 4)  # above the gates: one pass of each stage
     with torch.no_grad():
         y = den(x, noise)
         rgb = dem(y, noise * 0.04)
@@ -498,6 +498,9 @@ def test_first_stage_averages_its_orientations_by_default_where_the_told_noise_i
         raw = model.with_output("raw")  # the CFA-site blend's first part too; its JDD stage one pass
         torch.testing.assert_close(raw.parts(x, noise)[0], y)
         assert raw.jdd_passes(noise).tolist() == [1, 1, 1] and raw.first_passes(noise).tolist() == [4, 2, 1]
+        l6 = torch.tensor([[[1.2e-2] * 4, [2e-4] * 4]])  # std 0.0486 at mid-grey: the first stage's pair only
+        assert model.first_passes(l6).tolist() == [2] and model.jdd_passes(l6).tolist() == [1]
+        torch.testing.assert_close(model.first(x[:1], l6), pair[:1])
         torch.testing.assert_close(model.first(x), one)  # no noise told: one pass
         with two_pass_stages(model, False):  # --one-pass
             torch.testing.assert_close(model.first(x, noise), one)
@@ -508,7 +511,10 @@ def test_first_stage_averages_its_orientations_by_default_where_the_told_noise_i
         model.train()
         torch.testing.assert_close(model.first(x, noise), one)  # training keeps one pass
         model.eval()
-        model.fixed_passes = 2  # a graph with a noise input for one gate (--backend onnxruntime)
+        model.fixed_passes = (2, 1)  # a graph with a noise input for one gate (--backend onnxruntime)
+        assert model.first_passes(noise).tolist() == [2, 2, 2]
+        assert model.jdd_passes(noise).tolist() == [1, 1, 1]
+        model.fixed_passes = (2, 2)
         assert model.first_passes(noise).tolist() == model.jdd_passes(noise).tolist() == [2, 2, 2]
         torch.testing.assert_close(model.first(x, noise), pair)
         with two_pass_stages(model, False):
@@ -572,6 +578,9 @@ def test_jdd_stage_averages_its_orientations_by_default_only_where_the_told_nois
 
         ladder = torch.tensor([[[PRESETS[k][0]] * 4, [PRESETS[k][1]] * 4] for k in ("L2", "L4", "low", "L5")])
         assert model.jdd_passes(ladder).tolist() == [4, 2, 1, 1]  # the pair up to L4 (stop 97), not `low`
+        levels = ("L2", "L4", "low", "L5", "L6", "high")  # the first stage's pair up to L6 (stop 101)
+        ladder = torch.tensor([[[PRESETS[k][0]] * 4, [PRESETS[k][1]] * 4] for k in levels])
+        assert model.first_passes(ladder).tolist() == [4, 2, 2, 2, 2, 1]
         with two_pass_stages(model, False):  # --one-pass
             torch.testing.assert_close(model.second(x, y, noise), one)
         with two_pass_stages(model, True):  # --two-pass: at least the pair for every sample

@@ -310,7 +310,8 @@ def test_jdd_with_a_two_stage_model(burst_dir, models, tmp_path, spy):
     )
     save_checkpoint(tmp_path / "dem.pt", dem)
     two = save_two_stage(models["aware"], tmp_path / "dem.pt", tmp_path / "two.pt", residual=0.01)
-    r = _run(["jdd", str(burst_dir / "frame02.dng"), "-o", str(tmp_path / "o.tiff"), "--model", str(two)])
+    args = ["jdd", str(burst_dir / "frame02.dng"), "-o", str(tmp_path / "o.tiff"), "--model", str(two)]
+    r = _run([*args, "--one-pass"])  # one pass of each stage: the spy sees the denoiser, then the JDD stage
     assert r.exit_code == 0, r.output
     assert (tmp_path / "o.tiff").is_file() and len(spy) >= 2
     assert torch.allclose(spy[1], spy[0] * 0.01)  # per tile: denoiser, then the JDD stage
@@ -518,8 +519,9 @@ def test_fuse_bm3d_averages_the_shipped_model_with_gat_bm3d(tmp_path):
         outs["0.3"][inside], (0.7 * outs["0"] + 0.3 * outs["1"])[inside], atol=1.01 * dn
     )
     mse = {w: float(np.mean((o - clean)[8:-8, 8:-8] ** 2)) for w, o in outs.items()}
-    # the margin shrinks as the network improves on smooth content (3.0 % with stop 52 weights, 2.6 % now)
-    assert mse["0.3"] < 0.985 * min(mse["0"], mse["1"]), mse
+    # the margin shrinks as the network improves on smooth content: 3.0 % with stop 52 weights, 2.6 % with
+    # stop 55's, 0.3 % since stop 101's first-stage pair at this noise (std 0.03 at mid-grey)
+    assert mse["0.3"] < 0.999 * min(mse["0"], mse["1"]), mse
 
 
 def test_fuse_bm3d_help_names_the_library_weights():

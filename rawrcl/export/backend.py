@@ -53,9 +53,9 @@ def cache_dir() -> Path:
     return d
 
 
-def cached_export(model_path: str | os.PathLike | None, task: str, passes: int = 1) -> Path:
+def cached_export(model_path: str | os.PathLike | None, task: str, passes: tuple[int, int] = (1, 1)) -> Path:
     """Dynamic-shape ONNX export of what ``load_for_task(model_path, task)`` runs (made when not cached);
-    a noise-aware two-stage model's graph holds ``passes`` orientations of each stage
+    a noise-aware two-stage model's graph holds ``passes`` = (first stage, JDD stage) orientations
     (:func:`rawrcl.export.build.prepare`)."""
     from rawrcl.export.build import export_prepared, prepare
     from rawrcl.export.graph import OPSET, file_sha256
@@ -65,7 +65,7 @@ def cached_export(model_path: str | os.PathLike | None, task: str, passes: int =
     load_for_task(model_path, task)  # the head / input checks and their messages, as with --backend torch
     ckpt = checkpoint_for(model_path, task)
     sha = file_sha256(ckpt)
-    each = f"-p{passes}" if passes > 1 else ""
+    each = f"-p{passes[0]}x{passes[1]}" if max(passes) > 1 else ""
     target = cache_dir() / f"{sha[:24]}-{task}-op{OPSET}-v{EXPORT_VERSION}{each}.onnx"
     if not target.is_file():
         model, cfg = load_checkpoint(ckpt)
@@ -128,7 +128,7 @@ def backend_model(model_path: str | os.PathLike | None, task: str, opts) -> nn.M
     if m.static_tile is not None:
         opts.tile = m.static_tile
     if not is_onnx(model_path) and m.noise_input and _gated(m, opts):
-        return GatedOrt(m, lambda n: onnx_model(cached_export(model_path, task, n), task))
+        return GatedOrt(m, lambda n: onnx_model(cached_export(model_path, task, n), task), task == "jdd")
     return m
 
 
@@ -146,27 +146,33 @@ def _gated(graph: nn.Module, opts) -> bool:
 
 class GatedOrt(nn.Module):
     """The onnxruntime backend's model for a noise-aware two-stage checkpoint: each call runs the graph
-    holding as many orientations of each stage as the torch model's gate gives the told noise
+    holding as many orientations of each stage as the torch model's gates give the told noise
     (:func:`rawrcl.models.compose.gated_passes`; one, two or four — exported and cached when first
     needed), so that ``--backend onnxruntime`` gives ``--backend torch``'s output. Shapes and attributes
-    as the one-pass :class:`~rawrcl.export.ort.OrtModel` ``one``; ``graph(n)`` gives the n-pass model."""
+    as the one-pass :class:`~rawrcl.export.ort.OrtModel` ``one``; ``graph((first, jdd))`` gives the model
+    with those pass counts; ``rgb``: the graph outputs RGB (else the RAW output: its JDD stage runs once)."""
 
     #: the attributes the tiler and the noise binding read, taken from the one-pass graph
     SHARED = ("head_name", "in_channels", "out_channels", "scale", "size_multiple", "static_tile",
               "static_batch", "noise_input", "noise_aware", "any_size", "noise", "path", "info")  # fmt: skip
 
-    def __init__(self, one: nn.Module, graph: Callable[[int], nn.Module]) -> None:
+    def __init__(
+        self, one: nn.Module, graph: Callable[[tuple[int, int]], nn.Module], rgb: bool = True
+    ) -> None:
         super().__init__()
         for name in self.SHARED:
             setattr(self, name, getattr(one, name))
-        self._graphs = {1: one}
+        self._graphs = {(1, 1): one}
         self._graph = graph
+        self._rgb = rgb
 
-    def passes(self, noise: torch.Tensor) -> int:
-        """The pass count for ``noise`` (B, K, planes): the largest of its samples' gates."""
+    def passes(self, noise: torch.Tensor) -> tuple[int, int]:
+        """(first stage, JDD stage) pass counts for ``noise`` (B, K, planes): the largest of its samples'
+        gates (the JDD stage one for the RAW output)."""
         from rawrcl.models.compose import gated_passes
 
-        return int(gated_passes(noise).max())
+        jdd = int(gated_passes(noise, "jdd").max()) if self._rgb else 1
+        return int(gated_passes(noise, "first").max()), jdd
 
     def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         n = self.passes(noise)

@@ -75,14 +75,14 @@ def prepare(
     allow_noise_input: bool = True,
     name: str = "model",
     one_pass: bool = False,
-    passes: int = 1,
+    passes: tuple[int, int] = (1, 1),
 ) -> Prepared:
     """Wrap ``model`` (config ``config``) to output ``head`` (default: its own) with ``noise`` baked in.
 
     A two-stage model's stages are averaged over the orientations the commands run for the baked noise
     (:meth:`~rawrcl.models.DenoiseThenDemosaic.first_passes`,
-    :meth:`~rawrcl.models.DenoiseThenDemosaic.jdd_passes`, by ``QUAD_GATE`` and ``SIGMA_GATE`` of
-    :mod:`rawrcl.models.compose`); with a noise input it holds ``passes`` of each stage
+    :meth:`~rawrcl.models.DenoiseThenDemosaic.jdd_passes`, by the gates of :mod:`rawrcl.models.compose`);
+    with a noise input it holds ``passes`` = (first stage, JDD stage) orientations
     (:attr:`~rawrcl.models.DenoiseThenDemosaic.fixed_passes`: the onnxruntime backend's graph for one gate);
     a blind model, and any graph with ``one_pass``, one pass of each.
 
@@ -120,7 +120,7 @@ def prepare(
         )
     module: nn.Module = model.eval()
     baked = noise_aware and noise is not None and not one_pass
-    fixed = noise_aware and noise is None and not one_pass and passes > 1
+    fixed = noise_aware and noise is None and not one_pass and max(passes) > 1
     told = noise.tensor()[None] if baked else None
     jdd = first = 1
     for m in module.modules():  # the baked noise (or ``passes``) fixes the stages' passes; else one of each

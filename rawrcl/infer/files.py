@@ -109,7 +109,7 @@ def jdd_file(
         rgb = jdd_fused(model, raw.cfa, raw.pattern, nm, fuse, opts, log, Path(src).name)
     else:
         net = raw_model_for(model, raw, src, noise, log, resolved=fn)
-        _log_low_noise_passes(net, src, opts, log)
+        _log_averaged_passes(net, src, opts, log)
         rgb = jdd_cfa(net, raw.cfa, raw.pattern, opts)
         _log_shrink(net, src, log)
     # turned for display as the camera was held
@@ -191,7 +191,7 @@ def denoise_file(
     if fuse > 0 and fn is None:  # GAT+BM3D is told the file's noise, whether or not the network is
         fn = resolve_noise(raw, src, noise, log)
     net = raw_model_for(net, raw, src, noise, log, resolved=fn)
-    _log_low_noise_passes(net, src, opts, log)
+    _log_averaged_passes(net, src, opts, log)
     cfa = denoise_cfa(net, raw.cfa, raw.pattern, opts)
     _log_shrink(net, src, log)
     if fuse > 0:
@@ -205,24 +205,24 @@ def denoise_file(
     raise RawrclError(f"{dst}: RAW denoising writes .dng or .tiff, not {suffix!r}")
 
 
-def _log_low_noise_passes(
+def _log_averaged_passes(
     net: nn.Module, src: str | os.PathLike, opts: TileOptions | None, log: Callable[[str], None] | None
 ) -> None:
-    """One log line when ``net`` will average a stage over several orientations by default (low noise:
-    :func:`low_noise_passes`), so that the longer time is explained; on the onnxruntime backend with a
+    """One log line when ``net`` will average a stage over several orientations by default (under the gates:
+    :func:`averaged_passes`), so that the longer time is explained; on the onnxruntime backend with a
     user's ONNX file, which holds one pass, one line saying so at such noise."""
-    from rawrcl.models.compose import QUAD_GATE, SIGMA_GATE, gated_passes, mid_grey_sigma, passes
+    from rawrcl.models.compose import FIRST_GATE, QUAD_GATE, SIGMA_GATE, gated_passes, mid_grey_sigma, passes
     from rawrcl.models.conditioning import WithNoise
 
     o = opts or TileOptions()
     if log is None or passes(o.two_pass, o.self_ensemble) is not None:
         return
-    found = low_noise_passes(net)
+    found = averaged_passes(net)
     if found is None and o.backend == "onnxruntime" and isinstance(net, WithNoise):
-        if int(gated_passes(net.noise[None])[0]) > 1:  # a user's ONNX file: one pass
+        if int(gated_passes(net.noise[None], "first")[0]) > 1:  # a user's ONNX file: one pass
             sigma = float(mid_grey_sigma(net.noise[None])[0])
             log(
-                f"{Path(src).name}: low noise (std {sigma:.4f} at mid-grey): an ONNX graph holds one pass of "
+                f"{Path(src).name}: std {sigma:.4f} at mid-grey: an ONNX graph holds one pass of "
                 "each stage, where --backend torch averages a two-stage model's stages over their "
                 "orientations (docs/export.md)"
             )
@@ -230,14 +230,14 @@ def _log_low_noise_passes(
         sigma, first, jdd = found
         stages = "both stages run" if jdd > 1 else "the first stage runs"
         turned = "on the mosaic turned four ways" if first == 4 else "on the mosaic and its transpose"
+        gate = QUAD_GATE if first == 4 else SIGMA_GATE if jdd > 1 else FIRST_GATE
         log(
-            f"{Path(src).name}: low noise (std {sigma:.4f} at mid-grey, at most "
-            f"{QUAD_GATE if first == 4 else SIGMA_GATE:g}): {stages} {turned}, averaged "
-            "(longer, better; --one-pass skips it)"
+            f"{Path(src).name}: noise std {sigma:.4f} at mid-grey (at most {gate:g}): {stages} {turned}, "
+            "averaged (longer, better; --one-pass skips it)"
         )
 
 
-def low_noise_passes(net: nn.Module) -> tuple[float, int, int] | None:
+def averaged_passes(net: nn.Module) -> tuple[float, int, int] | None:
     """For a model bound to one noise level (:class:`~rawrcl.models.conditioning.WithNoise`): the std at
     mid-grey (:func:`rawrcl.models.compose.mid_grey_sigma`) and the pass counts of the first stage and of the
     JDD stage when a two-stage model inside averages its first stage over more than one orientation by
@@ -245,13 +245,14 @@ def low_noise_passes(net: nn.Module) -> tuple[float, int, int] | None:
     :meth:`~rawrcl.models.compose.DenoiseThenDemosaic.jdd_passes`), or when the onnxruntime backend runs such
     a model's gated graphs (:class:`rawrcl.export.backend.GatedOrt`); else None."""
     from rawrcl.export.backend import GatedOrt
-    from rawrcl.models.compose import DenoiseThenDemosaic, gated_passes, mid_grey_sigma
+    from rawrcl.models.compose import DenoiseThenDemosaic, mid_grey_sigma
     from rawrcl.models.conditioning import WithNoise
 
     for m in net.modules():
-        if isinstance(m, WithNoise) and isinstance(m.model, GatedOrt):  # the gate's graph, as torch runs
-            if (n := int(gated_passes(m.noise[None])[0])) > 1:
-                return float(mid_grey_sigma(m.noise[None])[0]), n, n if m.model.head_name == "jdd" else 1
+        if isinstance(m, WithNoise) and isinstance(m.model, GatedOrt):  # the gates' graph, as torch runs
+            first, jdd = m.model.passes(m.noise[None])
+            if first > 1:
+                return float(mid_grey_sigma(m.noise[None])[0]), first, jdd
         elif isinstance(m, WithNoise):
             for d in m.model.modules():
                 if isinstance(d, DenoiseThenDemosaic) and (n := int(d.first_passes(m.noise[None])[0])) > 1:

@@ -22,7 +22,7 @@ from rawrcl.errors import RawrclError
 from rawrcl.gat import gat_bm3d, is_black_clipped
 from rawrcl.infer.noise import bind_noise
 from rawrcl.infer.pipeline import TileOptions, denoise_cfa, jdd_cfa
-from rawrcl.models.compose import DenoiseThenDemosaic
+from rawrcl.models.compose import DenoiseThenDemosaic, FirstStage
 from rawrcl.noise import NoiseModel
 
 #: the weight of GAT+BM3D chosen per command on the validation rows (docs/weights.md, "Fusing with GAT+BM3D")
@@ -132,11 +132,11 @@ def jdd_fused(
     ``log``, ``name``: as :func:`fuse_bm3d`.
     """
     require_two_stage(model)
-    if opts is not None and opts.two_pass:  # this path runs the first stage alone, once
+    if opts is not None and opts.two_pass:  # not offered on this path
         raise RawrclError(
             "--two-pass is not combined with --fuse-bm3d for JDD (rawrcl denoise combines them)"
         )
-    den = denoise_cfa(bind_noise(model.denoiser, noise, 4), cfa, pattern, opts)
+    den = denoise_cfa(bind_noise(FirstStage(model), noise, 4), cfa, pattern, opts)  # with its passes
     den = fuse_bm3d(den, cfa, pattern, noise, weight, log, name)
     second = model.replace(denoiser=nn.Identity(), output="jdd")  # the model's own second stage
     return jdd_cfa(bind_noise(second, noise, 4), den, pattern, opts)

@@ -43,9 +43,17 @@ BLEND = 0.5
 #: alone adds +0.26 … +0.48 dB at 1× L1/L2 on the validation photos, +0.02 … +0.11 at L4 and above (stop 95,
 #: docs/weights.md, "The JDD stage's second pass at low noise"); the gate, 0.015 in stop 95, takes in L4 since
 #: stop 97 (held out: +0.06 / +0.08 at 1× L4, "The pair up to L4"); it costs ≈ 1.55× the command's time.
-#: Since stop 98 the first stage (both outputs) takes the same gate (:meth:`DenoiseThenDemosaic.first_passes`;
-#: docs/weights.md, "The first stage's orientations at low noise").
+#: The first stage has its own, higher gate: :data:`FIRST_GATE`.
 SIGMA_GATE = 0.021
+
+#: the first stage (both outputs) runs on its input and on the transposed mosaic, averaged, when the told std
+#: at mid-grey is at most this (:meth:`DenoiseThenDemosaic.first_passes`): since stop 98 at the JDD stage's
+#: :data:`SIGMA_GATE` (docs/weights.md, "The first stage's orientations at low noise"), since stop 101 also at
+#: `low` (0.0235), L5 (0.0268) and L6 (0.0486) — the geometric mean of L6 and `high` (0.058), which stays one
+#: pass — for +0.06 … +0.10 dB on held-out photos at ≈ 1.3× the command's time (docs/weights.md, "The first
+#: stage's pair up to L6"). The first stage is about a third of either command; the JDD stage's pair there
+#: would add as much again for 1.7–1.8× in all, so it keeps :data:`SIGMA_GATE`.
+FIRST_GATE = 0.053
 
 #: at or below this std at mid-grey (the ladder's L2 is 0.0047, L3 0.0134) the default JDD stage averages all
 #: four :data:`ORIENTATIONS`, not two: +0.16 … +0.30 dB more than the pair at 1× L1/L2 on the validation
@@ -84,18 +92,18 @@ class DenoiseThenDemosaic(nn.Module):
     #: differ between the two, the truth does not. ``True`` (``--two-pass``): both stages — the first stage
     #: (stop 84) +0.07 / +0.14 dB (RAW) and +0.06 / +0.12 (JDD) on the held-out rows at 1× / 4×, for ≈ 25 % of
     #: the command, the JDD stage too (stop 90; RGB output only): docs/weights.md, "A transposed second pass";
-    #: ``None`` (the default): only for samples whose told noise is at most :data:`SIGMA_GATE` — over all four
-    #: :data:`ORIENTATIONS` at most :data:`QUAD_GATE` — the first stage (both outputs, since stop 98:
-    #: :meth:`first_passes`) and the JDD stage of the RGB output (:meth:`jdd_passes`); ``True`` keeps those
-    #: four too; ``False`` (``--one-pass``): one pass of each.
+    #: ``None`` (the default): only for samples whose told noise is at most :data:`FIRST_GATE` the first
+    #: stage (both outputs, since stop 98: :meth:`first_passes`), at most :data:`SIGMA_GATE` the JDD stage of
+    #: the RGB output too (:meth:`jdd_passes`) — over all four :data:`ORIENTATIONS` at most
+    #: :data:`QUAD_GATE`; ``True`` keeps those four too; ``False`` (``--one-pass``): one pass of each.
     #: Training keeps one pass; so does a row-aware (banding) first stage (a transpose turns rows into
     #: columns).
     two_pass: bool | None = None
-    #: in eval mode with :attr:`two_pass` ``None``: this many :data:`ORIENTATIONS` of each stage whatever the
-    #: told noise (the JDD stage of the RGB output only) — what an exported graph with a noise input holds
-    #: for ``rawrcl jdd|denoise --backend onnxruntime``, which picks the graph by each file's gate; None: the
-    #: gate (:func:`gated_passes`)
-    fixed_passes: int | None = None
+    #: in eval mode with :attr:`two_pass` ``None``: (first stage, JDD stage) — this many :data:`ORIENTATIONS`
+    #: of each whatever the told noise (the JDD stage of the RGB output only) — what an exported graph with a
+    #: noise input holds for ``rawrcl jdd|denoise --backend onnxruntime``, which picks the graph by each
+    #: file's gates; None: the gates (:func:`gated_passes`)
+    fixed_passes: tuple[int, int] | None = None
 
     def __init__(
         self,
@@ -191,11 +199,11 @@ class DenoiseThenDemosaic(nn.Module):
     def first_passes(self, noise: torch.Tensor | None, batch: int = 1) -> torch.Tensor:
         """(B,) int64: over how many of the :data:`ORIENTATIONS` :meth:`first` averages the first stage for
         each sample of ``noise`` (B, K, planes) (``batch`` B when ``noise`` is None): one in training, for a
-        row-aware first stage and with :attr:`two_pass` ``False``; by default (``None``) as many as the JDD
-        stage's gate gives, :func:`gated_passes` (both outputs), one without ``noise``, or
+        row-aware first stage and with :attr:`two_pass` ``False``; by default (``None``) as many as
+        :func:`gated_passes` gives under :data:`FIRST_GATE` (both outputs), one without ``noise``, or
         :attr:`fixed_passes` when set; with :attr:`two_pass` ``True`` at least two."""
         on = not (self.training or self.two_pass is False or self.row_aware)
-        return self._pass_counts(noise, batch, on, gate=noise is not None)
+        return self._pass_counts(noise, batch, on, gate=noise is not None, stage="first")
 
     def second(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         """The JDD network on the first stage's output ``y`` (B, 4, h, w), told λ × :attr:`residual` of the
@@ -245,19 +253,22 @@ class DenoiseThenDemosaic(nn.Module):
         where :func:`mid_grey_sigma` is at most :data:`QUAD_GATE`, two where at most :data:`SIGMA_GATE`,
         else one, or :attr:`fixed_passes` when set; with :attr:`two_pass` ``True`` at least two."""
         on = not (self.training or self.two_pass is False or self.output != "jdd" or self.demosaicker is None)
-        return self._pass_counts(noise, batch, on, gate=noise is not None and _aware(self.demosaicker))
+        gate = noise is not None and _aware(self.demosaicker)
+        return self._pass_counts(noise, batch, on, gate=gate, stage="jdd")
 
-    def _pass_counts(self, noise: torch.Tensor | None, batch: int, on: bool, gate: bool) -> torch.Tensor:
-        """(B,) int64 pass counts of a stage: one where it is not ``on``; else :attr:`fixed_passes` when set
-        (and :attr:`two_pass` is ``None``), :func:`gated_passes` of ``noise`` where ``gate``, else one —
-        at least two with :attr:`two_pass` ``True``."""
+    def _pass_counts(
+        self, noise: torch.Tensor | None, batch: int, on: bool, gate: bool, stage: str
+    ) -> torch.Tensor:
+        """(B,) int64 pass counts of ``stage`` ("first" or "jdd"): one where it is not ``on``; else its
+        :attr:`fixed_passes` when set (and :attr:`two_pass` is ``None``), :func:`gated_passes` of ``noise``
+        where ``gate``, else one — at least two with :attr:`two_pass` ``True``."""
         n = torch.ones(batch if noise is None else noise.shape[0], dtype=torch.long)
         if not on:
             return n
         if self.fixed_passes is not None and self.two_pass is None:
-            return n.fill_(self.fixed_passes)
+            return n.fill_(self.fixed_passes[0 if stage == "first" else 1])
         if gate:
-            n = gated_passes(noise)
+            n = gated_passes(noise, stage)
         return n.clamp(min=2) if self.two_pass else n
 
     def _second_pass(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
@@ -313,18 +324,19 @@ class DenoiseThenDemosaic(nn.Module):
 
 def mid_grey_sigma(noise: torch.Tensor) -> torch.Tensor:
     """(B,) noise std at mid-grey, √(λshot·0.18 + λread) with each parameter's mean over the planes, of
-    ``noise`` (B, K ≥ 2, planes) [λshot; λread; …] in [0, 1] units: the level :data:`SIGMA_GATE` reads."""
+    ``noise`` (B, K ≥ 2, planes) [λshot; λread; …] in [0, 1] units: the level the pass gates read."""
     lam = noise[:, :2].float().mean(-1)
     return (lam[:, 0] * 0.18 + lam[:, 1]).clamp(min=0).sqrt()
 
 
-def gated_passes(noise: torch.Tensor) -> torch.Tensor:
-    """(B,) int64 on the CPU: each stage's default pass count for each sample of ``noise`` (B, K, planes) —
-    four where :func:`mid_grey_sigma` is at most :data:`QUAD_GATE`, two at most :data:`SIGMA_GATE`, else one
-    (:meth:`DenoiseThenDemosaic.first_passes`, and :meth:`DenoiseThenDemosaic.jdd_passes` for a noise-aware
-    JDD stage)."""
+def gated_passes(noise: torch.Tensor, stage: str = "jdd") -> torch.Tensor:
+    """(B,) int64 on the CPU: ``stage``'s default pass count for each sample of ``noise`` (B, K, planes) —
+    four where :func:`mid_grey_sigma` is at most :data:`QUAD_GATE`, two at most the stage's pair gate
+    (:data:`FIRST_GATE` for ``"first"``, :meth:`DenoiseThenDemosaic.first_passes`; :data:`SIGMA_GATE` for
+    ``"jdd"``, :meth:`DenoiseThenDemosaic.jdd_passes` of a noise-aware JDD stage), else one."""
+    pair = {"first": FIRST_GATE, "jdd": SIGMA_GATE}[stage]
     sigma = mid_grey_sigma(noise).cpu()
-    return torch.where(sigma <= QUAD_GATE, 4, torch.where(sigma <= SIGMA_GATE, 2, 1))
+    return torch.where(sigma <= QUAD_GATE, 4, torch.where(sigma <= pair, 2, 1))
 
 
 def passes(two_pass: bool | None, self_ensemble: bool = False) -> bool | None:
@@ -381,6 +393,24 @@ def _turned_back(rgb: torch.Tensor, t: int, packed_hw: tuple[int, int]) -> torch
 def first_stage(model: nn.Module) -> nn.Module:
     """The RAW denoiser inside ``model``: a two-stage model's first stage, else ``model`` itself."""
     return model.denoiser if isinstance(model, DenoiseThenDemosaic) else model
+
+
+class FirstStage(nn.Module):
+    """A two-stage model's first stage as its commands run it — :meth:`DenoiseThenDemosaic.first`, with its
+    default passes over the :data:`ORIENTATIONS` — as a RAW denoiser module: ``forward(x (B, 4, h, w),
+    noise)`` → (B, 4, h, w) packed. What ``rawrcl jdd --fuse-bm3d`` fuses with GAT+BM3D between the stages."""
+
+    head_name = "raw"
+
+    def __init__(self, model: DenoiseThenDemosaic) -> None:
+        super().__init__()
+        self.model = model
+        self.noise_aware = _aware(model.denoiser)
+        self.row_aware = model.row_aware
+        self.size_multiple = size_multiple(model.denoiser)
+
+    def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
+        return self.model.first(x, noise)
 
 
 def _aware(model: nn.Module | None) -> bool:
