@@ -128,7 +128,7 @@ def backend_model(model_path: str | os.PathLike | None, task: str, opts) -> nn.M
     if m.static_tile is not None:
         opts.tile = m.static_tile
     if not is_onnx(model_path) and m.noise_input and _gated(m, opts):
-        return GatedOrt(m, lambda n: onnx_model(cached_export(model_path, task, n), task), task == "jdd")
+        return GatedOrt(m, lambda n: onnx_model(cached_export(model_path, task, n), task))
     return m
 
 
@@ -150,28 +150,25 @@ class GatedOrt(nn.Module):
     (:func:`rawrcl.models.compose.gated_passes`; one, two or four — exported and cached when first
     needed), so that ``--backend onnxruntime`` gives ``--backend torch``'s output. Shapes and attributes
     as the one-pass :class:`~rawrcl.export.ort.OrtModel` ``one``; ``graph((first, jdd))`` gives the model
-    with those pass counts; ``rgb``: the graph outputs RGB (else the RAW output: its JDD stage runs once)."""
+    with those pass counts (a RAW output's JDD stage runs once)."""
 
     #: the attributes the tiler and the noise binding read, taken from the one-pass graph
     SHARED = ("head_name", "in_channels", "out_channels", "scale", "size_multiple", "static_tile",
               "static_batch", "noise_input", "noise_aware", "any_size", "noise", "path", "info")  # fmt: skip
 
-    def __init__(
-        self, one: nn.Module, graph: Callable[[tuple[int, int]], nn.Module], rgb: bool = True
-    ) -> None:
+    def __init__(self, one: nn.Module, graph: Callable[[tuple[int, int]], nn.Module]) -> None:
         super().__init__()
         for name in self.SHARED:
             setattr(self, name, getattr(one, name))
         self._graphs = {(1, 1): one}
         self._graph = graph
-        self._rgb = rgb
 
     def passes(self, noise: torch.Tensor) -> tuple[int, int]:
         """(first stage, JDD stage) pass counts for ``noise`` (B, K, planes): the largest of its samples'
         gates (the JDD stage one for the RAW output)."""
         from rawrcl.models.compose import gated_passes
 
-        jdd = int(gated_passes(noise, "jdd").max()) if self._rgb else 1
+        jdd = int(gated_passes(noise, "jdd").max()) if self.head_name == "jdd" else 1
         return int(gated_passes(noise, "first").max()), jdd
 
     def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
