@@ -1,0 +1,341 @@
+"""Frame-to-frame fine-tuning on a burst through the JDD output (issue 20; measured, not in ``rawrcl adapt``).
+
+A label-free objective for a folder that is a handheld burst of one static scene (Ehret et al. 2019's idea for
+burst JDD): the start's two stages are fine-tuned so that the JDD RGB of a crop of a native frame i, resampled
+at the positions of another frame j's mosaic samples (the affine registration mapped into frame i; bicubic,
+full resolution) and read in each sample's CFA colour, predicts frame j's *native* noisy samples — every other
+training frame j at once. Nothing is resampled on the target side, so, unlike Noise2Noise against registered
+means (``benchmarks/adapt.py --runs n2n-burst``), the targets carry no resampling error for the network to
+imitate; and what is resampled is a full-resolution RGB estimate, not one aliased packed plane (a first form
+that resampled both frames' packed planes to their midpoint learnt to blur: docs/adaptation.md, "Stop 102").
+
+Loss: masked MSE over the samples where the prediction (detached: it reads frame i only) is > 3 noise std and
+< 0.9, so that frame j is almost never clipped there and the mask does not read frame j's noise. Frame 00 (the
+target of ``rawrcl eval --burst``) is never used; each checkpoint is scored on it against the burst reference
+(strict mask) and, for a folder written by ``benchmarks/burst_truth.py --write``, against its truth.
+
+    python benchmarks/burst_f2f.py --burst DIR [--steps 400 --lr 3e-5 --ema 0.995 --every 50 --json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+#: colour index (0 R, 1 G, 2 B) of the four sites of an RGGB-aligned 2×2 tile
+TILE_COLOUR = ((0, 1), (1, 2))
+
+
+def _affine3(a: np.ndarray) -> np.ndarray:
+    return np.vstack([a, [0.0, 0.0, 1.0]])
+
+
+def pairwise_warps(
+    packed: Sequence[np.ndarray], log: Callable[[str], None] = print
+) -> list[list[np.ndarray]]:
+    """``warps[i][j]``: 2×3 affine, frame i → frame j in packed-green coordinates (ECC affine on the packed
+    greens, :func:`rawrcl.eval.burst_align.register_frame`), for frames ``packed`` (each (4, h, w) RGGB);
+    every frame is registered to the first and the pairs composed."""
+    from rawrcl.eval.burst_align import green_image, register_frame
+
+    to = [np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])]  # frame 0 → frame k
+    g0 = green_image(packed[0])
+    for k in range(1, len(packed)):
+        w, cc = register_frame(g0, green_image(packed[k]), name=f"training frame {k}")
+        log(f"  training frame {k} → 0: cc {cc:.3f}, shift {np.round(w[:, 2], 2).tolist()} packed px")
+        to.append(w)
+    return [
+        [(_affine3(to[j]) @ np.linalg.inv(_affine3(to[i])))[:2] for j in range(len(packed))]
+        for i in range(len(packed))
+    ]
+
+
+def colour_map(size: int) -> torch.Tensor:
+    """(size, size) int64 colour index of each site of an RGGB-aligned mosaic crop at an even origin."""
+    col = np.empty((size, size), np.int64)
+    for dy in (0, 1):
+        for dx in (0, 1):
+            col[dy::2, dx::2] = TILE_COLOUR[dy][dx]
+    return torch.from_numpy(col)
+
+
+class FramePairs:
+    """Training samples: a crop of frame i (packed, with a margin for the networks' reach) and, for every
+    other frame j, a ``crop`` × ``crop`` block of frame j's native mosaic samples around the same scene point,
+    with the positions of those samples in the crop's full-resolution RGB (``grid``, grid_sample's [−1, 1]
+    units).
+
+    ``packed``: frames (4, h, w) RGGB [0, 1]; ``noise``: each frame's (2, 4) [λshot; λread]; ``warps`` from
+    :func:`pairwise_warps`; ``crop``/``margin`` in mosaic px (even)."""
+
+    def __init__(self, packed, noise, warps, crop: int = 96, margin: int = 24, seed: int = 0) -> None:
+        self.packed, self.noise, self.warps = packed, noise, warps
+        self.crop, self.margin = crop, margin
+        self.rng = np.random.default_rng(seed)
+
+    def draw(self, i: int | None = None) -> dict:
+        """``input`` (4, S/2, S/2) of frame i at mosaic origin ``origin`` (x, y); ``grid`` (K, c, c, 2);
+        ``target`` (K, c, c) frame j's samples; ``noise`` (2, 4) of frame i, ``noise_j`` (K, 2, 4)."""
+        from rawrcl.eval.burst_align import full_res_affine
+
+        n, c = len(self.packed), self.crop
+        i = int(self.rng.integers(n)) if i is None else i
+        _, h, w = self.packed[i].shape
+        big = c + 2 * self.margin + 16  # mosaic px of the input crop (even)
+        lo = big // 2 + 16
+        rx = 2 * int(self.rng.integers(lo // 2, w - lo // 2)) - big // 2
+        ry = 2 * int(self.rng.integers(lo // 2, h - lo // 2)) - big // 2
+        rx, ry = rx - rx % 2, ry - ry % 2
+        cx, cy = rx + big / 2, ry + big / 2
+        grids, targets, lams = [], [], []
+        for j in range(n):
+            if j == i:
+                continue
+            fwd, back = full_res_affine(self.warps[i][j]), full_res_affine(self.warps[j][i])
+            qx = fwd[0, 0] * cx + fwd[0, 1] * cy + fwd[0, 2] - c / 2
+            qy = fwd[1, 0] * cx + fwd[1, 1] * cy + fwd[1, 2] - c / 2
+            qx0, qy0 = 2 * int(round(qx / 2)), 2 * int(round(qy / 2))
+            block = self.packed[j][:, qy0 // 2 : qy0 // 2 + c // 2, qx0 // 2 : qx0 // 2 + c // 2]
+            if qx0 < 0 or qy0 < 0 or block.shape[1:] != (c // 2, c // 2):
+                continue
+            ys, xs = np.mgrid[qy0 : qy0 + c, qx0 : qx0 + c].astype(np.float64)
+            px = back[0, 0] * xs + back[0, 1] * ys + back[0, 2]
+            py = back[1, 0] * xs + back[1, 1] * ys + back[1, 2]
+            grids.append(np.stack([2 * (px - rx) / (big - 1) - 1, 2 * (py - ry) / (big - 1) - 1], -1))
+            t = np.empty((c, c), np.float32)
+            t[0::2, 0::2], t[0::2, 1::2], t[1::2, 0::2], t[1::2, 1::2] = block
+            targets.append(t)
+            lams.append(torch.as_tensor(self.noise[j]).float())
+        inp = self.packed[i][:, ry // 2 : ry // 2 + big // 2, rx // 2 : rx // 2 + big // 2]
+        return {
+            "input": torch.from_numpy(np.ascontiguousarray(inp)).float(),
+            "origin": (rx, ry),
+            "grid": torch.from_numpy(np.stack(grids)).float(),
+            "target": torch.from_numpy(np.stack(targets)),
+            "noise": torch.as_tensor(self.noise[i]).float(),
+            "noise_j": torch.stack(lams),
+        }
+
+
+def predict_samples(rgb: torch.Tensor, grid: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+    """``rgb`` (1, 3, S, S) resampled (bicubic) at ``grid`` (K, c, c, 2), each sample in its colour ``col``
+    (c, c) → (K, c, c)."""
+    k = grid.shape[0]
+    smp = F.grid_sample(
+        rgb.expand(k, -1, -1, -1), grid, mode="bicubic", padding_mode="border", align_corners=True
+    )
+    return smp.gather(1, col[None, None].expand(k, 1, -1, -1))[:, 0]
+
+
+def f2f_loss(
+    pred: torch.Tensor, batch: dict, col: torch.Tensor, k_std: float = 3.0
+) -> tuple[torch.Tensor, float, float]:
+    """(masked MSE of ``pred`` (K, c, c) against ``batch["target"]``, the scored share, the mean noise
+    variance there): samples where the detached prediction is above ``k_std`` noise std of frame j (its λ in
+    that colour; G1's for green) and below 0.9."""
+    lam = batch["noise_j"]  # (K, 2, 4)
+    shot = torch.stack([lam[:, 0, 0], lam[:, 0, 1], lam[:, 0, 3]], -1)[:, col]
+    read = torch.stack([lam[:, 1, 0], lam[:, 1, 1], lam[:, 1, 3]], -1)[:, col]
+    level = pred.detach()
+    var = shot * level.clamp_min(0) + read
+    m = ((level > k_std * var.sqrt()) & (level < 0.9)).to(pred.dtype)
+    n = m.sum().clamp_min(1)
+    return ((pred - batch["target"]) ** 2 * m).sum() / n, float(m.mean()), float((var * m).sum() / n)
+
+
+def train(
+    full,
+    data: FramePairs,
+    steps: int,
+    score: Callable[[], dict],
+    *,
+    lr: float = 3e-5,
+    batch: int = 4,
+    ema: float = 0.0,
+    every: int = 50,
+    anchor: float = 0.0,
+    mix: float = 0.0,
+    mix_fn: Callable[[np.random.Generator], dict] | None = None,
+    log: Callable[[str], None] = print,
+) -> list[dict]:
+    """Fine-tune both stages of ``full`` (a two-stage RAW model) with :func:`f2f_loss` through its JDD output;
+    every ``every`` steps ``score()`` (of the weight average with ``ema`` > 0). Guards as ``rawrcl adapt``'s:
+    ``anchor``·Σ(θ − θ₀)² and ``mix``·(the RAW output's MSE on ``batch`` synthetic supervised crops of
+    ``mix_fn``, each normalised by its mean noise variance); the frame-to-frame term is then normalised by
+    the targets' mean noise variance too. With ``ema`` > 0 ``full`` ends holding the weight average.
+    Rows: step, loss (÷ 1e-3 unguarded), mask share, seconds, scores."""
+    from rawrcl.methods.r2r import signal_variance
+
+    jdd = full.with_output("jdd")
+    params = [p for p in full.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=lr)
+    avg = [p.detach().clone() for p in params]
+    start = [p.detach().clone() for p in params]
+    col = colour_map(data.crop)
+    guarded = anchor > 0 or mix > 0
+    rng = np.random.default_rng(1)
+
+    def swap() -> None:
+        for p, e in zip(params, avg, strict=True):
+            tmp = p.detach().clone()
+            p.data.copy_(e)
+            e.copy_(tmp)
+
+    def scored() -> dict:
+        full.eval()
+        if ema > 0:
+            swap()
+        r = score()
+        if ema > 0:
+            swap()
+        return r
+
+    rows = [{"step": 0, **scored()}]
+    log(f"step 0: {rows[-1]}")
+    t, acc, share = time.perf_counter(), 0.0, 0.0
+    for s in range(1, steps + 1):
+        jdd.train()
+        loss = torch.zeros(())
+        for _ in range(batch):
+            b = data.draw()
+            rgb = jdd(b["input"][None], b["noise"][None])
+            lo, sh, var = f2f_loss(predict_samples(rgb, b["grid"], col), b, col)
+            lo = lo / max(var, 1e-10) if guarded else lo / 1e-3  # guarded: in noise variances, as the mix
+            loss, share = loss + lo / batch, share + sh / batch
+        if anchor > 0:
+            loss = loss + anchor * sum(((p - q) ** 2).sum() for p, q in zip(params, start, strict=True))
+        if mix > 0 and mix_fn is not None:
+            sup = [mix_fn(rng) for _ in range(batch)]
+            x = torch.stack([torch.as_tensor(c["input"]).float() for c in sup])
+            y = torch.stack([torch.as_tensor(c["target"]).float() for c in sup])
+            n = torch.stack([torch.as_tensor(c["noise"]).float() for c in sup])
+            var = signal_variance(y, n).mean((1, 2, 3)).clamp_min(1e-10)
+            loss = loss + mix * (((full(x, n) - y) ** 2).mean((1, 2, 3)) / var).mean()
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        with torch.no_grad():
+            for p, e in zip(params, avg, strict=True):
+                e.mul_(ema).add_(p.detach(), alpha=1 - ema)
+        acc += float(loss.detach())
+        if s % every == 0 or s == steps:
+            n = every if s % every == 0 else s % every
+            row = {"step": s, "loss": round(acc / n, 4), "mask": round(share / n, 3)}
+            rows.append({**row, "secs": round(time.perf_counter() - t, 1), **scored()})
+            acc = share = 0.0
+            log(f"step {s}: {rows[-1]}")
+    if ema > 0:  # end holding what was scored
+        swap()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--burst", required=True, help="a burst folder; frame00.dng is the scored (never used) frame"
+    )
+    ap.add_argument("--model", default=None, help="two-stage RAW start (default: the shipped RAW denoiser)")
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--lr", type=float, default=3e-5)
+    ap.add_argument(
+        "--batch", type=int, default=4, help="input crops per step (each against every other frame)"
+    )
+    ap.add_argument("--crop", type=int, default=96, help="target block, mosaic px (even)")
+    ap.add_argument("--ema", type=float, default=0.0, help="weight average (0: none); scored on it")
+    ap.add_argument("--every", type=int, default=50)
+    ap.add_argument("--anchor", type=float, default=0.0, help="guard: weight of Σ(θ − θ₀)² (adapt: 0.05)")
+    ap.add_argument(
+        "--mix", type=float, default=0.0, help="guard: weight of synthetic supervised crops (adapt: 0.5)"
+    )
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--save", default=None, help="write the last scored weights as a RAW model file here")
+    ap.add_argument("--check", action="store_true", help="then adapt's forgetting check, start against them")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+
+    from rawrcl.data.noisy_crops import load_noise_files
+    from rawrcl.eval import burst as B
+    from rawrcl.eval import burst_score as S
+    from rawrcl.eval.metrics import psnr_from_mse
+    from rawrcl.infer import TileOptions, denoise_cfa
+    from rawrcl.models.compose import DenoiseThenDemosaic
+    from rawrcl.models.conditioning import WithNoise
+    from rawrcl.models.loading import default_weights_path
+    from rawrcl.models.registry import load_checkpoint
+    from rawrcl.models.shrink import maybe_shrink
+
+    folder = Path(args.burst)
+    burst = B.load_burst(folder, "frame00.dng")
+    br = B.build_reference(burst)
+    files = load_noise_files(list(burst.paths))
+    truth = np.load(folder / "truth00.npy") if (folder / "truth00.npy").exists() else None
+    mask = br.metric_mask(B.BORDER)
+    full, _ = load_checkpoint(args.model or default_weights_path("raw-denoise"))
+    if not (isinstance(full, DenoiseThenDemosaic) and full.output == "raw" and full.demosaicker is not None):
+        print(
+            "error: --model must be a two-stage RAW model (the shipped RAW denoiser's kind)", file=sys.stderr
+        )
+        return 2
+    full = full.float()
+    shipped = maybe_shrink(full, True)  # as rawrcl denoise runs it (SURE weights)
+
+    def score() -> dict:
+        with torch.no_grad():
+            out = denoise_cfa(WithNoise(shipped, files[0].noise, 4), br.target, burst.pattern, TileOptions())
+        sc = S.score_raw(br, out, B.BORDER)
+        r = {"psnr": round(sc["psnr"], 4), "psnr_true": round(sc["psnr_true"] or 0.0, 3)}
+        if truth is not None:
+            r["truth"] = round(
+                psnr_from_mse(float(np.mean((np.clip(out, 0, 1)[mask] - truth[mask]) ** 2))), 4
+            )
+        return r
+
+    train_files = files[1:]
+    packed = [f.packed.astype(np.float32) for f in train_files]
+    data = FramePairs(packed, [f.noise for f in train_files], pairwise_warps(packed), crop=args.crop)
+    mix_fn = None
+    if args.mix > 0:
+        from rawrcl.train.adapt_objective import synthetic_mix
+
+        mix_fn = synthetic_mix(args.crop, train_files, 0.5)
+    opts = {k: getattr(args, k) for k in ("lr", "batch", "ema", "every", "anchor", "mix")}
+    rows = train(full, data, args.steps, score, mix_fn=mix_fn, **opts)
+    doc = {"args": vars(args), "rows": rows}
+    if args.save:
+        from rawrcl.models.registry import atomic_torch_save, read_checkpoint
+
+        ck = read_checkpoint(args.model or default_weights_path("raw-denoise"))
+        state = full.state_dict()
+        ck["state_dict"] = {k: state[k].detach().to(v.dtype) for k, v in ck["state_dict"].items()}
+        ck["extra"] = {**ck.get("extra", {}), "burst_f2f": {"burst": str(folder), **vars(args)}}
+        atomic_torch_save(ck, args.save)
+    if args.check:
+        from rawrcl.train.adapt_signal import check_crops, check_scores
+
+        checks = check_crops()
+        start, _ = load_checkpoint(args.model or default_weights_path("raw-denoise"))
+        base = check_scores(start.float(), checks)
+        drop = {k: v - base[k] for k, v in check_scores(full, checks).items()}
+        worst = min(drop, key=drop.get)
+        doc["forgetting"] = {"drop_db": drop, "worst": [worst, drop[worst]]}
+        print(
+            f"forgetting check: worst {worst} {drop[worst]:+.3f} dB, mean {np.mean(list(drop.values())):+.3f}"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""benchmarks/burst_f2f.py: frame-to-frame fine-tuning's geometry (a frame's RGB resampled at another frame's
+mosaic samples predicts them) and its training loop, on small synthetic bursts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import load_benchmark
+
+SHIFTS = [(0.0, 0.0), (1.3, -2.7), (-2.2, 0.6), (0.8, 1.9)]  # (dy, dx) mosaic px per frame
+
+
+def _burst(size: int = 160):
+    """(RGB frames (3, H, W), packed RGGB mosaics (4, H/2, W/2)) of one smooth scene, translated per frame."""
+    from scipy.ndimage import gaussian_filter, shift
+
+    from rawrcl.cfa import mosaic, pack
+
+    rng = np.random.default_rng(0)
+    scene = np.stack([gaussian_filter(rng.standard_normal((size + 32, size + 32)), 4.0) for _ in range(3)])
+    scene = 0.4 + 0.25 * scene / scene.std()
+    rgbs, packed = [], []
+    for dy, dx in SHIFTS:
+        rgb = np.stack([shift(p, (dy, dx), order=5, mode="reflect") for p in scene])[:, 16:-16, 16:-16]
+        rgbs.append(rgb.astype(np.float32))
+        packed.append(pack(mosaic(rgb, "RGGB")[0], "RGGB").astype(np.float32))
+    return rgbs, packed
+
+
+def _errors(bench, rgbs, packed, warps):
+    """RMS error of frame 0's true RGB, resampled at the other frames' samples, against those samples."""
+    noise = [np.array([[1e-3] * 4, [1e-5] * 4], np.float32)] * len(packed)
+    data = bench.FramePairs(packed, noise, warps, crop=32, margin=8, seed=1)
+    col = bench.colour_map(32)
+    errs = []
+    for _ in range(4):
+        b = data.draw(i=0)
+        rx, ry = b["origin"]
+        big = b["input"].shape[-1] * 2
+        rgb = torch.from_numpy(rgbs[0][:, ry : ry + big, rx : rx + big].copy())[None]
+        pred = bench.predict_samples(rgb, b["grid"], col)
+        assert pred.shape == b["target"].shape == (len(packed) - 1, 32, 32)
+        errs.append(float((pred - b["target"]).square().mean().sqrt()))
+        loss, share, _ = bench.f2f_loss(pred, b, col)
+        assert share > 0.9 and float(loss) == pytest.approx(errs[-1] ** 2, rel=0.2)
+    return float(np.mean(errs))
+
+
+def test_a_frames_rgb_resampled_at_another_frames_samples_predicts_them():
+    bench = load_benchmark("burst_f2f")
+    rgbs, packed = _burst()
+    warps = bench.pairwise_warps(packed, log=lambda _: None)
+    # the registration recovers the translations (packed px = mosaic px / 2; frame 0's x is x + shift in k)
+    for k, (dy, dx) in enumerate(SHIFTS):
+        assert warps[0][k][:, 2] == pytest.approx([dx / 2, dy / 2], abs=0.05)
+    good = _errors(bench, rgbs, packed, warps)
+    assert good < 0.004, good  # signal std 0.25: bicubic on a smooth scene
+    flipped = [[warps[j][i] for j in range(len(packed))] for i in range(len(packed))]  # the wrong direction
+    assert _errors(bench, rgbs, packed, flipped) > 5 * good
+
+
+def test_f2f_loss_masks_dark_predictions_without_reading_the_target():
+    bench = load_benchmark("burst_f2f")
+    col = bench.colour_map(8)
+    pred = torch.full((2, 8, 8), 0.5)
+    pred[:, :4] = 0.001  # far below 3 std of λread 1e-4 (std 0.01)
+    target = pred.clone()
+    target[:, :4] = 0.7  # would dominate the loss if read
+    noise_j = torch.tensor([[[1e-3] * 4, [1e-4] * 4]] * 2)
+    loss, share, var = bench.f2f_loss(pred, {"target": target, "noise_j": noise_j}, col)
+    assert float(loss) == 0.0 and share == pytest.approx(0.5)
+    assert var == pytest.approx(1e-3 * 0.5 + 1e-4, rel=1e-4)  # over the scored half only
+    loss, _, _ = bench.f2f_loss(pred + 0.01, {"target": target, "noise_j": noise_j}, col)
+    assert float(loss) == pytest.approx(1e-4, rel=1e-3)
+
+
+def test_f2f_training_steps_move_both_stages_and_score_each_checkpoint():
+    from rawrcl.models.compose import DenoiseThenDemosaic
+    from rawrcl.models.registry import build_model
+
+    bench = load_benchmark("burst_f2f")
+    torch.manual_seed(0)
+    cfg = {"arch": "unet", "in_channels": 4, "width": 4, "depth": 2, "skip": True, "noise_aware": True}
+    full = DenoiseThenDemosaic(
+        build_model({**cfg, "head": "raw"}), build_model({**cfg, "head": "jdd"}), output="raw"
+    )
+    before = [p.detach().clone() for p in full.parameters()]
+    rgbs, packed = _burst(128)
+    rng = np.random.default_rng(1)
+    noisy = [np.clip(p + 0.02 * rng.standard_normal(p.shape), 0, 1).astype(np.float32) for p in packed]
+    noise = [np.array([[1e-3] * 4, [4e-4] * 4], np.float32)] * len(noisy)
+    data = bench.FramePairs(noisy, noise, bench.pairwise_warps(noisy, log=lambda _: None), crop=32, margin=8)
+    calls = []
+    rows = bench.train(
+        full,
+        data,
+        3,
+        lambda: calls.append(full.training) or {"psnr": 0.0},
+        batch=2,
+        ema=0.9,
+        every=2,
+        log=lambda _: None,
+    )
+    assert [r["step"] for r in rows] == [0, 2, 3] and calls == [False] * 3
+    assert all(np.isfinite(r["loss"]) and 0 < r["mask"] <= 1 for r in rows[1:])
+    moved = [float((p.detach() - q).abs().max()) for p, q in zip(full.parameters(), before, strict=True)]
+    assert max(moved[: len(list(full.denoiser.parameters()))]) > 0 and max(moved[-1:]) > 0
