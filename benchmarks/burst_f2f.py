@@ -114,6 +114,8 @@ class FramePairs:
             t[0::2, 0::2], t[0::2, 1::2], t[1::2, 0::2], t[1::2, 1::2] = block
             targets.append(t)
             lams.append(torch.as_tensor(self.noise[j]).float())
+        if not targets:  # every other frame's block fell outside it (a frame barely larger than a crop)
+            return self.draw()
         inp = self.packed[i][:, ry // 2 : ry // 2 + big // 2, rx // 2 : rx // 2 + big // 2]
         return {
             "input": torch.from_numpy(np.ascontiguousarray(inp)).float(),
