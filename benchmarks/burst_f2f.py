@@ -174,15 +174,18 @@ def train(
     ``mix_fn``, each normalised by its mean noise variance); the frame-to-frame term is then normalised by
     the targets' mean noise variance too. With ``ema`` > 0 ``full`` ends holding the weight average.
     Rows: step, loss (÷ 1e-3 unguarded), mask share, seconds, scores."""
-    from rawrcl.methods.r2r import signal_variance
+    from rawrcl.train.adapt_objective import Guarded
 
     jdd = full.with_output("jdd")
     params = [p for p in full.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=lr)
     avg = [p.detach().clone() for p in params]
-    start = [p.detach().clone() for p in params]
     col = colour_map(data.crop)
     guarded = anchor > 0 or mix > 0
+    # adapt's guards around the frame-to-frame term (passed in as the batch's "f2f")
+    guard = (
+        Guarded("f2f", lambda b, _: {"loss": b["f2f"]}, full.state_dict(), anchor, mix) if guarded else None
+    )
     rng = np.random.default_rng(1)
 
     def swap() -> None:
@@ -212,15 +215,13 @@ def train(
             lo, sh, var = f2f_loss(predict_samples(rgb, b["grid"], col), b, col)
             lo = lo / max(var, 1e-10) if guarded else lo / 1e-3  # guarded: in noise variances, as the mix
             loss, share = loss + lo / batch, share + sh / batch
-        if anchor > 0:
-            loss = loss + anchor * sum(((p - q) ** 2).sum() for p, q in zip(params, start, strict=True))
-        if mix > 0 and mix_fn is not None:
-            sup = [mix_fn(rng) for _ in range(batch)]
-            x = torch.stack([torch.as_tensor(c["input"]).float() for c in sup])
-            y = torch.stack([torch.as_tensor(c["target"]).float() for c in sup])
-            n = torch.stack([torch.as_tensor(c["noise"]).float() for c in sup])
-            var = signal_variance(y, n).mean((1, 2, 3)).clamp_min(1e-10)
-            loss = loss + mix * (((full(x, n) - y) ** 2).mean((1, 2, 3)) / var).mean()
+        if guard is not None:
+            crops = {"f2f": loss}
+            if mix > 0 and mix_fn is not None:
+                sup = [mix_fn(rng) for _ in range(batch)]
+                for key, name in (("input", "input"), ("target", "target"), ("noise", "sup_noise")):
+                    crops[name] = torch.stack([torch.as_tensor(c[key]).float() for c in sup])
+            loss = guard(crops, full)["loss"]
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
