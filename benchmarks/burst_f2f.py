@@ -83,7 +83,9 @@ class FramePairs:
 
     def draw(self, i: int | None = None) -> dict:
         """``input`` (4, S/2, S/2) of frame i at mosaic origin ``origin`` (x, y); ``grid`` (K, c, c, 2);
-        ``target`` (K, c, c) frame j's samples; ``noise`` (2, 4) of frame i, ``noise_j`` (K, 2, 4)."""
+        ``target`` (K, c, c) frame j's samples; ``noise`` (2, 4) of frame i, ``noise_j`` (K, 2, 4); ``frac``
+        (K, c, c) how far each sample's position lies from a full-resolution pixel centre of the input (px,
+        the larger of the two axes: 0 … 0.5)."""
         from rawrcl.eval.burst_align import full_res_affine
 
         n, c = len(self.packed), self.crop
@@ -95,7 +97,7 @@ class FramePairs:
         ry = 2 * int(self.rng.integers(lo // 2, h - lo // 2)) - big // 2
         rx, ry = rx - rx % 2, ry - ry % 2
         cx, cy = rx + big / 2, ry + big / 2
-        grids, targets, lams = [], [], []
+        grids, targets, lams, fracs = [], [], [], []
         for j in range(n):
             if j == i:
                 continue
@@ -110,6 +112,7 @@ class FramePairs:
             px = back[0, 0] * xs + back[0, 1] * ys + back[0, 2]
             py = back[1, 0] * xs + back[1, 1] * ys + back[1, 2]
             grids.append(np.stack([2 * (px - rx) / (big - 1) - 1, 2 * (py - ry) / (big - 1) - 1], -1))
+            fracs.append(np.maximum(np.abs(px - np.round(px)), np.abs(py - np.round(py))))
             t = np.empty((c, c), np.float32)
             t[0::2, 0::2], t[0::2, 1::2], t[1::2, 0::2], t[1::2, 1::2] = block
             targets.append(t)
@@ -124,6 +127,7 @@ class FramePairs:
             "target": torch.from_numpy(np.stack(targets)),
             "noise": torch.as_tensor(self.noise[i]).float(),
             "noise_j": torch.stack(lams),
+            "frac": torch.from_numpy(np.stack(fracs)).float(),
         }
 
 
@@ -138,17 +142,22 @@ def predict_samples(rgb: torch.Tensor, grid: torch.Tensor, col: torch.Tensor) ->
 
 
 def f2f_loss(
-    pred: torch.Tensor, batch: dict, col: torch.Tensor, k_std: float = 3.0
+    pred: torch.Tensor, batch: dict, col: torch.Tensor, k_std: float = 3.0, near: float = 0.5
 ) -> tuple[torch.Tensor, float, float]:
     """(masked MSE of ``pred`` (K, c, c) against ``batch["target"]``, the scored share, the mean noise
     variance there): samples where the detached prediction is above ``k_std`` noise std of frame j (its λ in
-    that colour; G1's for green) and below 0.9."""
+    that colour; G1's for green) and below 0.9, and whose position lies within ``near`` px of a pixel centre
+    of the input (``batch["frac"]``; 0.5: every sample), where bicubic resampling is ≈ identity (measured in
+    stop 103: it does not change the forgetting, docs/adaptation.md)."""
     lam = batch["noise_j"]  # (K, 2, 4)
     shot = torch.stack([lam[:, 0, 0], lam[:, 0, 1], lam[:, 0, 3]], -1)[:, col]
     read = torch.stack([lam[:, 1, 0], lam[:, 1, 1], lam[:, 1, 3]], -1)[:, col]
     level = pred.detach()
     var = shot * level.clamp_min(0) + read
-    m = ((level > k_std * var.sqrt()) & (level < 0.9)).to(pred.dtype)
+    m = (level > k_std * var.sqrt()) & (level < 0.9)
+    if near < 0.5:
+        m = m & (batch["frac"] <= near)
+    m = m.to(pred.dtype)
     n = m.sum().clamp_min(1)
     return ((pred - batch["target"]) ** 2 * m).sum() / n, float(m.mean()), float((var * m).sum() / n)
 
@@ -166,6 +175,7 @@ def train(
     anchor: float = 0.0,
     mix: float = 0.0,
     mix_fn: Callable[[np.random.Generator], dict] | None = None,
+    near: float = 0.5,
     log: Callable[[str], None] = print,
 ) -> list[dict]:
     """Fine-tune both stages of ``full`` (a two-stage RAW model) with :func:`f2f_loss` through its JDD output;
@@ -212,7 +222,7 @@ def train(
         for _ in range(batch):
             b = data.draw()
             rgb = jdd(b["input"][None], b["noise"][None])
-            lo, sh, var = f2f_loss(predict_samples(rgb, b["grid"], col), b, col)
+            lo, sh, var = f2f_loss(predict_samples(rgb, b["grid"], col), b, col, near=near)
             lo = lo / max(var, 1e-10) if guarded else lo / 1e-3  # guarded: in noise variances, as the mix
             loss, share = loss + lo / batch, share + sh / batch
         if guard is not None:
@@ -258,6 +268,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--anchor", type=float, default=0.0, help="guard: weight of Σ(θ − θ₀)² (adapt: 0.05)")
     ap.add_argument(
         "--mix", type=float, default=0.0, help="guard: weight of synthetic supervised crops (adapt: 0.5)"
+    )
+    ap.add_argument(
+        "--mix-zoom",
+        type=float,
+        default=0.0,
+        help="share of the mix crops enlarged up to 8× (adapt's mix_zoom)",
+    )
+    ap.add_argument(
+        "--near",
+        type=float,
+        default=0.5,
+        help="score only target samples within this many px of an input pixel centre (0.5: all)",
     )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--save", default=None, help="write the last scored weights as a RAW model file here")
@@ -311,8 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.mix > 0:
         from rawrcl.train.adapt_objective import synthetic_mix
 
-        mix_fn = synthetic_mix(args.crop, train_files, 0.5)
-    opts = {k: getattr(args, k) for k in ("lr", "batch", "ema", "every", "anchor", "mix")}
+        mix_fn = synthetic_mix(args.crop, train_files, 0.5, zoom=args.mix_zoom)
+    opts = {k: getattr(args, k) for k in ("lr", "batch", "ema", "every", "anchor", "mix", "near")}
     rows = train(full, data, args.steps, score, mix_fn=mix_fn, **opts)
     doc = {"args": vars(args), "rows": rows}
     if args.save:

@@ -107,3 +107,22 @@ def test_f2f_training_steps_move_both_stages_and_score_each_checkpoint():
     assert all(np.isfinite(r["loss"]) and 0 < r["mask"] <= 1 for r in rows[1:])
     moved = [float((p.detach() - q).abs().max()) for p, q in zip(full.parameters(), before, strict=True)]
     assert max(moved[: len(list(full.denoiser.parameters()))]) > 0 and max(moved[-1:]) > 0
+
+
+def test_near_keeps_only_samples_close_to_an_input_pixel_centre():
+    bench = load_benchmark("burst_f2f")
+    _, packed = _burst()
+    warps = bench.pairwise_warps(packed, log=lambda _: None)
+    data = bench.FramePairs(
+        packed, [np.array([[1e-3] * 4, [1e-5] * 4], np.float32)] * 4, warps, crop=32, margin=8
+    )
+    b = data.draw(i=0)
+    frac = b["frac"]
+    assert frac.shape == b["target"].shape and 0 <= float(frac.min()) and float(frac.max()) <= 0.5
+    # SHIFTS' offsets lie 0.3 / 0.3, 0.2 / 0.4, 0.2 / 0.1 px from an integer: the larger axis 0.3, 0.4, 0.2
+    assert sorted(round(float(f.mean()), 1) for f in frac) == [0.2, 0.3, 0.4]
+    col = bench.colour_map(32)
+    pred = b["target"] + 0.01
+    _, every, _ = bench.f2f_loss(pred, b, col)
+    _, near, _ = bench.f2f_loss(pred, b, col, near=0.25)
+    assert near == pytest.approx(every / 3, rel=0.05)  # only the frame shifted by 0.2 px is kept
