@@ -182,7 +182,8 @@ def train(
     every ``every`` steps ``score()`` (of the weight average with ``ema`` > 0). Guards as ``rawrcl adapt``'s:
     ``anchor``·Σ(θ − θ₀)² and ``mix``·(the RAW output's MSE on ``batch`` synthetic supervised crops of
     ``mix_fn``, each normalised by its mean noise variance); the frame-to-frame term is then normalised by
-    the targets' mean noise variance too. With ``ema`` > 0 ``full`` ends holding the weight average.
+    the targets' mean noise variance too; ``near`` as :func:`f2f_loss`'s. With ``ema`` > 0 ``full`` ends
+    holding the weight average.
     Rows: step, loss (÷ 1e-3 unguarded), mask share, seconds, scores."""
     from rawrcl.train.adapt_objective import Guarded
 
