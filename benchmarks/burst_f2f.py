@@ -13,14 +13,20 @@ Loss: masked MSE over the samples where the prediction (detached: it reads frame
 < 0.9, so that frame j is almost never clipped there and the mask does not read frame j's noise. Frame 00 (the
 target of ``rawrcl eval --burst``) is never used; each checkpoint is scored on it against the burst reference
 (strict mask) and, for a folder written by ``benchmarks/burst_truth.py --write``, against its truth.
+``--check`` then runs ``rawrcl adapt``'s forgetting check (start against the fine-tune); ``--beside`` scores
+the fine-tune beside the unchanged start (:class:`BesideStart`, nested SURE weights) on frame 00 and, with
+``--check``, on that check.
 
     python benchmarks/burst_f2f.py --burst DIR [--steps 400 --lr 3e-5 --ema 0.995 --every 50 --json out.json]
+    python benchmarks/burst_f2f.py --burst DIR --steps 1200 --every 400 --ema 0.995 --anchor 0.05 --mix 0.5 \
+        --mix-zoom 0.5 --check --beside          # docs/adaptation.md, "Stop 104"
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -252,6 +258,40 @@ def train(
     return rows
 
 
+class BesideStart(torch.nn.Module):
+    """The fine-tune ``fine`` beside the unchanged ``start`` (both two-stage RAW models), for
+    :class:`~rawrcl.models.sure.SureShrink`: :meth:`parts` are the start with its own SURE weights and the
+    fine-tune with its own, which an outer SureShrink weighs (K = 2, nested, 4 × 4 probe windows, the start
+    kept next to a clip level) — :class:`~rawrcl.models.blindspot.WithBlindSpot`'s form with the fine-tune
+    in the blind-spot network's slot; label-free, so the start comes back where the fine-tune is off
+    (docs/adaptation.md, "Stop 103", "Stop 104"). Called directly: the start alone. Shapes: ``x`` (B, 4, h, w)
+    packed, ``noise`` (B, 2 or 3, 4) → (B, 4, h, w)."""
+
+    noise_aware = True
+    raw_parts = True
+    head_name = "raw"
+    sure_grid = 4
+    sure_first_near_clips = True
+    part_names = ("start (its SURE weights)", "fine-tune (its SURE weights)")
+
+    def __init__(self, start: torch.nn.Module, fine: torch.nn.Module) -> None:
+        super().__init__()
+        from rawrcl.models.geometry import size_multiple
+        from rawrcl.models.sure import SureShrink
+
+        self.start, self.fine = SureShrink(start), SureShrink(fine)
+        self.size_multiple = math.lcm(size_multiple(start), size_multiple(fine))
+
+    def parts(self, x: torch.Tensor, noise: torch.Tensor) -> list[torch.Tensor]:
+        return [self.start(x, noise), self.fine(x, noise)]
+
+    def blend_parts(self, *parts: torch.Tensor) -> torch.Tensor:
+        return parts[0]
+
+    def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        return self.start.model(x, noise)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -285,6 +325,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--save", default=None, help="write the last scored weights as a RAW model file here")
     ap.add_argument("--check", action="store_true", help="then adapt's forgetting check, start against them")
+    ap.add_argument(
+        "--beside",
+        action="store_true",
+        help="then score the fine-tune beside the start (BesideStart; with --check, its check too)",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -316,9 +361,12 @@ def main(argv: list[str] | None = None) -> int:
     full = full.float()
     shipped = maybe_shrink(full, True)  # as rawrcl denoise runs it (SURE weights)
 
-    def score() -> dict:
+    def score(model: torch.nn.Module | None = None) -> dict:
+        """frame 00 through ``model`` (default: the fine-tune as ``rawrcl denoise`` runs it)"""
         with torch.no_grad():
-            out = denoise_cfa(WithNoise(shipped, files[0].noise, 4), br.target, burst.pattern, TileOptions())
+            out = denoise_cfa(
+                WithNoise(model or shipped, files[0].noise, 4), br.target, burst.pattern, TileOptions()
+            )
         sc = S.score_raw(br, out, B.BORDER)
         r = {"psnr": round(sc["psnr"], 4), "psnr_true": round(sc["psnr_true"] or 0.0, 3)}
         if truth is not None:
@@ -338,12 +386,15 @@ def main(argv: list[str] | None = None) -> int:
     opts = {k: getattr(args, k) for k in ("lr", "batch", "ema", "every", "anchor", "mix", "near")}
     rows = train(full, data, args.steps, score, mix_fn=mix_fn, **opts)
     doc = {"args": vars(args), "rows": rows}
-    if args.save:
-        from rawrcl.models.registry import atomic_torch_save, read_checkpoint
+    from rawrcl.models.registry import read_checkpoint
 
-        ck = read_checkpoint(args.model or default_weights_path("raw-denoise"))
-        state = full.state_dict()
-        ck["state_dict"] = {k: state[k].detach().to(v.dtype) for k, v in ck["state_dict"].items()}
+    ck = read_checkpoint(args.model or default_weights_path("raw-denoise"))
+    state = full.state_dict()
+    # the fine-tune as a model file holds it (the start's dtype: the shipped file is float16)
+    ck["state_dict"] = {k: state[k].detach().to(v.dtype) for k, v in ck["state_dict"].items()}
+    if args.save:
+        from rawrcl.models.registry import atomic_torch_save
+
         ck["extra"] = {**ck.get("extra", {}), "burst_f2f": {"burst": str(folder), **vars(args)}}
         atomic_torch_save(ck, args.save)
     if args.check:
@@ -358,6 +409,28 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"forgetting check: worst {worst} {drop[worst]:+.3f} dB, mean {np.mean(list(drop.values())):+.3f}"
         )
+    if args.beside:
+        from rawrcl.models.sure import SureShrink
+
+        def fresh() -> torch.nn.Module:
+            return load_checkpoint(args.model or default_weights_path("raw-denoise"))[0].float().eval()
+
+        fine = fresh()
+        fine.load_state_dict({k: v.float() for k, v in ck["state_dict"].items()})
+        start_sure, beside = SureShrink(fresh()), SureShrink(BesideStart(fresh(), fine))
+        doc["beside"] = {"start": score(start_sure), "beside": score(beside)}
+        print(f"frame 00, start (SURE weights) {doc['beside']['start']}, beside it {doc['beside']['beside']}")
+        if args.check:
+            with torch.no_grad():
+                base = check_scores(start_sure, checks)
+                drop = {k: v - base[k] for k, v in check_scores(beside, checks).items()}
+            worst = min(drop, key=drop.get)
+            below = sum(v < -0.1 for v in drop.values())
+            doc["beside"]["forgetting"] = {"drop_db": drop, "worst": [worst, drop[worst]], "below_0.1": below}
+            print(
+                f"beside, forgetting check (against the start, both with SURE weights): worst {worst} "
+                f"{drop[worst]:+.3f} dB, mean {np.mean(list(drop.values())):+.3f}, {below} below -0.1"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
     return 0

@@ -126,3 +126,39 @@ def test_near_keeps_only_samples_close_to_an_input_pixel_centre():
     _, every, _ = bench.f2f_loss(pred, b, col)
     _, near, _ = bench.f2f_loss(pred, b, col, near=0.25)
     assert near == pytest.approx(every / 3, rel=0.05)  # only the frame shifted by 0.2 px is kept
+
+
+class _Blur(torch.nn.Module):
+    """A noise-aware 'denoiser': a 5 × 5 box blur of its input, plus ``err``."""
+
+    def __init__(self, err: float) -> None:
+        super().__init__()
+        self.err = err
+
+    def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.avg_pool2d(x, 5, 1, 2, count_include_pad=False) + self.err
+
+
+def test_beside_start_keeps_whichever_estimate_is_right_by_sure_weights():
+    from scipy.ndimage import gaussian_filter
+
+    from rawrcl.models.sure import SureShrink
+
+    bench = load_benchmark("burst_f2f")
+    rng = np.random.default_rng(0)
+    g = gaussian_filter(rng.standard_normal((4, 160, 160)), (0, 8, 8))
+    # smooth: a blur denoises it
+    truth = torch.from_numpy((0.4 + 0.1 * g / g.std()).astype(np.float32)).clamp(0.1, 0.8)[None]
+    noise = torch.tensor([[[5e-3] * 4, [1e-4] * 4]])
+    sd = (5e-3 * truth + 1e-4).sqrt()
+    y = truth + sd * torch.randn(truth.shape, generator=torch.Generator().manual_seed(1))
+
+    def err(model: torch.nn.Module) -> float:
+        with torch.no_grad():
+            return float((SureShrink(model)(y, noise) - truth).square().mean())
+
+    good, bad = _Blur(0.0), _Blur(0.03)
+    assert err(bad) > 4 * err(good)
+    for start, fine in ((good, bad), (bad, good)):  # the right one wins, in either slot
+        assert err(bench.BesideStart(start, fine)) < 1.2 * err(good)
+    assert torch.equal(bench.BesideStart(bad, good)(y, noise), bad(y, noise))  # called directly: the start
