@@ -25,6 +25,7 @@ the fine-tune beside the unchanged start (:class:`BesideStart`, nested SURE weig
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import sys
@@ -386,12 +387,13 @@ def main(argv: list[str] | None = None) -> int:
     opts = {k: getattr(args, k) for k in ("lr", "batch", "ema", "every", "anchor", "mix", "near")}
     rows = train(full, data, args.steps, score, mix_fn=mix_fn, **opts)
     doc = {"args": vars(args), "rows": rows}
-    from rawrcl.models.registry import read_checkpoint
+    if args.save or args.beside:
+        from rawrcl.models.registry import read_checkpoint
 
-    ck = read_checkpoint(args.model or default_weights_path("raw-denoise"))
-    state = full.state_dict()
-    # the fine-tune as a model file holds it (the start's dtype: the shipped file is float16)
-    ck["state_dict"] = {k: state[k].detach().to(v.dtype) for k, v in ck["state_dict"].items()}
+        ck = read_checkpoint(args.model or default_weights_path("raw-denoise"))
+        state = full.state_dict()
+        # the fine-tune as a model file holds it (the start's dtype: the shipped file is float16)
+        ck["state_dict"] = {k: state[k].detach().to(v.dtype) for k, v in ck["state_dict"].items()}
     if args.save:
         from rawrcl.models.registry import atomic_torch_save
 
@@ -412,12 +414,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.beside:
         from rawrcl.models.sure import SureShrink
 
-        def fresh() -> torch.nn.Module:
-            return load_checkpoint(args.model or default_weights_path("raw-denoise"))[0].float().eval()
-
-        fine = fresh()
+        start = load_checkpoint(args.model or default_weights_path("raw-denoise"))[0].float().eval()
+        fine = copy.deepcopy(start)
         fine.load_state_dict({k: v.float() for k, v in ck["state_dict"].items()})
-        start_sure, beside = SureShrink(fresh()), SureShrink(BesideStart(fresh(), fine))
+        start_sure, beside = SureShrink(start), SureShrink(BesideStart(start, fine))
         doc["beside"] = {"start": score(start_sure), "beside": score(beside)}
         print(f"frame 00, start (SURE weights) {doc['beside']['start']}, beside it {doc['beside']['beside']}")
         if args.check:
