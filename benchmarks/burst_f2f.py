@@ -360,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     full = full.float()
+    # the start as it was, for --check and --beside (taken before training changes ``full`` in place)
+    start = copy.deepcopy(full).eval() if args.check or args.beside else None
     shipped = maybe_shrink(full, True)  # as rawrcl denoise runs it (SURE weights)
 
     def score(model: torch.nn.Module | None = None) -> dict:
@@ -403,8 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         from rawrcl.train.adapt_signal import check_crops, check_scores
 
         checks = check_crops()
-        start, _ = load_checkpoint(args.model or default_weights_path("raw-denoise"))
-        base = check_scores(start.float(), checks)
+        base = check_scores(start, checks)
         drop = {k: v - base[k] for k, v in check_scores(full, checks).items()}
         worst = min(drop, key=drop.get)
         doc["forgetting"] = {"drop_db": drop, "worst": [worst, drop[worst]]}
@@ -414,7 +415,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.beside:
         from rawrcl.models.sure import SureShrink
 
-        start = load_checkpoint(args.model or default_weights_path("raw-denoise"))[0].float().eval()
         fine = copy.deepcopy(start)
         fine.load_state_dict({k: v.float() for k, v in ck["state_dict"].items()})
         start_sure, beside = SureShrink(start), SureShrink(BesideStart(start, fine))
