@@ -15,11 +15,15 @@ target of ``rawrcl eval --burst``) is never used; each checkpoint is scored on i
 (strict mask) and, for a folder written by ``benchmarks/burst_truth.py --write``, against its truth.
 ``--check`` then runs ``rawrcl adapt``'s forgetting check (start against the fine-tune); ``--beside`` scores
 the fine-tune beside the unchanged start (:class:`BesideStart`, nested SURE weights) on frame 00 and, with
-``--check``, on that check.
+``--check``, on that check; ``--beside-model RUN`` puts another model in the start's slot (e.g. a
+``rawrcl adapt --method blindspot`` run, as ``rawrcl denoise --model RUN`` runs it; the check stays against
+the start).
+``--fine FILE`` scores a fine-tune saved by ``--save`` instead of training one.
 
     python benchmarks/burst_f2f.py --burst DIR [--steps 400 --lr 3e-5 --ema 0.995 --every 50 --json out.json]
     python benchmarks/burst_f2f.py --burst DIR --steps 1200 --every 400 --ema 0.995 --anchor 0.05 --mix 0.5 \
         --mix-zoom 0.5 --check --beside          # docs/adaptation.md, "Stop 104"
+    python benchmarks/burst_f2f.py --burst DIR --fine F.pt --beside --beside-model RUN --check  # "Stop 106"
 """
 
 from __future__ import annotations
@@ -331,6 +335,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="then score the fine-tune beside the start (BesideStart; with --check, its check too)",
     )
+    ap.add_argument(
+        "--beside-model",
+        default=None,
+        help="with --beside: this RAW model or run in the start's slot (as rawrcl denoise --model runs it)",
+    )
+    ap.add_argument(
+        "--fine", default=None, help="score this fine-tune (a --save file of the same start); no training"
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -362,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     full = full.float()
     # the start as it was, for --check and --beside (taken before training changes ``full`` in place)
     start = copy.deepcopy(full).eval() if args.check or args.beside else None
+    if args.fine:  # a saved fine-tune of this start, scored as if just trained
+        fine_model, _ = load_checkpoint(args.fine)
+        full.load_state_dict(fine_model.float().state_dict())
     shipped = maybe_shrink(full, True)  # as rawrcl denoise runs it (SURE weights)
 
     def score(model: torch.nn.Module | None = None) -> dict:
@@ -387,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
 
         mix_fn = synthetic_mix(args.crop, train_files, 0.5, zoom=args.mix_zoom)
     opts = {k: getattr(args, k) for k in ("lr", "batch", "ema", "every", "anchor", "mix", "near")}
-    rows = train(full, data, args.steps, score, mix_fn=mix_fn, **opts)
+    rows = train(full, data, 0 if args.fine else args.steps, score, mix_fn=mix_fn, **opts)
     doc = {"args": vars(args), "rows": rows}
     if args.save or args.beside:
         from rawrcl.models.registry import read_checkpoint
@@ -396,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         state = full.state_dict()
         # the fine-tune as a model file holds it (the start's dtype: the shipped file is float16)
         ck["state_dict"] = {k: state[k].detach().to(v.dtype) for k, v in ck["state_dict"].items()}
-    if args.save:
+    if args.save and not args.fine:
         from rawrcl.models.registry import atomic_torch_save
 
         ck["extra"] = {**ck.get("extra", {}), "burst_f2f": {"burst": str(folder), **vars(args)}}
@@ -417,8 +432,17 @@ def main(argv: list[str] | None = None) -> int:
 
         fine = copy.deepcopy(start)
         fine.load_state_dict({k: v.float() for k, v in ck["state_dict"].items()})
-        start_sure, beside = SureShrink(start), SureShrink(BesideStart(start, fine))
+        slot = start
+        if args.beside_model:
+            from rawrcl.models.loading import load_for_task
+
+            slot = load_for_task(args.beside_model, "raw-denoise")[0].float().eval()
+        start_sure, beside = SureShrink(start), SureShrink(BesideStart(slot, fine))
         doc["beside"] = {"start": score(start_sure), "beside": score(beside)}
+        if args.beside_model:
+            doc["beside"]["slot"] = score(SureShrink(slot))
+        weights = [r for r in beside.seen if len(r) == 2]  # the outer weights of frame 00's tiles
+        doc["beside"]["outer_weights"] = [round(float(v), 3) for v in np.nanmean(np.array(weights), 0)]
         print(f"frame 00, start (SURE weights) {doc['beside']['start']}, beside it {doc['beside']['beside']}")
         if args.check:
             with torch.no_grad():

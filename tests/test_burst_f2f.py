@@ -162,3 +162,33 @@ def test_beside_start_keeps_whichever_estimate_is_right_by_sure_weights():
     for start, fine in ((good, bad), (bad, good)):  # the right one wins, in either slot
         assert err(bench.BesideStart(start, fine)) < 1.2 * err(good)
     assert torch.equal(bench.BesideStart(bad, good)(y, noise), bad(y, noise))  # called directly: the start
+
+
+def test_a_saved_fine_tune_is_scored_again_beside_another_model(tmp_path):
+    """``--save`` then ``--fine`` gives the trained checkpoint's frame-00 score back (float16 file), and
+    ``--beside-model`` scores a model given by path in the start's slot (here the fine-tune itself)."""
+    import json
+
+    from rawrcl.io.dng import write_dng
+    from tests.test_burst import _burst
+
+    bench = load_benchmark("burst_f2f")
+    _, _, noisy = _burst(n=4)
+    for k, x in enumerate(noisy):
+        dn = np.clip(x * 3583 + 512, 0, 4095).astype(np.uint16)
+        write_dng(tmp_path / f"frame{k:02d}.dng", dn, "RGGB", 512, 4095, noise_profile=(4e-3, 1e-4))
+    fine, first, again = tmp_path / "F.pt", tmp_path / "a.json", tmp_path / "b.json"
+    args = ["--burst", str(tmp_path), "--steps", "1", "--every", "1", "--batch", "1", "--crop", "32"]
+    args += ["--lr", "3e-3", "--threads", "1"]
+    assert bench.main([*args, "--save", str(fine), "--json", str(first)]) == 0
+    rows = json.loads(first.read_text())["rows"]
+    assert abs(rows[1]["psnr"] - rows[0]["psnr"]) > 0.1  # the step changed the model
+    extra = ["--fine", str(fine), "--beside", "--beside-model", str(fine), "--json", str(again)]
+    assert bench.main([*args, *extra]) == 0
+    doc = json.loads(again.read_text())
+    assert [r["step"] for r in doc["rows"]] == [0]  # no training
+    assert doc["rows"][0]["psnr"] == pytest.approx(rows[1]["psnr"], abs=0.01)
+    beside = doc["beside"]
+    assert beside["start"]["psnr"] == pytest.approx(rows[0]["psnr"], abs=0.01)  # the start, unchanged
+    assert beside["slot"]["psnr"] == pytest.approx(rows[1]["psnr"], abs=0.01)  # the fine-tune in its slot
+    assert len(beside["outer_weights"]) == 2 and sum(beside["outer_weights"]) <= 1 + 1e-6
