@@ -393,16 +393,19 @@ def main(argv: list[str] | None = None) -> int:
             )
         return r
 
-    train_files = files[1:]
-    packed = [f.packed.astype(np.float32) for f in train_files]
-    data = FramePairs(packed, [f.noise for f in train_files], pairwise_warps(packed), crop=args.crop)
-    mix_fn = None
-    if args.mix > 0:
-        from rawrcl.train.adapt_objective import synthetic_mix
+    if args.fine:  # nothing to train: no frame pairs to register, no mix crops
+        rows = [{"step": 0, **score()}]
+    else:
+        train_files = files[1:]
+        packed = [f.packed.astype(np.float32) for f in train_files]
+        data = FramePairs(packed, [f.noise for f in train_files], pairwise_warps(packed), crop=args.crop)
+        mix_fn = None
+        if args.mix > 0:
+            from rawrcl.train.adapt_objective import synthetic_mix
 
-        mix_fn = synthetic_mix(args.crop, train_files, 0.5, zoom=args.mix_zoom)
-    opts = {k: getattr(args, k) for k in ("lr", "batch", "ema", "every", "anchor", "mix", "near")}
-    rows = train(full, data, 0 if args.fine else args.steps, score, mix_fn=mix_fn, **opts)
+            mix_fn = synthetic_mix(args.crop, train_files, 0.5, zoom=args.mix_zoom)
+        opts = {k: getattr(args, k) for k in ("lr", "batch", "ema", "every", "anchor", "mix", "near")}
+        rows = train(full, data, args.steps, score, mix_fn=mix_fn, **opts)
     doc = {"args": vars(args), "rows": rows}
     if args.save or args.beside:
         from rawrcl.models.registry import read_checkpoint
@@ -441,8 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         doc["beside"] = {"start": score(start_sure), "beside": score(beside)}
         if args.beside_model:
             doc["beside"]["slot"] = score(SureShrink(slot))
-        weights = [r for r in beside.seen if len(r) == 2]  # the outer weights of frame 00's tiles
-        doc["beside"]["outer_weights"] = [round(float(v), 3) for v in np.nanmean(np.array(weights), 0)]
+        # the outer (K = 2) weights of frame 00's tiles; NaN where a tile kept the slot's own output
+        doc["beside"]["outer_weights"] = [round(float(v), 3) for v in np.nanmean(np.array(beside.seen), 0)]
         print(f"frame 00, start (SURE weights) {doc['beside']['start']}, beside it {doc['beside']['beside']}")
         if args.check:
             with torch.no_grad():
