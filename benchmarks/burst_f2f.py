@@ -341,10 +341,15 @@ def main(argv: list[str] | None = None) -> int:
         help="with --beside: this RAW model or run in the start's slot (as rawrcl denoise --model runs it)",
     )
     ap.add_argument(
-        "--fine", default=None, help="score this fine-tune (a --save file of the same start); no training"
+        "--fine",
+        default=None,
+        help="score this fine-tune (a --save file of the same start); no training (training options unused)",
     )
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    if args.fine and args.save:
+        print("error: --fine scores a saved fine-tune; --save is for a training run", file=sys.stderr)
+        return 2
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
@@ -375,8 +380,18 @@ def main(argv: list[str] | None = None) -> int:
     # the start as it was, for --check and --beside (taken before training changes ``full`` in place)
     start = copy.deepcopy(full).eval() if args.check or args.beside else None
     if args.fine:  # a saved fine-tune of this start, scored as if just trained
-        fine_model, _ = load_checkpoint(args.fine)
-        full.load_state_dict(fine_model.float().state_dict())
+        from rawrcl.errors import RawrclError
+
+        try:
+            fine_model, _ = load_checkpoint(args.fine)
+            if type(fine_model) is not type(full) or getattr(fine_model, "output", None) != full.output:
+                out = getattr(fine_model, "output", None)
+                raise RawrclError(f"a {type(fine_model).__name__} with output {out!r}")
+            full.load_state_dict(fine_model.float().state_dict())
+        except (RawrclError, RuntimeError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            print(f"error: --fine {args.fine}: not a fine-tune of this start ({first})", file=sys.stderr)
+            return 2
     shipped = maybe_shrink(full, True)  # as rawrcl denoise runs it (SURE weights)
 
     def score(model: torch.nn.Module | None = None) -> dict:

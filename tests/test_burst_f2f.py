@@ -192,3 +192,10 @@ def test_a_saved_fine_tune_is_scored_again_beside_another_model(tmp_path):
     assert beside["start"]["psnr"] == pytest.approx(rows[0]["psnr"], abs=0.01)  # the start, unchanged
     assert beside["slot"]["psnr"] == pytest.approx(rows[1]["psnr"], abs=0.01)  # the fine-tune in its slot
     assert len(beside["outer_weights"]) == 2 and sum(beside["outer_weights"]) <= 1 + 1e-6
+    # refused in one line, exit 2: --save beside --fine, a file that is not a fine-tune of this start
+    from rawrcl.models.loading import default_weights_path
+
+    assert bench.main([*args, "--fine", str(fine), "--save", str(tmp_path / "G.pt")]) == 2
+    (tmp_path / "text.pt").write_text("not a checkpoint")
+    for other in (tmp_path / "text.pt", default_weights_path("jdd")):
+        assert bench.main([*args, "--fine", str(other)]) == 2
