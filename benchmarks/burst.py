@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rawrcl import burst_align as A
 from rawrcl.cfa import CHANNELS, align_rggb, pack
 from rawrcl.errors import RawrclError
 from rawrcl.eval import burst as B
-from rawrcl.eval import burst_align as A
 from rawrcl.eval import burst_score as S
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"

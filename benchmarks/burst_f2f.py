@@ -1,21 +1,13 @@
 """Frame-to-frame fine-tuning on a burst through the JDD output (issue 20; measured, not in ``rawrcl adapt``).
 
-A label-free objective for a folder that is a handheld burst of one static scene (Ehret et al. 2019's idea for
-burst JDD): the start's two stages are fine-tuned so that the JDD RGB of a crop of a native frame i, resampled
-at the positions of another frame j's mosaic samples (the affine registration mapped into frame i; bicubic,
-full resolution) and read in each sample's CFA colour, predicts frame j's *native* noisy samples — every other
-training frame j at once. Nothing is resampled on the target side, so, unlike Noise2Noise against registered
-means (``benchmarks/adapt.py --runs n2n-burst``), the targets carry no resampling error for the network to
-imitate; and what is resampled is a full-resolution RGB estimate, not one aliased packed plane (a first form
-that resampled both frames' packed planes to their midpoint learnt to blur: docs/adaptation.md, "Stop 102").
-
-Loss: masked MSE over the samples where the prediction (detached: it reads frame i only) is > 3 noise std and
-< 0.9, so that frame j is almost never clipped there and the mask does not read frame j's noise. Frame 00 (the
-target of ``rawrcl eval --burst``) is never used; each checkpoint is scored on it against the burst reference
-(strict mask) and, for a folder written by ``benchmarks/burst_truth.py --write``, against its truth.
-``--check`` then runs ``rawrcl adapt``'s forgetting check (start against the fine-tune); ``--beside`` scores
-the fine-tune beside the unchanged start (:class:`BesideStart`, nested SURE weights) on frame 00 and, with
-``--check``, on that check; ``--beside-model RUN`` puts another model in the start's slot (e.g. a
+The objective is :mod:`rawrcl.methods.f2f` (a frame's JDD RGB, resampled at another frame's native mosaic
+samples, predicts them) on the frame pairs of :mod:`rawrcl.data.frame_pairs`; this script holds the training
+loop (both stages of the start fine-tuned, with ``rawrcl adapt``'s guards), scoring, :class:`BesideStart`.
+Frame 00 (the target of ``rawrcl eval --burst``) is never used; each checkpoint is scored on it against the
+burst reference (strict mask) and, for a folder written by ``benchmarks/burst_truth.py --write``, against its
+truth. ``--check`` then runs ``rawrcl adapt``'s forgetting check (start against the fine-tune); ``--beside``
+scores the fine-tune beside the unchanged start (:class:`BesideStart`, nested SURE weights) on frame 00 and,
+with ``--check``, on that check; ``--beside-model RUN`` puts another model in the start's slot (e.g. a
 ``rawrcl adapt --method blindspot`` run, as ``rawrcl denoise --model RUN`` runs it; the check stays against
 the start).
 ``--fine FILE`` scores a fine-tune saved by ``--save`` instead of training one.
@@ -34,143 +26,14 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-#: colour index (0 R, 1 G, 2 B) of the four sites of an RGGB-aligned 2×2 tile
-TILE_COLOUR = ((0, 1), (1, 2))
-
-
-def _affine3(a: np.ndarray) -> np.ndarray:
-    return np.vstack([a, [0.0, 0.0, 1.0]])
-
-
-def pairwise_warps(
-    packed: Sequence[np.ndarray], log: Callable[[str], None] = print
-) -> list[list[np.ndarray]]:
-    """``warps[i][j]``: 2×3 affine, frame i → frame j in packed-green coordinates (ECC affine on the packed
-    greens, :func:`rawrcl.eval.burst_align.register_frame`), for frames ``packed`` (each (4, h, w) RGGB);
-    every frame is registered to the first and the pairs composed."""
-    from rawrcl.eval.burst_align import green_image, register_frame
-
-    to = [np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])]  # frame 0 → frame k
-    g0 = green_image(packed[0])
-    for k in range(1, len(packed)):
-        w, cc = register_frame(g0, green_image(packed[k]), name=f"training frame {k}")
-        log(f"  training frame {k} → 0: cc {cc:.3f}, shift {np.round(w[:, 2], 2).tolist()} packed px")
-        to.append(w)
-    return [
-        [(_affine3(to[j]) @ np.linalg.inv(_affine3(to[i])))[:2] for j in range(len(packed))]
-        for i in range(len(packed))
-    ]
-
-
-def colour_map(size: int) -> torch.Tensor:
-    """(size, size) int64 colour index of each site of an RGGB-aligned mosaic crop at an even origin."""
-    col = np.empty((size, size), np.int64)
-    for dy in (0, 1):
-        for dx in (0, 1):
-            col[dy::2, dx::2] = TILE_COLOUR[dy][dx]
-    return torch.from_numpy(col)
-
-
-class FramePairs:
-    """Training samples: a crop of frame i (packed, with a margin for the networks' reach) and, for every
-    other frame j, a ``crop`` × ``crop`` block of frame j's native mosaic samples around the same scene point,
-    with the positions of those samples in the crop's full-resolution RGB (``grid``, grid_sample's [−1, 1]
-    units).
-
-    ``packed``: frames (4, h, w) RGGB [0, 1]; ``noise``: each frame's (2, 4) [λshot; λread]; ``warps`` from
-    :func:`pairwise_warps`; ``crop``/``margin`` in mosaic px (even)."""
-
-    def __init__(self, packed, noise, warps, crop: int = 96, margin: int = 24, seed: int = 0) -> None:
-        self.packed, self.noise, self.warps = packed, noise, warps
-        self.crop, self.margin = crop, margin
-        self.rng = np.random.default_rng(seed)
-
-    def draw(self, i: int | None = None) -> dict:
-        """``input`` (4, S/2, S/2) of frame i at mosaic origin ``origin`` (x, y); ``grid`` (K, c, c, 2);
-        ``target`` (K, c, c) frame j's samples; ``noise`` (2, 4) of frame i, ``noise_j`` (K, 2, 4); ``frac``
-        (K, c, c) how far each sample's position lies from a full-resolution pixel centre of the input (px,
-        the larger of the two axes: 0 … 0.5)."""
-        from rawrcl.eval.burst_align import full_res_affine
-
-        n, c = len(self.packed), self.crop
-        i = int(self.rng.integers(n)) if i is None else i
-        _, h, w = self.packed[i].shape
-        big = c + 2 * self.margin + 16  # mosaic px of the input crop (even)
-        lo = big // 2 + 16
-        rx = 2 * int(self.rng.integers(lo // 2, w - lo // 2)) - big // 2
-        ry = 2 * int(self.rng.integers(lo // 2, h - lo // 2)) - big // 2
-        rx, ry = rx - rx % 2, ry - ry % 2
-        cx, cy = rx + big / 2, ry + big / 2
-        grids, targets, lams, fracs = [], [], [], []
-        for j in range(n):
-            if j == i:
-                continue
-            fwd, back = full_res_affine(self.warps[i][j]), full_res_affine(self.warps[j][i])
-            qx = fwd[0, 0] * cx + fwd[0, 1] * cy + fwd[0, 2] - c / 2
-            qy = fwd[1, 0] * cx + fwd[1, 1] * cy + fwd[1, 2] - c / 2
-            qx0, qy0 = 2 * int(round(qx / 2)), 2 * int(round(qy / 2))
-            block = self.packed[j][:, qy0 // 2 : qy0 // 2 + c // 2, qx0 // 2 : qx0 // 2 + c // 2]
-            if qx0 < 0 or qy0 < 0 or block.shape[1:] != (c // 2, c // 2):
-                continue
-            ys, xs = np.mgrid[qy0 : qy0 + c, qx0 : qx0 + c].astype(np.float64)
-            px = back[0, 0] * xs + back[0, 1] * ys + back[0, 2]
-            py = back[1, 0] * xs + back[1, 1] * ys + back[1, 2]
-            grids.append(np.stack([2 * (px - rx) / (big - 1) - 1, 2 * (py - ry) / (big - 1) - 1], -1))
-            fracs.append(np.maximum(np.abs(px - np.round(px)), np.abs(py - np.round(py))))
-            t = np.empty((c, c), np.float32)
-            t[0::2, 0::2], t[0::2, 1::2], t[1::2, 0::2], t[1::2, 1::2] = block
-            targets.append(t)
-            lams.append(torch.as_tensor(self.noise[j]).float())
-        if not targets:  # every other frame's block fell outside it (a frame barely larger than a crop)
-            return self.draw()
-        inp = self.packed[i][:, ry // 2 : ry // 2 + big // 2, rx // 2 : rx // 2 + big // 2]
-        return {
-            "input": torch.from_numpy(np.ascontiguousarray(inp)).float(),
-            "origin": (rx, ry),
-            "grid": torch.from_numpy(np.stack(grids)).float(),
-            "target": torch.from_numpy(np.stack(targets)),
-            "noise": torch.as_tensor(self.noise[i]).float(),
-            "noise_j": torch.stack(lams),
-            "frac": torch.from_numpy(np.stack(fracs)).float(),
-        }
-
-
-def predict_samples(rgb: torch.Tensor, grid: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
-    """``rgb`` (1, 3, S, S) resampled (bicubic) at ``grid`` (K, c, c, 2), each sample in its colour ``col``
-    (c, c) → (K, c, c)."""
-    k = grid.shape[0]
-    smp = F.grid_sample(
-        rgb.expand(k, -1, -1, -1), grid, mode="bicubic", padding_mode="border", align_corners=True
-    )
-    return smp.gather(1, col[None, None].expand(k, 1, -1, -1))[:, 0]
-
-
-def f2f_loss(
-    pred: torch.Tensor, batch: dict, col: torch.Tensor, k_std: float = 3.0, near: float = 0.5
-) -> tuple[torch.Tensor, float, float]:
-    """(masked MSE of ``pred`` (K, c, c) against ``batch["target"]``, the scored share, the mean noise
-    variance there): samples where the detached prediction is above ``k_std`` noise std of frame j (its λ in
-    that colour; G1's for green) and below 0.9, and whose position lies within ``near`` px of a pixel centre
-    of the input (``batch["frac"]``; 0.5: every sample), where bicubic resampling is ≈ identity (measured in
-    stop 103: it does not change the forgetting, docs/adaptation.md)."""
-    lam = batch["noise_j"]  # (K, 2, 4)
-    shot = torch.stack([lam[:, 0, 0], lam[:, 0, 1], lam[:, 0, 3]], -1)[:, col]
-    read = torch.stack([lam[:, 1, 0], lam[:, 1, 1], lam[:, 1, 3]], -1)[:, col]
-    level = pred.detach()
-    var = shot * level.clamp_min(0) + read
-    m = (level > k_std * var.sqrt()) & (level < 0.9)
-    if near < 0.5:
-        m = m & (batch["frac"] <= near)
-    m = m.to(pred.dtype)
-    n = m.sum().clamp_min(1)
-    return ((pred - batch["target"]) ** 2 * m).sum() / n, float(m.mean()), float((var * m).sum() / n)
+from rawrcl.data.frame_pairs import FramePairs, colour_map, pairwise_warps
+from rawrcl.methods.f2f import f2f_loss, predict_samples
 
 
 def train(
@@ -413,7 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         train_files = files[1:]
         packed = [f.packed.astype(np.float32) for f in train_files]
-        data = FramePairs(packed, [f.noise for f in train_files], pairwise_warps(packed), crop=args.crop)
+        data = FramePairs(
+            packed, [f.noise for f in train_files], pairwise_warps(packed, print), crop=args.crop
+        )
         mix_fn = None
         if args.mix > 0:
             from rawrcl.train.adapt_objective import synthetic_mix

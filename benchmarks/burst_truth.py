@@ -189,9 +189,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from scipy.ndimage import gaussian_filter
 
+    from rawrcl.burst_align import PackedGrid
     from rawrcl.eval import burst as B
     from rawrcl.eval import burst_score as S
-    from rawrcl.eval.burst_align import PackedGrid
     from rawrcl.eval.metrics import psnr_from_mse
     from rawrcl.infer import TileOptions, denoise_cfa
     from rawrcl.models.conditioning import WithNoise

@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
+from rawrcl import burst_align as A
+from rawrcl.burst_align import PLANE_OFFSETS
 from rawrcl.errors import RawrclError
 from rawrcl.eval import burst as B
-from rawrcl.eval import burst_align as A
 from rawrcl.eval import burst_score as S
-from rawrcl.eval.burst_align import PLANE_OFFSETS
 
 SIZE = 256  # mosaic pixels
 

@@ -1,5 +1,6 @@
-"""benchmarks/burst_f2f.py: frame-to-frame fine-tuning's geometry (a frame's RGB resampled at another frame's
-mosaic samples predicts them) and its training loop, on small synthetic bursts."""
+"""Frame-to-frame fine-tuning on small synthetic bursts: its geometry (a frame's RGB resampled at another
+frame's mosaic samples predicts them; :mod:`rawrcl.data.frame_pairs`, :mod:`rawrcl.methods.f2f`) and
+``benchmarks/burst_f2f.py``'s training loop and scoring."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from rawrcl.data.frame_pairs import FramePairs, colour_map, pairwise_warps
+from rawrcl.methods.f2f import f2f_loss, predict_samples
 from tests.conftest import load_benchmark
 
 SHIFTS = [(0.0, 0.0), (1.3, -2.7), (-2.2, 0.6), (0.8, 1.9)]  # (dy, dx) mosaic px per frame
@@ -29,50 +32,48 @@ def _burst(size: int = 160):
     return rgbs, packed
 
 
-def _errors(bench, rgbs, packed, warps):
+def _errors(rgbs, packed, warps):
     """RMS error of frame 0's true RGB, resampled at the other frames' samples, against those samples."""
     noise = [np.array([[1e-3] * 4, [1e-5] * 4], np.float32)] * len(packed)
-    data = bench.FramePairs(packed, noise, warps, crop=32, margin=8, seed=1)
-    col = bench.colour_map(32)
+    data = FramePairs(packed, noise, warps, crop=32, margin=8, seed=1)
+    col = colour_map(32)
     errs = []
     for _ in range(4):
         b = data.draw(i=0)
         rx, ry = b["origin"]
         big = b["input"].shape[-1] * 2
         rgb = torch.from_numpy(rgbs[0][:, ry : ry + big, rx : rx + big].copy())[None]
-        pred = bench.predict_samples(rgb, b["grid"], col)
+        pred = predict_samples(rgb, b["grid"], col)
         assert pred.shape == b["target"].shape == (len(packed) - 1, 32, 32)
         errs.append(float((pred - b["target"]).square().mean().sqrt()))
-        loss, share, _ = bench.f2f_loss(pred, b, col)
+        loss, share, _ = f2f_loss(pred, b, col)
         assert share > 0.9 and float(loss) == pytest.approx(errs[-1] ** 2, rel=0.2)
     return float(np.mean(errs))
 
 
 def test_a_frames_rgb_resampled_at_another_frames_samples_predicts_them():
-    bench = load_benchmark("burst_f2f")
     rgbs, packed = _burst()
-    warps = bench.pairwise_warps(packed, log=lambda _: None)
+    warps = pairwise_warps(packed)
     # the registration recovers the translations (packed px = mosaic px / 2; frame 0's x is x + shift in k)
     for k, (dy, dx) in enumerate(SHIFTS):
         assert warps[0][k][:, 2] == pytest.approx([dx / 2, dy / 2], abs=0.05)
-    good = _errors(bench, rgbs, packed, warps)
+    good = _errors(rgbs, packed, warps)
     assert good < 0.004, good  # signal std 0.25: bicubic on a smooth scene
     flipped = [[warps[j][i] for j in range(len(packed))] for i in range(len(packed))]  # the wrong direction
-    assert _errors(bench, rgbs, packed, flipped) > 5 * good
+    assert _errors(rgbs, packed, flipped) > 5 * good
 
 
 def test_f2f_loss_masks_dark_predictions_without_reading_the_target():
-    bench = load_benchmark("burst_f2f")
-    col = bench.colour_map(8)
+    col = colour_map(8)
     pred = torch.full((2, 8, 8), 0.5)
     pred[:, :4] = 0.001  # far below 3 std of λread 1e-4 (std 0.01)
     target = pred.clone()
     target[:, :4] = 0.7  # would dominate the loss if read
     noise_j = torch.tensor([[[1e-3] * 4, [1e-4] * 4]] * 2)
-    loss, share, var = bench.f2f_loss(pred, {"target": target, "noise_j": noise_j}, col)
+    loss, share, var = f2f_loss(pred, {"target": target, "noise_j": noise_j}, col)
     assert float(loss) == 0.0 and share == pytest.approx(0.5)
     assert var == pytest.approx(1e-3 * 0.5 + 1e-4, rel=1e-4)  # over the scored half only
-    loss, _, _ = bench.f2f_loss(pred + 0.01, {"target": target, "noise_j": noise_j}, col)
+    loss, _, _ = f2f_loss(pred + 0.01, {"target": target, "noise_j": noise_j}, col)
     assert float(loss) == pytest.approx(1e-4, rel=1e-3)
 
 
@@ -91,7 +92,7 @@ def test_f2f_training_steps_move_both_stages_and_score_each_checkpoint():
     rng = np.random.default_rng(1)
     noisy = [np.clip(p + 0.02 * rng.standard_normal(p.shape), 0, 1).astype(np.float32) for p in packed]
     noise = [np.array([[1e-3] * 4, [4e-4] * 4], np.float32)] * len(noisy)
-    data = bench.FramePairs(noisy, noise, bench.pairwise_warps(noisy, log=lambda _: None), crop=32, margin=8)
+    data = FramePairs(noisy, noise, pairwise_warps(noisy), crop=32, margin=8)
     calls = []
     rows = bench.train(
         full,
@@ -110,21 +111,18 @@ def test_f2f_training_steps_move_both_stages_and_score_each_checkpoint():
 
 
 def test_near_keeps_only_samples_close_to_an_input_pixel_centre():
-    bench = load_benchmark("burst_f2f")
     _, packed = _burst()
-    warps = bench.pairwise_warps(packed, log=lambda _: None)
-    data = bench.FramePairs(
-        packed, [np.array([[1e-3] * 4, [1e-5] * 4], np.float32)] * 4, warps, crop=32, margin=8
-    )
+    warps = pairwise_warps(packed)
+    data = FramePairs(packed, [np.array([[1e-3] * 4, [1e-5] * 4], np.float32)] * 4, warps, crop=32, margin=8)
     b = data.draw(i=0)
     frac = b["frac"]
     assert frac.shape == b["target"].shape and 0 <= float(frac.min()) and float(frac.max()) <= 0.5
     # SHIFTS' offsets lie 0.3 / 0.3, 0.2 / 0.4, 0.2 / 0.1 px from an integer: the larger axis 0.3, 0.4, 0.2
     assert sorted(round(float(f.mean()), 1) for f in frac) == [0.2, 0.3, 0.4]
-    col = bench.colour_map(32)
+    col = colour_map(32)
     pred = b["target"] + 0.01
-    _, every, _ = bench.f2f_loss(pred, b, col)
-    _, near, _ = bench.f2f_loss(pred, b, col, near=0.25)
+    _, every, _ = f2f_loss(pred, b, col)
+    _, near, _ = f2f_loss(pred, b, col, near=0.25)
     assert near == pytest.approx(every / 3, rel=0.05)  # only the frame shifted by 0.2 px is kept
 
 

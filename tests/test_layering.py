@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors",),  # (the package root rawrcl/__init__.py counts here: it only re-exports RawrclError)
     ("cfa", "colour", "device"),
     ("io",),
-    ("isp", "noise", "demosaic", "defects", "banding"),
+    ("isp", "noise", "demosaic", "defects", "banding", "burst_align"),
     ("calibration",),
     ("tasks", "data", "simulate", "sample_data", "gat"),
     ("models",),

@@ -97,9 +97,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rawrcl.cfa import CHANNELS, check_pattern
-from rawrcl.errors import RawrclError
-from rawrcl.eval.burst_align import (
+from rawrcl.burst_align import (
     CLIP_TAP_WEIGHT,
     PackedGrid,
     Registration,
@@ -108,6 +106,8 @@ from rawrcl.eval.burst_align import (
     register_frame,
     warp_plane,
 )
+from rawrcl.cfa import CHANNELS, check_pattern
+from rawrcl.errors import RawrclError
 from rawrcl.eval.burst_nlf import MIN_BIN_SNR, BurstNLF, measure_nlf
 
 __all__ = [

@@ -37,10 +37,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rawrcl.burst_align import PackedGrid
 from rawrcl.cfa import CHANNELS
 from rawrcl.errors import RawrclError
 from rawrcl.eval.burst import BORDER, RESAMPLING_WARN, BurstReference, build_reference, load_burst
-from rawrcl.eval.burst_align import PackedGrid
 from rawrcl.eval.burst_score import score_jdd, score_raw
 from rawrcl.eval.libraw import NAMES as LIBRAW_NAMES
 from rawrcl.eval.libraw import develop

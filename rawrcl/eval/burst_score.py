@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from rawrcl.burst_align import PackedGrid
 from rawrcl.cfa import mosaic, pack
 from rawrcl.errors import RawrclError
 from rawrcl.eval.burst import BORDER, BurstReference
-from rawrcl.eval.burst_align import PackedGrid
 from rawrcl.eval.metrics import psnr_from_mse
 
 

@@ -1,6 +1,6 @@
 """Burst registration: packed-grid geometry, ECC affine registration on the packed greens, and the exact
-cubic warp of packed planes (used by :mod:`rawrcl.eval.burst`; the method is described in its docstring, steps
-2–3).
+cubic warp of packed planes (used by :mod:`rawrcl.eval.burst`, whose docstring describes the method, steps
+2–3, and by :mod:`rawrcl.data.frame_pairs`).
 """
 
 from __future__ import annotations
