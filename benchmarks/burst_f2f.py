@@ -2,15 +2,16 @@
 
 The objective is :mod:`rawrcl.methods.f2f` (a frame's JDD RGB, resampled at another frame's native mosaic
 samples, predicts them) on the frame pairs of :mod:`rawrcl.data.frame_pairs`; this script holds the training
-loop (both stages of the start fine-tuned, with ``rawrcl adapt``'s guards), scoring, :class:`BesideStart`.
+loop (both stages of the start fine-tuned, with ``rawrcl adapt``'s guards) and the scoring.
 Frame 00 (the target of ``rawrcl eval --burst``) is never used; each checkpoint is scored on it against the
 burst reference (strict mask) and, for a folder written by ``benchmarks/burst_truth.py --write``, against its
 truth. ``--check`` then runs ``rawrcl adapt``'s forgetting check (start against the fine-tune); ``--beside``
-scores the fine-tune beside the unchanged start (:class:`BesideStart`, nested SURE weights) on frame 00 and,
-with ``--check``, on that check; ``--beside-model RUN`` puts another model in the start's slot (e.g. a
-``rawrcl adapt --method blindspot`` run, as ``rawrcl denoise --model RUN`` runs it; the check stays against
-the start).
-``--fine FILE`` scores a fine-tune saved by ``--save`` instead of training one.
+scores the fine-tune beside the unchanged start (:class:`~rawrcl.models.beside.WithFineTune`, nested SURE
+weights) on frame 00 and, with ``--check``, on that check; ``--beside-model RUN`` puts another model in the
+start's slot (e.g. a ``rawrcl adapt --method blindspot`` run, as ``rawrcl denoise --model RUN`` runs it; the
+check stays against the start); ``--save-beside FILE`` writes that composite as a model file, which
+``rawrcl denoise --model FILE`` and ``rawrcl eval FILE --burst`` run. ``--fine FILE`` scores a fine-tune saved
+by ``--save`` instead of training one.
 
     python benchmarks/burst_f2f.py --burst DIR [--steps 400 --lr 3e-5 --ema 0.995 --every 50 --json out.json]
     python benchmarks/burst_f2f.py --burst DIR --steps 1200 --every 400 --ema 0.995 --anchor 0.05 --mix 0.5 \
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import sys
 import time
 from collections.abc import Callable
@@ -126,40 +126,6 @@ def train(
     return rows
 
 
-class BesideStart(torch.nn.Module):
-    """The fine-tune ``fine`` beside the unchanged ``start`` (both two-stage RAW models), for
-    :class:`~rawrcl.models.sure.SureShrink`: :meth:`parts` are the start with its own SURE weights and the
-    fine-tune with its own, which an outer SureShrink weighs (K = 2, nested, 4 × 4 probe windows, the start
-    kept next to a clip level) — :class:`~rawrcl.models.blindspot.WithBlindSpot`'s form with the fine-tune
-    in the blind-spot network's slot; label-free, so the start comes back where the fine-tune is off
-    (docs/adaptation.md, "Stop 103", "Stop 104"). Called directly: the start alone. Shapes: ``x`` (B, 4, h, w)
-    packed, ``noise`` (B, 2 or 3, 4) → (B, 4, h, w)."""
-
-    noise_aware = True
-    raw_parts = True
-    head_name = "raw"
-    sure_grid = 4
-    sure_first_near_clips = True
-    part_names = ("start (its SURE weights)", "fine-tune (its SURE weights)")
-
-    def __init__(self, start: torch.nn.Module, fine: torch.nn.Module) -> None:
-        super().__init__()
-        from rawrcl.models.geometry import size_multiple
-        from rawrcl.models.sure import SureShrink
-
-        self.start, self.fine = SureShrink(start), SureShrink(fine)
-        self.size_multiple = math.lcm(size_multiple(start), size_multiple(fine))
-
-    def parts(self, x: torch.Tensor, noise: torch.Tensor) -> list[torch.Tensor]:
-        return [self.start(x, noise), self.fine(x, noise)]
-
-    def blend_parts(self, *parts: torch.Tensor) -> torch.Tensor:
-        return parts[0]
-
-    def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        return self.start.model(x, noise)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -196,12 +162,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--beside",
         action="store_true",
-        help="then score the fine-tune beside the start (BesideStart; with --check, its check too)",
+        help="then score the fine-tune beside the start (WithFineTune; with --check, its check too)",
     )
     ap.add_argument(
         "--beside-model",
         default=None,
         help="with --beside: this RAW model or run in the start's slot (as rawrcl denoise --model runs it)",
+    )
+    ap.add_argument(
+        "--save-beside",
+        default=None,
+        help="with --beside: write the composite (arch with_fine_tune) as a RAW model file here",
     )
     ap.add_argument(
         "--fine",
@@ -210,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    if args.save_beside and not args.beside:
+        print("error: --save-beside needs --beside", file=sys.stderr)
+        return 2
     if args.fine and args.save:
         print("error: --fine scores a saved fine-tune; --save is for a training run", file=sys.stderr)
         return 2
@@ -311,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             f"forgetting check: worst {worst} {drop[worst]:+.3f} dB, mean {np.mean(list(drop.values())):+.3f}"
         )
     if args.beside:
+        from rawrcl.models.beside import WithFineTune
         from rawrcl.models.sure import SureShrink
 
         fine = copy.deepcopy(start)
@@ -320,10 +295,15 @@ def main(argv: list[str] | None = None) -> int:
             from rawrcl.models.loading import load_for_task
 
             slot = load_for_task(args.beside_model, "raw-denoise")[0].float().eval()
-        start_sure, beside = SureShrink(start), SureShrink(BesideStart(slot, fine))
+        start_sure, beside = SureShrink(start), SureShrink(WithFineTune(slot, fine))
         doc["beside"] = {"start": score(start_sure), "beside": score(beside)}
         if args.beside_model:
             doc["beside"]["slot"] = score(SureShrink(slot))
+        if args.save_beside:
+            from rawrcl.models.registry import save_checkpoint
+
+            extra = {"burst_f2f": {"burst": str(folder), **vars(args)}}
+            save_checkpoint(args.save_beside, WithFineTune(slot, fine), None, extra)
         # the outer (K = 2) weights of frame 00's tiles; NaN where a tile kept the slot's own output
         doc["beside"]["outer_weights"] = [round(float(v), 3) for v in np.nanmean(np.array(beside.seen), 0)]
         print(f"frame 00, start (SURE weights) {doc['beside']['start']}, beside it {doc['beside']['beside']}")

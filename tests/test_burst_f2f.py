@@ -137,12 +137,12 @@ class _Blur(torch.nn.Module):
         return torch.nn.functional.avg_pool2d(x, 5, 1, 2, count_include_pad=False) + self.err
 
 
-def test_beside_start_keeps_whichever_estimate_is_right_by_sure_weights():
+def test_a_fine_tune_beside_the_start_keeps_whichever_estimate_is_right_by_sure_weights():
     from scipy.ndimage import gaussian_filter
 
+    from rawrcl.models.beside import WithFineTune
     from rawrcl.models.sure import SureShrink
 
-    bench = load_benchmark("burst_f2f")
     rng = np.random.default_rng(0)
     g = gaussian_filter(rng.standard_normal((4, 160, 160)), (0, 8, 8))
     # smooth: a blur denoises it
@@ -158,8 +158,8 @@ def test_beside_start_keeps_whichever_estimate_is_right_by_sure_weights():
     good, bad = _Blur(0.0), _Blur(0.03)
     assert err(bad) > 4 * err(good)
     for start, fine in ((good, bad), (bad, good)):  # the right one wins, in either slot
-        assert err(bench.BesideStart(start, fine)) < 1.2 * err(good)
-    assert torch.equal(bench.BesideStart(bad, good)(y, noise), bad(y, noise))  # called directly: the start
+        assert err(WithFineTune(start, fine)) < 1.2 * err(good)
+    assert torch.equal(WithFineTune(bad, good)(y, noise), bad(y, noise))  # called directly: the start
 
 
 def test_a_saved_fine_tune_is_scored_again_beside_another_model(tmp_path):

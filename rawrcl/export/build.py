@@ -102,6 +102,11 @@ def prepare(
         raise RawrclError(
             f"{name}: model is not noise-aware (config noise_aware is false); drop --noise/--iso"
         )
+    if config.get("arch") == "with_fine_tune":
+        raise RawrclError(
+            f"{name}: model is a start beside a fine-tune, combined by per-tile SURE weights, which an "
+            "exported graph cannot hold yet (it would be the start alone); export the fine-tune or the start"
+        )
     if config.get("arch") == "with_blindspot":
         raise RawrclError(
             f"{name}: model is the start beside a blind-spot network (rawrcl adapt --method blindspot), "

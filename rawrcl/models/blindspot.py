@@ -20,16 +20,14 @@ prior per packed channel (the paper's full covariance over colour channels is le
 
 from __future__ import annotations
 
-import copy
 import math
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rawrcl.models.geometry import size_multiple
-from rawrcl.models.sure import CLIP_TOL, SureShrink, clip_levels
+from rawrcl.models.beside import Beside
+from rawrcl.models.sure import CLIP_TOL, clip_levels
 from rawrcl.noise import variance_map
 
 #: log of the prior variance an untrained head starts at (the head's output is added): 1e-4, a typical RAW
@@ -243,12 +241,12 @@ def clipped_posterior(
     return torch.where(high, (mu32 + s232 / sd * mills(b)).to(post.dtype), out)
 
 
-class WithBlindSpot(nn.Module):
+class WithBlindSpot(Beside):
     """A RAW denoiser (``base``: the start, e.g. the shipped CFA-site blend) beside a blind-spot network
     trained on the user's own noisy files (``blindspot``, :class:`BlindSpotDenoiser`): two estimates of each
     file with unlike errors, which :class:`~rawrcl.models.sure.SureShrink` combines with the input by
     per-tile weights from Stein's estimate — label-free, and back to the base where the blind-spot network
-    does not help (``rawrcl adapt --method blindspot``).
+    does not help (``rawrcl adapt --method blindspot``; the form: :class:`~rawrcl.models.beside.Beside`).
 
     :meth:`parts` (nested): the base as ``rawrcl denoise`` runs it — with its own SURE weights, for the
     CFA-site blend over its first stage and JDD stage —, then the blind-spot posterior mean; an outer
@@ -259,23 +257,11 @@ class WithBlindSpot(nn.Module):
     ``"with_blindspot"`` (config ``base``, ``blindspot``).
     """
 
-    noise_aware = True
-    raw_parts = True
-    head_name = "raw"
     part_names = ("start (its SURE weights)", "blind-spot network")
-    #: SureShrink probes 4 × 4 windows of each tile, not 2 × 2: with 4 the network's weight swung 0 ↔ 0.26
-    #: with the windows' placement alone (docs/adaptation.md, "The cross head, nested SURE weights …")
-    sure_grid = 4
 
     def __init__(self, base: nn.Module, blindspot: BlindSpotDenoiser) -> None:
-        super().__init__()
-        self.base, self.blindspot = base, blindspot
-        self.row_aware = bool(getattr(base, "row_aware", False))
-        self.deband = getattr(base, "deband", None)  # rawrcl.models.conditioning.camera_rows
-        self.size_multiple = math.lcm(size_multiple(base), size_multiple(blindspot))
-        # the base with its own SURE weights; a tuple keeps it out of the module tree (no second copy of the
-        # base's weights in state_dict, no second set of weights in the command's SURE log line)
-        self._start = (SureShrink(base),)
+        super().__init__(base, blindspot)
+        self.blindspot = blindspot
 
     @property
     def config(self) -> dict:
@@ -298,27 +284,8 @@ class WithBlindSpot(nn.Module):
         ("Lifting the shadow guard for censored networks")."""
         return not self.blindspot.censored
 
-    def with_start(
-        self, start: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], name: str
-    ) -> WithBlindSpot:
-        """A view (modules shared, not copied) whose first part is ``start(x, noise)`` (B, 4, h, w) instead of
-        the base with its SURE weights, logged as ``name`` — for JDD, the base's first stage, which its JDD
-        network is trained behind (:func:`rawrcl.models.compose.adapt`)."""
-        view = copy.copy(self)
-        view._start = (start,)
-        view.part_names = (name, self.part_names[1])
-        return view
-
-    def parts(self, x: torch.Tensor, noise: torch.Tensor) -> list[torch.Tensor]:
-        start = self._start[0](x, noise)
-        return [start, self.blindspot(x, noise[:, :2]).to(start.dtype)]
-
-    def blend_parts(self, *parts: torch.Tensor) -> torch.Tensor:
-        """The start's output from :meth:`parts` (the last argument is the noise)."""
-        return parts[0]
-
-    def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        return self.base(x, noise)
+    def second(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        return self.blindspot(x, noise[:, :2])
 
 
 __all__ = ["BlindSpotDenoiser", "BlindSpotNet", "WithBlindSpot", "clipped_posterior", "ring_mean"]

@@ -117,6 +117,11 @@ def load_for_task(
             f"{path}: model has head {head!r} with {in_ch} input channels; task {t.name!r} needs head "
             f"{t.head!r} with {t.in_channels} (fine-tune one with rawrcl finetune --task {t.name})"
         )
+    if getattr(model, "raw_only", False) and t.head != "raw":
+        raise RawrclError(
+            f"{path}: a {cfg.get('arch')} model runs as a RAW denoiser only (rawrcl denoise); its JDD path "
+            "is not measured — use its start for this task"
+        )
     return adapt(model, head, t.head).eval(), cfg
 
 

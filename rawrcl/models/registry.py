@@ -8,7 +8,9 @@ Config keys (JSON-able dict; missing keys get defaults, see :func:`model_config`
   ``residual``, each stage's config as below; with ``head`` ``"raw"`` and ``blend`` a RAW denoiser;
   ``"blindspot"``: :class:`rawrcl.models.blindspot.BlindSpotDenoiser`, keys ``width``, ``channels``;
   ``"with_blindspot"``: a noise-aware RAW denoiser ``base`` beside a ``blindspot`` model, the output of
-  ``rawrcl adapt --method blindspot``, :class:`rawrcl.models.blindspot.WithBlindSpot`).
+  ``rawrcl adapt --method blindspot``, :class:`rawrcl.models.blindspot.WithBlindSpot`; ``"with_fine_tune"``:
+  a noise-aware RAW denoiser ``base`` (e.g. a ``with_blindspot`` model) beside ``fine``, a fine-tune of a
+  RAW model, :class:`rawrcl.models.beside.WithFineTune`).
 - ``in_channels``: 3 (RGB) | 4 (packed RAW [R, G1, G2, B] in RGGB geometry).
 - ``head``: ``"rgb"`` | ``"raw"`` | ``"jdd"`` | ``"sr2"`` | ``"sr4"`` (see :mod:`rawrcl.models.heads`).
 - ``width``, ``depth``: body size (U-Net default 32/3; DnCNN default 64/16).
@@ -62,6 +64,7 @@ import torch.nn as nn
 
 from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_path, write_error
+from rawrcl.models.beside import WithFineTune
 from rawrcl.models.blindspot import BlindSpotDenoiser, WithBlindSpot
 from rawrcl.models.compose import BLEND, OUTPUTS, RESIDUAL, DenoiseThenDemosaic
 from rawrcl.models.dncnn import DnCNNBody
@@ -216,6 +219,11 @@ def _with_blindspot(config: dict) -> nn.Module:
     return WithBlindSpot(build_model(config["base"]), _blindspot(config["blindspot"]))
 
 
+def _with_fine_tune(config: dict) -> nn.Module:
+    """A start beside a fine-tune (:class:`~rawrcl.models.beside.WithFineTune`): arch ``with_fine_tune``."""
+    return WithFineTune(build_model(config["base"]), build_model(config["fine"]))
+
+
 #: arch name -> builder(config)
 ARCHS: dict[str, Callable[[dict], nn.Module]] = {
     "unet": RestorationModel,
@@ -224,6 +232,7 @@ ARCHS: dict[str, Callable[[dict], nn.Module]] = {
     "two_stage": _two_stage,
     "blindspot": _blindspot,
     "with_blindspot": _with_blindspot,
+    "with_fine_tune": _with_fine_tune,
 }
 
 
@@ -275,6 +284,37 @@ def _with_blindspot_config(cfg: dict) -> dict:
         "row_aware": bool(base.get("row_aware", False)),
         "base": base,
         "blindspot": _blindspot_config({**bsp, "arch": "blindspot"}),
+    }
+
+
+def _raw_config(cfg: object, what: str, composite: bool) -> dict:
+    """Validate ``cfg`` as a noise-aware RAW denoiser's config (head ``raw``, not a blind-spot network alone;
+    a composite beside its start only if ``composite``)."""
+    if not isinstance(cfg, dict):
+        raise RawrclError(f"a with_fine_tune model needs a {what!r} config")
+    out = model_config(cfg)
+    if (
+        out.get("head") != "raw"
+        or not out.get("noise_aware")
+        or out["arch"] == "blindspot"
+        or (not composite and out["arch"] in ("with_blindspot", "with_fine_tune"))
+    ):
+        raise RawrclError(f"a with_fine_tune model's {what} must be a noise-aware RAW denoiser (head 'raw')")
+    return out
+
+
+def _with_fine_tune_config(cfg: dict) -> dict:
+    """Validate a ``with_fine_tune`` config: ``base`` a noise-aware RAW denoiser config (a composite such as
+    ``with_blindspot`` allowed), ``fine`` a noise-aware RAW denoiser config (not a composite)."""
+    base = _raw_config(cfg.get("base"), "base", composite=True)
+    return {
+        "arch": "with_fine_tune",
+        "head": "raw",
+        "in_channels": 4,
+        "noise_aware": True,
+        "row_aware": bool(base.get("row_aware", False)),
+        "base": base,
+        "fine": _raw_config(cfg.get("fine"), "fine", composite=False),
     }
 
 
@@ -389,6 +429,8 @@ def model_config(config: dict) -> dict:
         cfg = _blindspot_config(cfg)
     elif arch == "with_blindspot":
         cfg = _with_blindspot_config(cfg)
+    elif arch == "with_fine_tune":
+        cfg = _with_fine_tune_config(cfg)
     return cfg
 
 
