@@ -181,8 +181,9 @@ def test_a_saved_fine_tune_is_scored_again_beside_another_model(tmp_path):
     assert bench.main([*args, "--save", str(fine), "--json", str(first)]) == 0
     rows = json.loads(first.read_text())["rows"]
     assert abs(rows[1]["psnr"] - rows[0]["psnr"]) > 0.1  # the step changed the model
+    composite = tmp_path / "C.pt"
     extra = ["--fine", str(fine), "--beside", "--beside-model", str(fine), "--json", str(again)]
-    assert bench.main([*args, *extra]) == 0
+    assert bench.main([*args, *extra, "--save-beside", str(composite)]) == 0
     doc = json.loads(again.read_text())
     assert [r["step"] for r in doc["rows"]] == [0]  # no training
     assert doc["rows"][0]["psnr"] == pytest.approx(rows[1]["psnr"], abs=0.01)
@@ -190,6 +191,12 @@ def test_a_saved_fine_tune_is_scored_again_beside_another_model(tmp_path):
     assert beside["start"]["psnr"] == pytest.approx(rows[0]["psnr"], abs=0.01)  # the start, unchanged
     assert beside["slot"]["psnr"] == pytest.approx(rows[1]["psnr"], abs=0.01)  # the fine-tune in its slot
     assert len(beside["outer_weights"]) == 2 and sum(beside["outer_weights"]) <= 1 + 1e-6
+    # --save-beside: the composite as a model file the commands load (RAW only)
+    from rawrcl.models.beside import WithFineTune
+    from rawrcl.models.loading import load_for_task
+
+    assert isinstance(load_for_task(composite, "raw-denoise")[0], WithFineTune)
+    assert bench.main([*args, "--save-beside", str(tmp_path / "D.pt")]) == 2  # needs --beside
     # refused in one line, exit 2: --save beside --fine, a file that is not a fine-tune of this start
     from rawrcl.models.loading import default_weights_path
 
