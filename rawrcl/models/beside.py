@@ -43,6 +43,10 @@ class Beside(nn.Module):
     #: weights …")
     sure_grid = 4
 
+    #: the registered arch and the config key of the module behind the second estimate (set by a subclass)
+    arch: str = ""
+    other_key: str = ""
+
     def __init__(self, base: nn.Module, other: nn.Module) -> None:
         super().__init__()
         self.base = base
@@ -56,6 +60,19 @@ class Beside(nn.Module):
     def second(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         """The second estimate (B, 4, h, w)."""
         raise NotImplementedError
+
+    @property
+    def config(self) -> dict:
+        """The checkpoint config: ``arch``, ``base`` and the second module's under ``other_key``."""
+        return {
+            "arch": self.arch,
+            "head": "raw",
+            "in_channels": 4,
+            "noise_aware": True,
+            "row_aware": self.row_aware,
+            "base": dict(self.base.config),
+            self.other_key: dict(getattr(self, self.other_key).config),
+        }
 
     def with_start(self, start: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], name: str) -> Beside:
         """A view (modules shared, not copied) whose first part is ``start(x, noise)`` (B, 4, h, w) instead of
@@ -83,6 +100,7 @@ class WithFineTune(Beside):
     fine-tune of the start's RAW model with its own SURE weights (arch ``with_fine_tune``, config ``base``,
     ``fine``). Next to a clip level, where SURE cannot score, the output is the start's."""
 
+    arch, other_key = "with_fine_tune", "fine"
     part_names = ("start (its SURE weights)", "fine-tune (its SURE weights)")
     sure_first_near_clips = True
     #: ``rawrcl jdd`` refuses it (:func:`rawrcl.models.loading.load_for_task`): no JDD path is measured for
@@ -96,18 +114,6 @@ class WithFineTune(Beside):
 
     def second(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         return self._fine[0](x, noise)
-
-    @property
-    def config(self) -> dict:
-        return {
-            "arch": "with_fine_tune",
-            "head": "raw",
-            "in_channels": 4,
-            "noise_aware": True,
-            "row_aware": self.row_aware,
-            "base": dict(self.base.config),
-            "fine": dict(self.fine.config),
-        }
 
 
 __all__ = ["Beside", "WithFineTune"]

@@ -257,23 +257,12 @@ class WithBlindSpot(Beside):
     ``"with_blindspot"`` (config ``base``, ``blindspot``).
     """
 
+    arch, other_key = "with_blindspot", "blindspot"
     part_names = ("start (its SURE weights)", "blind-spot network")
 
     def __init__(self, base: nn.Module, blindspot: BlindSpotDenoiser) -> None:
         super().__init__(base, blindspot)
         self.blindspot = blindspot
-
-    @property
-    def config(self) -> dict:
-        return {
-            "arch": "with_blindspot",
-            "head": "raw",
-            "in_channels": 4,
-            "noise_aware": True,
-            "row_aware": self.row_aware,
-            "base": dict(self.base.config),
-            "blindspot": dict(self.blindspot.config),
-        }
 
     @property
     def sure_first_near_clips(self) -> bool:

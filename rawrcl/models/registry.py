@@ -276,14 +276,21 @@ def _with_blindspot_config(cfg: dict) -> dict:
         or base["arch"] in ("blindspot", "with_blindspot")
     ):
         raise RawrclError("a with_blindspot model's base must be a noise-aware RAW denoiser (head 'raw')")
+    bsp = _blindspot_config({**bsp, "arch": "blindspot"})
+    return _beside_config("with_blindspot", base, "blindspot", bsp)
+
+
+def _beside_config(arch: str, base: dict, key: str, other: dict) -> dict:
+    """The config of a start beside a second estimate (:class:`~rawrcl.models.beside.Beside`): validated
+    ``base``, and ``other`` under ``key``."""
     return {
-        "arch": "with_blindspot",
+        "arch": arch,
         "head": "raw",
         "in_channels": 4,
         "noise_aware": True,
         "row_aware": bool(base.get("row_aware", False)),
         "base": base,
-        "blindspot": _blindspot_config({**bsp, "arch": "blindspot"}),
+        key: other,
     }
 
 
@@ -307,15 +314,8 @@ def _with_fine_tune_config(cfg: dict) -> dict:
     """Validate a ``with_fine_tune`` config: ``base`` a noise-aware RAW denoiser config (a composite such as
     ``with_blindspot`` allowed), ``fine`` a noise-aware RAW denoiser config (not a composite)."""
     base = _raw_config(cfg.get("base"), "base", composite=True)
-    return {
-        "arch": "with_fine_tune",
-        "head": "raw",
-        "in_channels": 4,
-        "noise_aware": True,
-        "row_aware": bool(base.get("row_aware", False)),
-        "base": base,
-        "fine": _raw_config(cfg.get("fine"), "fine", composite=False),
-    }
+    fine = _raw_config(cfg.get("fine"), "fine", composite=False)
+    return _beside_config("with_fine_tune", base, "fine", fine)
 
 
 def _two_stage_config(cfg: dict) -> dict:
