@@ -1,8 +1,10 @@
-"""Frame-to-frame fine-tuning on a burst through the JDD output (issue 20; measured, not in ``rawrcl adapt``).
+"""Frame-to-frame fine-tuning on a burst through the JDD output (issue 20; ``rawrcl adapt --method burst``'s
+second stage, here with its scoring against frame 00).
 
 The objective is :mod:`rawrcl.methods.f2f` (a frame's JDD RGB, resampled at another frame's native mosaic
-samples, predicts them) on the frame pairs of :mod:`rawrcl.data.frame_pairs`; this script holds the training
-loop (both stages of the start fine-tuned, with ``rawrcl adapt``'s guards) and the scoring.
+samples, predicts them) on the frame pairs of :mod:`rawrcl.data.frame_pairs`; the training loop (both stages
+of the start fine-tuned, with ``rawrcl adapt``'s guards) is :func:`rawrcl.train.adapt_f2f.train_f2f`; this
+script holds the scoring.
 Frame 00 (the target of ``rawrcl eval --burst``) is never used; each checkpoint is scored on it against the
 burst reference (strict mask) and, for a folder written by ``benchmarks/burst_truth.py --write``, against its
 truth. ``--check`` then runs ``rawrcl adapt``'s forgetting check (start against the fine-tune); ``--beside``
@@ -25,105 +27,13 @@ import argparse
 import copy
 import json
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from rawrcl.data.frame_pairs import FramePairs, colour_map, pairwise_warps
-from rawrcl.methods.f2f import f2f_loss, predict_samples
-
-
-def train(
-    full,
-    data: FramePairs,
-    steps: int,
-    score: Callable[[], dict],
-    *,
-    lr: float = 3e-5,
-    batch: int = 4,
-    ema: float = 0.0,
-    every: int = 50,
-    anchor: float = 0.0,
-    mix: float = 0.0,
-    mix_fn: Callable[[np.random.Generator], dict] | None = None,
-    near: float = 0.5,
-    log: Callable[[str], None] = print,
-) -> list[dict]:
-    """Fine-tune both stages of ``full`` (a two-stage RAW model) with :func:`f2f_loss` through its JDD output;
-    every ``every`` steps ``score()`` (of the weight average with ``ema`` > 0). Guards as ``rawrcl adapt``'s:
-    ``anchor``·Σ(θ − θ₀)² and ``mix``·(the RAW output's MSE on ``batch`` synthetic supervised crops of
-    ``mix_fn``, each normalised by its mean noise variance); the frame-to-frame term is then normalised by
-    the targets' mean noise variance too; ``near`` as :func:`f2f_loss`'s. With ``ema`` > 0 ``full`` ends
-    holding the weight average.
-    Rows: step, loss (÷ 1e-3 unguarded), mask share, seconds, scores."""
-    from rawrcl.train.adapt_objective import Guarded
-
-    jdd = full.with_output("jdd")
-    params = [p for p in full.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=lr)
-    avg = [p.detach().clone() for p in params]
-    col = colour_map(data.crop)
-    guarded = anchor > 0 or mix > 0
-    # adapt's guards around the frame-to-frame term (passed in as the batch's "f2f")
-    guard = (
-        Guarded("f2f", lambda b, _: {"loss": b["f2f"]}, full.state_dict(), anchor, mix) if guarded else None
-    )
-    rng = np.random.default_rng(1)
-
-    def swap() -> None:
-        for p, e in zip(params, avg, strict=True):
-            tmp = p.detach().clone()
-            p.data.copy_(e)
-            e.copy_(tmp)
-
-    def scored() -> dict:
-        full.eval()
-        if ema > 0:
-            swap()
-        r = score()
-        if ema > 0:
-            swap()
-        return r
-
-    rows = [{"step": 0, **scored()}]
-    log(f"step 0: {rows[-1]}")
-    t, acc, share = time.perf_counter(), 0.0, 0.0
-    for s in range(1, steps + 1):
-        jdd.train()
-        loss = torch.zeros(())
-        for _ in range(batch):
-            b = data.draw()
-            rgb = jdd(b["input"][None], b["noise"][None])
-            lo, sh, var = f2f_loss(predict_samples(rgb, b["grid"], col), b, col, near=near)
-            lo = lo / max(var, 1e-10) if guarded else lo / 1e-3  # guarded: in noise variances, as the mix
-            loss, share = loss + lo / batch, share + sh / batch
-        if guard is not None:
-            crops = {"f2f": loss}
-            if mix > 0 and mix_fn is not None:
-                sup = [mix_fn(rng) for _ in range(batch)]
-                for key, name in (("input", "input"), ("target", "target"), ("noise", "sup_noise")):
-                    crops[name] = torch.stack([torch.as_tensor(c[key]).float() for c in sup])
-            loss = guard(crops, full)["loss"]
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        with torch.no_grad():
-            for p, e in zip(params, avg, strict=True):
-                e.mul_(ema).add_(p.detach(), alpha=1 - ema)
-        acc += float(loss.detach())
-        if s % every == 0 or s == steps:
-            n = every if s % every == 0 else s % every
-            row = {"step": s, "loss": round(acc / n, 4), "mask": round(share / n, 3)}
-            rows.append({**row, "secs": round(time.perf_counter() - t, 1), **scored()})
-            acc = share = 0.0
-            log(f"step {s}: {rows[-1]}")
-    if ema > 0:  # end holding what was scored
-        swap()
-    return rows
+from rawrcl.data.frame_pairs import FramePairs, pairwise_warps
+from rawrcl.train.adapt_f2f import train_f2f
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
 
             mix_fn = synthetic_mix(args.crop, train_files, 0.5, zoom=args.mix_zoom)
         opts = {k: getattr(args, k) for k in ("lr", "batch", "ema", "every", "anchor", "mix", "near")}
-        rows = train(full, data, args.steps, score, mix_fn=mix_fn, **opts)
+        rows = train_f2f(full, data, args.steps, score=score, mix_fn=mix_fn, log=print, **opts)
     doc = {"args": vars(args), "rows": rows}
     if args.save or args.beside:
         from rawrcl.models.registry import read_checkpoint

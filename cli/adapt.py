@@ -34,9 +34,25 @@ from rawrcl.cli.common import LazyChoice, ema_option, user_errors
     help="r2r: clipping-aware Recorrupted-to-Recorrupted; r2r-plain: as published; sure: Stein's unbiased "
     "risk estimate at the files' own noise; n2s: Noise2Self; rcl: the paper's residual contrastive loss; "
     "blindspot: a blind-spot network trained from scratch, run beside the start with SURE weights "
-    "(6000 steps: ≈ 45 min to 2 h on 2 cores, by machine; docs/adaptation.md compares them)  [default: sure]",
+    "(6000 steps: ≈ 45 min to 2 h on 2 cores, by machine; docs/adaptation.md compares them); burst: for a "
+    "burst (frames of one static scene), the blindspot composite beside a frame-to-frame fine-tune of the "
+    "start (≈ 2 h for eight 1 MP frames)  [default: sure]",
 )
-@click.option("--steps", default=None, type=int, help="optimiser steps  [default: 400; blindspot 6000]")
+@click.option(
+    "--steps", default=None, type=int, help="optimiser steps  [default: 400; blindspot and burst 6000]"
+)
+@click.option(
+    "--burst-steps",
+    default=None,
+    type=int,
+    help="--method burst: steps of the frame-to-frame fine-tune  [default: 1200]",
+)
+@click.option(
+    "--blindspot-run",
+    default=None,
+    type=click.Path(),
+    help="--method burst: an earlier --method blindspot run on these files, used as the first stage",
+)
 @click.option(
     "--noise",
     default="auto",
@@ -115,6 +131,8 @@ def adapt(
     task,
     method,
     steps,
+    burst_steps,
+    blindspot_run,
     noise,
     noise_profile,
     noise_scale,
@@ -158,6 +176,8 @@ def adapt(
         task=task,
         method=method,
         steps=steps,
+        burst_steps=burst_steps,
+        blindspot_run=blindspot_run,
         noise=noise,
         noise_profile=noise_profile,
         noise_scale=noise_scale,

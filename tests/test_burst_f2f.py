@@ -77,32 +77,39 @@ def test_f2f_loss_masks_dark_predictions_without_reading_the_target():
     assert float(loss) == pytest.approx(1e-4, rel=1e-3)
 
 
-def test_f2f_training_steps_move_both_stages_and_score_each_checkpoint():
+def _tiny_two_stage():
     from rawrcl.models.compose import DenoiseThenDemosaic
     from rawrcl.models.registry import build_model
 
-    bench = load_benchmark("burst_f2f")
     torch.manual_seed(0)
     cfg = {"arch": "unet", "in_channels": 4, "width": 4, "depth": 2, "skip": True, "noise_aware": True}
-    full = DenoiseThenDemosaic(
+    return DenoiseThenDemosaic(
         build_model({**cfg, "head": "raw"}), build_model({**cfg, "head": "jdd"}), output="raw"
     )
-    before = [p.detach().clone() for p in full.parameters()]
-    rgbs, packed = _burst(128)
+
+
+def _tiny_pairs() -> FramePairs:
+    _, packed = _burst(128)
     rng = np.random.default_rng(1)
     noisy = [np.clip(p + 0.02 * rng.standard_normal(p.shape), 0, 1).astype(np.float32) for p in packed]
     noise = [np.array([[1e-3] * 4, [4e-4] * 4], np.float32)] * len(noisy)
-    data = FramePairs(noisy, noise, pairwise_warps(noisy), crop=32, margin=8)
+    return FramePairs(noisy, noise, pairwise_warps(noisy), crop=32, margin=8)
+
+
+def test_f2f_training_steps_move_both_stages_and_score_each_checkpoint():
+    from rawrcl.train.adapt_f2f import train_f2f
+
+    full = _tiny_two_stage()
+    before = [p.detach().clone() for p in full.parameters()]
     calls = []
-    rows = bench.train(
+    rows = train_f2f(
         full,
-        data,
+        _tiny_pairs(),
         3,
-        lambda: calls.append(full.training) or {"psnr": 0.0},
+        score=lambda: calls.append(full.training) or {"psnr": 0.0},
         batch=2,
         ema=0.9,
         every=2,
-        log=lambda _: None,
     )
     assert [r["step"] for r in rows] == [0, 2, 3] and calls == [False] * 3
     assert all(np.isfinite(r["loss"]) and 0 < r["mask"] <= 1 for r in rows[1:])

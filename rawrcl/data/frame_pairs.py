@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from rawrcl.burst_align import full_res_affine, green_image, register_frame
+from rawrcl.errors import RawrclError
 
 #: colour index (0 R, 1 G, 2 B) of the four sites of an RGGB-aligned 2×2 tile
 TILE_COLOUR = ((0, 1), (1, 2))
@@ -59,7 +60,8 @@ class FramePairs:
     units).
 
     ``packed``: frames (4, h, w) RGGB [0, 1]; ``noise``: each frame's (2, 4) [λshot; λread]; ``warps`` from
-    :func:`pairwise_warps`; ``crop``/``margin`` in mosaic px (even)."""
+    :func:`pairwise_warps`; ``crop``/``margin`` in mosaic px (even). Frames need more than :attr:`reach`
+    packed rows and columns (:class:`~rawrcl.errors.RawrclError` otherwise)."""
 
     def __init__(
         self,
@@ -73,6 +75,17 @@ class FramePairs:
         self.packed, self.noise, self.warps = packed, noise, warps
         self.crop, self.margin = crop, margin
         self.rng = np.random.default_rng(seed)
+        small = min(min(p.shape[1:]) for p in packed)
+        if small <= self.reach:
+            raise RawrclError(
+                f"frames of {2 * small} px (rows or columns used) are too small for {crop}-px frame pairs "
+                f"(more than {2 * self.reach} needed)"
+            )
+
+    @property
+    def reach(self) -> int:
+        """Packed rows/columns a frame needs more than: the input crop and its border."""
+        return (self.crop + 2 * self.margin + 16) // 2 + 16
 
     def draw(self, i: int | None = None) -> dict:
         """``input`` (4, S/2, S/2) of frame i at mosaic origin ``origin`` (x, y); ``grid`` (K, c, c, 2);

@@ -92,14 +92,16 @@ def onnx_model(path: str | os.PathLike, task: str):
 
 
 def model_head(path: str | os.PathLike) -> str | None:
-    """Head of a checkpoint or ONNX file (for ``rawrcl denoise`` choosing RAW vs photo models)."""
+    """Head of a checkpoint or ONNX file, or of the file a run directory gives RAW denoising
+    (:func:`rawrcl.models.loading.checkpoint_for`; for ``rawrcl denoise`` choosing RAW vs photo models)."""
     if is_onnx(path):
         from rawrcl.export.ort import OrtModel
 
         return OrtModel(path).head_name
     from rawrcl.models import read_checkpoint
+    from rawrcl.models.loading import checkpoint_for
 
-    return read_checkpoint(path)["config"].get("head")
+    return read_checkpoint(checkpoint_for(path, "raw-denoise"))["config"].get("head")
 
 
 def backend_model(model_path: str | os.PathLike | None, task: str, opts) -> nn.Module:

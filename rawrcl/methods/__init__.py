@@ -41,8 +41,9 @@ ADAPT_ONLY: tuple[str, ...] = ("r2r", "sure")
 
 #: objectives of their own architecture (``blindspot``: a BlindSpotDenoiser trained from scratch on adapt's
 #: data): not pretext methods; ``rawrcl adapt --method blindspot`` trains one beside the start
-#: (rawrcl.train.adapt_blindspot)
-OWN_MODEL: tuple[str, ...] = ("blindspot",)
+#: (rawrcl.train.adapt_blindspot); ``burst`` puts that network's composite beside a frame-to-frame fine-tune
+#: (rawrcl.train.adapt_burst)
+OWN_MODEL: tuple[str, ...] = ("blindspot", "burst")
 
 #: the self-supervised methods of ``rawrcl pretrain --method`` (all but the supervised L1 of finetune and
 #: the adapt-only objectives)

@@ -29,7 +29,9 @@ Pipeline (:func:`adapt`)
    for Poisson–Gaussian noise, :mod:`rawrcl.methods.r2r`; the same clip mask), ``r2r-plain`` (Pang et al.
    as published: no clip handling), ``n2s`` (Noise2Self masking), ``rcl`` (the paper's residual contrastive
    loss + residual L1 consistency); ``blindspot`` is not a fine-tune: a new network trained beside the start
-   (:mod:`rawrcl.train.adapt_blindspot`, which takes over after step 1).
+   (:mod:`rawrcl.train.adapt_blindspot`, which takes over after step 1); ``burst``, for a folder of frames of
+   one static scene, that network's composite beside a frame-to-frame fine-tune of the start
+   (:mod:`rawrcl.train.adapt_burst`, which takes over after step 1).
    n2s and rcl are the library's methods given each sample's noise (:class:`NoiseBound`). Guards against
    forgetting (:class:`Guarded`): ``anchor`` μ·Σ(θ − θ₀)² towards the starting weights, and ``mix``
    (default 0.5): synthetic supervised crops made on the fly from the photos bundled with scikit-image,
@@ -224,13 +226,16 @@ def adapt(
     force: bool = False,
     progress: bool | None = None,
     log: Callable[[str], None] | None = None,
+    blindspot_run: str | os.PathLike | None = None,
     **options,
 ) -> dict:
     """Adapt ``source`` to the noisy files; returns the summary written to ``out/adapt.json``.
 
     The run's settings are ``config`` (default: the defaults) with ``options`` (the
     :class:`~rawrcl.train.config.AdaptConfig` fields, e.g. ``steps=800, mix=2``; None = keep) on top; with
-    ``resume`` the saved configuration is the base. Saved as ``run_config`` in ``config.json``."""
+    ``resume`` the saved configuration is the base. Saved as ``run_config`` in ``config.json``.
+    ``blindspot_run`` (``method="burst"`` only): an earlier ``--method blindspot`` run on these files, used as
+    the first stage (:func:`rawrcl.train.adapt_burst.adapt_burst`)."""
     from rawrcl.train import Trainer
 
     say = log or (lambda m: None)
@@ -252,7 +257,13 @@ def adapt(
             "`rawrcl jdd --model RUN` then runs it in front of the start's JDD stage"
         )
 
+    if blindspot_run is not None and c.method != "burst":
+        raise RawrclError("--blindspot-run is the first stage of --method burst; it serves no other method")
     nfiles = load_adapt_files(files, c.row_noise, noise, noise_profile, noise_scale, say)
+    if c.method == "burst":  # the blind-spot composite beside a frame-to-frame fine-tune
+        from rawrcl.train.adapt_burst import adapt_burst
+
+        return adapt_burst(nfiles, out, c, source, resume, force, progress, say, blindspot_run)
     if c.method in OWN_MODEL:  # its own architecture beside the start: rawrcl.train.adapt_blindspot
         from rawrcl.train.adapt_blindspot import adapt_blindspot
 

@@ -202,8 +202,9 @@ class PretrainConfig:
 
 #: ``rawrcl adapt``'s objectives (:func:`rawrcl.train.adapt_objective.make_objective`; ``blindspot``: a
 #: blind-spot network trained from scratch beside the start, :mod:`rawrcl.train.adapt_blindspot`) and
-#: selection scores
-ADAPT_METHODS = ("r2r", "r2r-plain", "sure", "n2s", "rcl", "blindspot")
+#: selection scores; ``burst``: for a burst folder, that network's composite beside a frame-to-frame fine-tune
+#: of the start (:mod:`rawrcl.train.adapt_burst`)
+ADAPT_METHODS = ("r2r", "r2r-plain", "sure", "n2s", "rcl", "blindspot", "burst")
 ADAPT_SELECT = ("sure", "r2r", "last")
 #: steps between two ``last.pt`` of an adaptation run at most: a hard kill (SIGKILL, power loss) loses no more
 #: (a blind-spot run keeps one checkpoint, at its 6000th step, ≈ 1–2 s a step on 2 CPU cores; before stop 74
@@ -216,8 +217,12 @@ ADAPT_DEFAULTS = {"steps": 400, "lr": 3e-5, "evals": 4, "ema": None, "batch_size
 #: diverse batch of a small folder: adapt's held-out gain +0.109 / +0.128 on eight frames / one against
 #: +0.094 / +0.112; docs/adaptation.md, "Smaller, more training crops")
 ADAPT_METHOD_DEFAULTS = {
-    "blindspot": {"steps": 6000, "lr": 1e-3, "evals": 1, "ema": 0.999, "batch_size": 16, "crop": 64}
+    "blindspot": {"steps": 6000, "lr": 1e-3, "evals": 1, "ema": 0.999, "batch_size": 16, "crop": 64},
+    # its first stage is the blind-spot network's run
+    "burst": {"steps": 6000, "lr": 1e-3, "evals": 1, "ema": 0.999, "batch_size": 16, "crop": 64},
 }
+#: steps of ``--method burst``'s frame-to-frame fine-tune (stop 106's F′, docs/adaptation.md)
+BURST_STEPS = 1200
 
 
 @dataclass(frozen=True)
@@ -254,6 +259,8 @@ class AdaptConfig:
     kept only if its held-out SURE beats the start's for every noise variance within ×[1/``noise_slack``,
     ``noise_slack``] of the told one (:func:`rawrcl.train.adapt_signal.sure_scale_range`; 1.2, an image
     estimate's uncertainty, rejected true gains on a synthetic burst: docs/adaptation.md, "Stop 77").
+    ``burst_steps``: steps of ``burst``'s frame-to-frame fine-tune (its first stage, the blind-spot network,
+    takes ``steps`` and the other settings; the fine-tune's own are :data:`rawrcl.train.adapt_burst.F2F`).
     Measured defaults: docs/adaptation.md.
     """
 
@@ -279,6 +286,7 @@ class AdaptConfig:
     row_switch: bool = True
     held_out: int = HELD_OUT_CROPS
     noise_slack: float = 1.0
+    burst_steps: int = BURST_STEPS
 
     def __post_init__(self) -> None:
         from rawrcl.calibration.rows import parse_row_noise
@@ -291,7 +299,7 @@ class AdaptConfig:
                 object.__setattr__(self, key, v)
         if self.select not in ADAPT_SELECT:
             raise RawrclError(f"--select {self.select!r}: expected {', '.join(ADAPT_SELECT)}")
-        for key in ("steps", "batch_size", "evals", "held_out"):
+        for key in ("steps", "batch_size", "evals", "held_out", "burst_steps"):
             if int(getattr(self, key)) < 1:
                 raise RawrclError(f"--{key.replace('_', '-')} must be ≥ 1")
             object.__setattr__(self, key, int(getattr(self, key)))

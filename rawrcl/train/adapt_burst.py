@@ -1,0 +1,245 @@
+"""``rawrcl adapt --method burst``: for a folder that is a burst (frames of one static scene), the blind-spot
+composite of ``--method blindspot`` beside a frame-to-frame fine-tune of the start, with nested SURE weights.
+
+Stages (each resumable; docs/adaptation.md, "Stop 106", "Stop 107" measured them):
+
+1. ``RUN/blindspot/``: :func:`rawrcl.train.adapt_blindspot.adapt_blindspot` on the files as they are — its
+   own run, kept composite A (or the start, when its keep-or-discard kept the start). ``blindspot_run``: an
+   earlier ``--method blindspot`` run on the same files from the same start is used instead.
+2. ``RUN/f2f/``: the start (a two-stage RAW model: both stages) fine-tuned with the frame-to-frame objective
+   (:func:`rawrcl.train.adapt_f2f.train_f2f` on :class:`rawrcl.data.frame_pairs.FramePairs`; the frames
+   registered by ECC, refused in one line when they do not register) at the settings :data:`F2F`, for
+   ``burst_steps`` steps; the held-out bands of stage 1 are cut off every frame, so no held-out sample
+   trains it. Its weight average F′.
+3. Keep-or-discard (:func:`rawrcl.train.adapt_signal.keep_or_discard`, the same held-out crops and forgetting
+   check as stage 1) over the start, A and :class:`~rawrcl.models.beside.WithFineTune` (A, F′) — each as
+   ``rawrcl denoise`` runs it, with SURE weights; the winner is ``RUN/denoise.pt``
+   (:data:`~rawrcl.models.loading.RUN_RAW`), which ``rawrcl denoise --model RUN`` and ``rawrcl eval RUN
+   --burst`` run, and ``RUN/adapt.json`` the summary. F′ alone is not a candidate: it forgets (stop 107's
+   check, worst −0.35 dB), the composite's outer SURE weights drop it where it does.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch.nn as nn
+
+from rawrcl.data.frame_pairs import FramePairs, pairwise_warps
+from rawrcl.data.noisy_crops import NoiseFile
+from rawrcl.errors import RawrclError
+from rawrcl.io import atomic_write_text
+from rawrcl.models.beside import WithFineTune
+from rawrcl.models.loading import RUN_RAW
+from rawrcl.models.registry import load_checkpoint, save_checkpoint
+from rawrcl.models.shrink import maybe_shrink
+from rawrcl.train.adapt_blindspot import adapt_blindspot, blindspot_crops, start_raw_model
+from rawrcl.train.adapt_f2f import LAST, train_f2f
+from rawrcl.train.adapt_signal import adapt_summary, keep_or_discard
+from rawrcl.train.config import AdaptConfig
+
+#: the frame-to-frame fine-tune's settings (stop 106's F′, docs/adaptation.md): Adam lr, input crops per step
+#: (each against every other frame), target block (mosaic px), weight average, the guards (``anchor``, ``mix``
+#: with ``mix_zoom`` of the mix crops enlarged, ``mix_own`` of them with the files' own noise)
+F2F = {
+    "lr": 3e-5,
+    "batch": 4,
+    "crop": 96,
+    "ema": 0.995,
+    "anchor": 0.05,
+    "mix": 1.0,
+    "mix_zoom": 0.8,
+    "mix_own": 0.5,
+}
+#: frames a burst needs at least (the frame-to-frame objective pairs each with the others)
+MIN_FRAMES = 3
+#: steps between two ``RUN/f2f/last.pt``
+F2F_SAVE_EVERY = 100
+#: the three candidates of stage 3, by the row order of the keep-or-discard table
+NAMES = ("start", "blind-spot composite", "blind-spot composite + frame-to-frame fine-tune")
+
+
+def burst_pairs(nfiles: list[NoiseFile], bands: list[int], crop: int, seed: int, say: Callable) -> FramePairs:
+    """The frame pairs of a burst folder: every file registered to the first (ECC affine on the packed
+    greens), each cut at its first held-out packed row ``bands[i]``. Refused in one line when the folder
+    has fewer than :data:`MIN_FRAMES` files, files of different sizes, or a frame that does not register."""
+    if len(nfiles) < MIN_FRAMES:
+        raise RawrclError(
+            f"--method burst needs a burst: at least {MIN_FRAMES} frames of one static scene, "
+            f"got {len(nfiles)}"
+        )
+    shapes = {f.packed.shape for f in nfiles}
+    if len(shapes) > 1:
+        raise RawrclError(
+            f"--method burst needs a burst: files of one size, got {len(shapes)} sizes "
+            f"({', '.join(f'{2 * s[1]}×{2 * s[2]}' for s in sorted(shapes))})"
+        )
+    packed = [np.ascontiguousarray(f.packed, dtype=np.float32) for f in nfiles]
+    say(f"registering {len(packed)} frames to {nfiles[0].name} (ECC affine on the packed greens)")
+    try:
+        warps = pairwise_warps(packed, say)
+    except RawrclError as e:
+        raise RawrclError(f"--method burst: the files do not register as one static scene ({e})") from None
+    cut = [p[:, :b] for p, b in zip(packed, bands, strict=True)]
+    return FramePairs(cut, [f.noise for f in nfiles], warps, crop=crop, seed=seed)
+
+
+def two_stage_start(start: nn.Module, src: str) -> nn.Module:
+    """A float32 train-mode copy of ``start`` to fine-tune, refused in one line unless a two-stage RAW model
+    with a JDD stage (the shipped RAW default's kind): the objective reads its JDD output."""
+    from rawrcl.models.compose import DenoiseThenDemosaic
+
+    if not (
+        isinstance(start, DenoiseThenDemosaic) and start.output == "raw" and start.demosaicker is not None
+    ):
+        raise RawrclError(
+            f"{src}: --method burst fine-tunes a two-stage RAW model through its JDD output (the shipped RAW "
+            "default's kind)"
+        )
+    return copy.deepcopy(start).float().train().requires_grad_(True)
+
+
+def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    pa, pb = Path(a), Path(b)
+    if not (pa.is_file() and pb.is_file()):
+        return False
+    if pa.resolve() == pb.resolve():
+        return True
+    return hashlib.sha256(pa.read_bytes()).digest() == hashlib.sha256(pb.read_bytes()).digest()
+
+
+def reuse_blindspot(run: str | os.PathLike, nfiles: list[NoiseFile], src: str) -> dict:
+    """The summary of an earlier ``--method blindspot`` run to serve as stage 1, refused in one line unless
+    it finished, on files of the same names and sizes, from the same start."""
+    path = Path(run) / "adapt.json"
+    if not path.is_file():
+        raise RawrclError(f"{run}: not a finished rawrcl adapt run (no adapt.json)")
+    s = json.loads(path.read_text())
+    if s.get("method") != "blindspot" or not s.get("raw_checkpoint"):
+        raise RawrclError(f"{run}: not a --method blindspot run (method {s.get('method')!r})")
+    theirs = sorted((f["file"], tuple(f["shape"])) for f in s.get("files", []))
+    ours = sorted((f.name, tuple(f.packed.shape)) for f in nfiles)
+    if theirs != ours:
+        raise RawrclError(f"{run}: adapted to other files than these ({len(theirs)} against {len(ours)})")
+    if not _same_file(s.get("source", ""), src):
+        raise RawrclError(f"{run}: adapted from {s.get('source')}, not from {src}")
+    ck = Path(s["raw_checkpoint"])
+    if not ck.is_file():  # the run folder was moved: its own denoise.pt
+        ck = Path(run) / RUN_RAW
+    return {**s, "raw_checkpoint": str(ck), "run_dir": str(run)}
+
+
+def adapt_burst(
+    nfiles: list[NoiseFile],
+    out: Path,
+    c: AdaptConfig,
+    source: str | os.PathLike | nn.Module | None,
+    resume: bool,
+    force: bool,
+    progress: bool | None,
+    say: Callable[[str], None],
+    blindspot_run: str | os.PathLike | None = None,
+) -> dict:
+    """The three stages (module docstring) on the burst ``nfiles`` into ``out``; returns the summary written
+    to ``out/adapt.json`` (the keys of :func:`rawrcl.train.adapt.adapt`'s, with ``stages``)."""
+    from rawrcl.train.adapt_objective import synthetic_mix
+    from rawrcl.train.progress import progress_mode
+    from rawrcl.train.runlock import RunLock
+
+    start, _, _, src = start_raw_model(source)
+    fine = two_stage_start(start, src)
+    crops = blindspot_crops(nfiles, c.crop, c.seed)  # stage 1's: its held-out bands and crops
+    pairs = burst_pairs(nfiles, crops.bands, F2F["crop"], c.seed, say)  # refuses before any training
+    out.mkdir(parents=True, exist_ok=True)
+    if resume and blindspot_run is None and (out / "config.json").is_file():
+        blindspot_run = json.loads((out / "config.json").read_text()).get("blindspot_run")
+    with RunLock(out):
+        cfg = {"run_config": c.to_dict(), "method": "burst", "source": src, "f2f": F2F}
+        if blindspot_run is not None:
+            cfg["blindspot_run"] = str(blindspot_run)
+        if not resume:
+            (out / "f2f" / LAST).unlink(missing_ok=True)
+        atomic_write_text(out / "config.json", json.dumps(cfg, indent=2) + "\n")
+        (out / RUN_RAW).unlink(missing_ok=True)  # written again at the end
+
+        # -- stage 1: the blind-spot composite
+        one = out / "blindspot"
+        if blindspot_run is not None:
+            a_sum = reuse_blindspot(blindspot_run, nfiles, src)
+            say(f"stage 1 of 3: the blind-spot run {blindspot_run} ({a_sum['verdict']})")
+        elif resume and (one / "adapt.json").is_file():
+            a_sum = json.loads((one / "adapt.json").read_text())
+            say(f"stage 1 of 3: done ({a_sum['verdict']})")
+        else:
+            say("stage 1 of 3: the blind-spot network (--method blindspot)")
+            bs = dataclasses.replace(c, method="blindspot")
+            again = resume and (one / "config.json").is_file()
+            a_sum = adapt_blindspot(nfiles, one, bs, source, again, force and not again, progress, say)
+
+        # -- stage 2: the frame-to-frame fine-tune of the start
+        say(f"stage 2 of 3: the frame-to-frame fine-tune of the start ({c.burst_steps} steps)")
+        mix_fn = synthetic_mix(F2F["crop"], nfiles, F2F["mix_own"], zoom=F2F["mix_zoom"])
+        opts = {k: F2F[k] for k in ("lr", "batch", "ema", "anchor", "mix")}
+        rows = train_f2f(
+            fine,
+            pairs,
+            c.burst_steps,
+            mix_fn=mix_fn,
+            seed=c.seed,
+            run=out / "f2f",
+            save_every=F2F_SAVE_EVERY,
+            resume=resume,
+            progress=progress_mode(progress),
+            log=say,
+            **opts,
+        )
+        fine.eval()
+
+        # -- stage 3: keep or discard among the start, A and A beside F'
+        held = crops.held_out(c.held_out)
+        a_kept = a_sum["selected_step"] != 0
+        slot = load_checkpoint(a_sum["raw_checkpoint"])[0].float().eval() if a_kept else start
+        models = [start] + ([slot] if a_kept else []) + [WithFineTune(slot, fine)]
+        names = list(NAMES) if a_kept else [NAMES[0], NAMES[2]]
+        labels = [0] + ([c.steps] if a_kept else []) + [c.steps + c.burst_steps]
+        cands = [(s, None) for s in labels]
+
+        def model_at(step: int, _: Path | None) -> nn.Module:
+            return maybe_shrink(models[labels.index(step)], True)
+
+        table, best = keep_or_discard(cands, model_at, held, c, say)
+        for row, name in zip(table, names, strict=True):
+            row["model"] = name
+        kept = models[labels.index(best["step"])]
+        fit = {
+            "first_loss": rows[0]["loss"] if rows else None,
+            "last_loss": rows[-1]["loss"] if rows else None,
+            "elapsed_s": round(sum(r.get("secs", 0.0) for r in rows), 1),
+        }
+        summary = adapt_summary(out, out / RUN_RAW, src, c, nfiles, len(held), table, best, fit)
+        won = names[labels.index(best["step"])]
+        summary["verdict"] = "kept start" if best["step"] == 0 else f"adapted ({won})"
+        summary["stages"] = {
+            "blindspot": {
+                "run": a_sum.get("run_dir", str(one)),
+                "verdict": a_sum["verdict"],
+                "delta_sure_db": a_sum.get("delta_sure_db"),
+            },
+            "f2f": {"steps": c.burst_steps, **F2F, "checkpoint": str(out / "f2f" / LAST), "rows": rows},
+        }
+        extra = {"adapt": {k: v for k, v in summary.items() if k not in ("run_dir", "checkpoint")}}
+        save_checkpoint(out / RUN_RAW, kept, None, extra)
+        say(f"RAW denoiser: {out / RUN_RAW} ({won}, SURE weights)")
+        summary["raw_checkpoint"] = str(out / RUN_RAW)
+        atomic_write_text(out / "adapt.json", json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+__all__ = ["F2F", "MIN_FRAMES", "adapt_burst", "burst_pairs", "reuse_blindspot", "two_stage_start"]

@@ -1,0 +1,170 @@
+"""``rawrcl adapt --method burst`` (rawrcl.train.adapt_burst) and its frame-to-frame loop
+(rawrcl.train.adapt_f2f) on a small synthetic DNG burst: checkpoints and resume, the three stages end to end,
+the one-line refusals of folders that are not bursts, and the run as a model the commands load."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from tests.test_burst_f2f import _tiny_pairs, _tiny_two_stage
+
+
+def test_f2f_resume_after_a_stop_gives_the_uninterrupted_weights(tmp_path):
+    """3 steps in one go and 2 + a resumed 1 end with the same weights (average and trained), Adam state and
+    random draws restored; the checkpoint is an ordinary model file of the average."""
+    from rawrcl.models.registry import load_checkpoint
+    from rawrcl.train.adapt_f2f import LAST, train_f2f
+
+    opts = {"batch": 2, "ema": 0.9, "anchor": 0.05, "save_every": 1, "lr": 1e-3}
+    whole = _tiny_two_stage()
+    train_f2f(whole, _tiny_pairs(), 3, run=tmp_path / "a", **opts)
+    part = _tiny_two_stage()
+    train_f2f(part, _tiny_pairs(), 2, run=tmp_path / "b", **opts)
+    again = _tiny_two_stage()  # a fresh process: the start again, then the run's last.pt
+    rows = train_f2f(again, _tiny_pairs(), 3, run=tmp_path / "b", resume=True, **opts)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for (k, a), b in zip(whole.state_dict().items(), again.state_dict().values(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6), k
+    saved, _ = load_checkpoint(tmp_path / "b" / LAST)
+    for a, b in zip(saved.state_dict().values(), whole.state_dict().values(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert not torch.equal(next(saved.parameters()), next(_tiny_two_stage().parameters()))
+
+
+def _dng_burst(folder, n=4, size=None):
+    from rawrcl.io.dng import write_dng
+    from tests.test_burst import _burst
+
+    folder.mkdir()
+    _, _, noisy = _burst(n=n)
+    for k, x in enumerate(noisy):
+        if size is not None and k == n - 1:
+            x = x[:size, :size]
+        dn = np.clip(x * 3583 + 512, 0, 4095).astype(np.uint16)
+        write_dng(folder / f"frame{k:02d}.dng", dn, "RGGB", 512, 4095, noise_profile=(4e-3, 1e-4))
+    return folder
+
+
+@pytest.fixture
+def small_f2f(monkeypatch, tmp_path):
+    """A tiny two-stage start (its file), a tiny blind-spot network, a small forgetting check, and the
+    fine-tune's target blocks at 16 px (the test frames, 256 px with half held out, are too small for 96):
+    the plumbing is tested."""
+    from rawrcl.models.registry import save_checkpoint
+    from rawrcl.train import adapt_burst
+    from rawrcl.train.adapt_signal import check_crops
+
+    monkeypatch.setitem(adapt_burst.F2F, "crop", 16)
+    monkeypatch.setattr("rawrcl.train.adapt_blindspot.WIDTH", 4)
+    small = check_crops(crop=32, per_photo=1, draws=1, photos=2)
+    monkeypatch.setattr("rawrcl.train.adapt_signal.check_crops", lambda: small)
+    save_checkpoint(tmp_path / "start.pt", _tiny_two_stage())
+    TINY["source"] = tmp_path / "start.pt"
+
+
+TINY: dict = {"steps": 2, "burst_steps": 2, "batch_size": 2, "crop": 32, "held_out": 4}
+
+
+def test_adapt_burst_runs_the_three_stages_and_writes_a_model_the_commands_run(tmp_path, small_f2f):
+    from rawrcl.models.beside import WithFineTune
+    from rawrcl.models.blindspot import WithBlindSpot
+    from rawrcl.models.loading import load_for_task
+    from rawrcl.models.registry import load_checkpoint
+    from rawrcl.train.adapt import adapt
+    from rawrcl.train.adapt_burst import NAMES
+
+    burst = _dng_burst(tmp_path / "burst")
+    run = tmp_path / "run"
+    # "last" within any forgetting: every stage's last candidate is kept (the plumbing, not the choice)
+    res = adapt(burst, run, method="burst", progress=False, select="last", forget_tol=1e9, **TINY)
+    assert [r["model"] for r in res["held_out"]] == list(NAMES)
+    assert [r["step"] for r in res["held_out"]] == [0, 2, 4] and res["selected_step"] == 4
+    assert res["verdict"] == f"adapted ({NAMES[2]})" and res["method"] == "burst"
+    assert res["settings"]["burst_steps"] == 2
+    stages = res["stages"]
+    assert (
+        stages["blindspot"]["run"] == str(run / "blindspot")
+        and stages["blindspot"]["verdict"] != "kept start"
+    )
+    assert (run / "blindspot" / "adapt.json").is_file() and (run / "f2f" / "last.pt").is_file()
+    assert [r["step"] for r in stages["f2f"]["rows"]] == [2] and stages["f2f"]["crop"] == 16
+    assert json.loads((run / "adapt.json").read_text())["verdict"] == res["verdict"]
+    model, _ = load_for_task(run, "raw-denoise")
+    assert isinstance(model, WithFineTune) and isinstance(model.base, WithBlindSpot)
+    fine, _ = load_checkpoint(run / "f2f" / "last.pt")  # the composite holds the fine-tune's average
+    for k, v in fine.state_dict().items():
+        assert torch.equal(model.state_dict()[f"{model.other_key}.{k}"].float(), v.float()), k
+    # the commands run it
+    from rawrcl.cli import main
+
+    out = tmp_path / "d.dng"
+    r = CliRunner().invoke(main, ["denoise", str(burst / "frame00.dng"), "-o", str(out), "--model", str(run)])
+    assert r.exit_code == 0, r.output
+    import rawpy
+
+    with rawpy.imread(str(out)) as raw:
+        assert raw.raw_image_visible.shape == (256, 256)
+    # --resume of a finished run trains nothing again and gives the same choice
+    again = adapt(burst, run, method="burst", progress=False, resume=True, source=TINY["source"])
+    assert again["selected_step"] == res["selected_step"]
+    assert again["stages"]["f2f"]["rows"] == stages["f2f"]["rows"]
+    # a run exists: refused without --resume / --force
+    with pytest.raises(Exception, match="already holds a run"):
+        adapt(burst, run, method="burst", progress=False, **TINY)
+
+
+def test_adapt_burst_reuses_an_earlier_blindspot_run(tmp_path, small_f2f):
+    from rawrcl.errors import RawrclError
+    from rawrcl.train.adapt import adapt
+
+    burst = _dng_burst(tmp_path / "burst")
+    bs = tmp_path / "bs"
+    first = adapt(
+        burst, bs, method="blindspot", progress=False, **{k: TINY[k] for k in TINY if k != "burst_steps"}
+    )
+    res = adapt(burst, tmp_path / "run", method="burst", progress=False, blindspot_run=bs, **TINY)
+    assert res["stages"]["blindspot"]["run"] == str(bs)
+    assert res["stages"]["blindspot"]["verdict"] == first["verdict"]
+    assert not (tmp_path / "run" / "blindspot").exists()
+    with pytest.raises(RawrclError, match="serves no other method"):
+        adapt(burst, tmp_path / "x", method="sure", blindspot_run=bs, source=TINY["source"])
+    other = _dng_burst(tmp_path / "other", n=3)
+    with pytest.raises(RawrclError, match="other files"):
+        adapt(other, tmp_path / "y", method="burst", blindspot_run=bs, **TINY)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: _dng_burst(p, n=2), "at least 3 frames"),
+        (lambda p: _dng_burst(p, n=4, size=192), "files of one size"),
+    ],
+)
+def test_a_folder_that_is_not_a_burst_is_refused_in_one_line_before_training(tmp_path, make, message):
+    from rawrcl.cli import main
+
+    folder = make(tmp_path / "f")
+    run = tmp_path / "run"
+    r = CliRunner().invoke(main, ["adapt", str(folder), "--out", str(run), "--method", "burst"])
+    assert r.exit_code != 0 and message in r.output and "Traceback" not in r.output
+    assert not (run / "blindspot").exists()
+
+
+def test_frames_of_different_scenes_do_not_register(tmp_path):
+    from rawrcl.io.dng import write_dng
+
+    folder = tmp_path / "f"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for k in range(3):  # noise only: nothing to register
+        dn = (512 + 3583 * rng.uniform(0.1, 0.9, (256, 256))).astype(np.uint16)
+        write_dng(folder / f"f{k}.dng", dn, "RGGB", 512, 4095, noise_profile=(4e-3, 1e-4))
+    from rawrcl.cli import main
+
+    r = CliRunner().invoke(main, ["adapt", str(folder), "--out", str(tmp_path / "run"), "--method", "burst"])
+    assert r.exit_code != 0 and "do not register" in r.output and "Traceback" not in r.output
