@@ -203,8 +203,9 @@ def adapt(
         click.echo(json.dumps(res, indent=2))
         return
     base, best = res["held_out"][0], next(r for r in res["held_out"] if r["step"] == res["selected_step"])
+    steps = f"{res['steps']}" + (f" + {res['stages']['f2f']['steps']}" if "stages" in res else "")
     click.echo(
-        f"adapted {len(res['files'])} files with {res['method']} ({res['steps']} steps): {res['verdict']}; "
+        f"adapted {len(res['files'])} files with {res['method']} ({steps} steps): {res['verdict']}; "
         f"held-out SURE {base['sure_psnr']:.2f} → {best['sure_psnr']:.2f} dB{_gain(base, best)}, "
         f"forgetting check {best['forget_db']:+.2f} dB ({best['forget_at']}) → "
         f"{res.get('raw_checkpoint') or res.get('jdd_checkpoint') or res['checkpoint']}"

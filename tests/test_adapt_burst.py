@@ -127,7 +127,23 @@ def test_adapt_burst_reuses_an_earlier_blindspot_run(tmp_path, small_f2f):
     first = adapt(
         burst, bs, method="blindspot", progress=False, **{k: TINY[k] for k in TINY if k != "burst_steps"}
     )
-    res = adapt(burst, tmp_path / "run", method="burst", progress=False, blindspot_run=bs, **TINY)
+    from rawrcl.cli import main
+
+    args = [
+        "adapt",
+        str(burst),
+        "--out",
+        str(tmp_path / "run"),
+        "--method",
+        "burst",
+        "--blindspot-run",
+        str(bs),
+    ]
+    args += ["--from", str(TINY["source"]), "--steps", "2", "--burst-steps", "2", "--batch-size", "2"]
+    r = CliRunner().invoke(main, [*args, "--crop", "32", "--held-out", "4"])
+    assert r.exit_code == 0, r.output
+    assert "adapted 4 files with burst (2 + 2 steps)" in r.output
+    res = json.loads((tmp_path / "run" / "adapt.json").read_text())
     assert res["stages"]["blindspot"]["run"] == str(bs)
     assert res["stages"]["blindspot"]["verdict"] == first["verdict"]
     assert not (tmp_path / "run" / "blindspot").exists()

@@ -221,7 +221,7 @@ def adapt_burst(
         fit = {
             "first_loss": rows[0]["loss"] if rows else None,
             "last_loss": rows[-1]["loss"] if rows else None,
-            "elapsed_s": round(sum(r.get("secs", 0.0) for r in rows), 1),
+            "elapsed_s": rows[-1].get("secs") if rows else None,  # since this process began the loop
         }
         summary = adapt_summary(out, out / RUN_RAW, src, c, nfiles, len(held), table, best, fit)
         won = names[labels.index(best["step"])]

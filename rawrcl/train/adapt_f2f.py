@@ -69,7 +69,9 @@ def train_f2f(
     docstring); ``resume`` continues its ``last.pt``. ``score()`` (of the average) at step 0, every ``every``
     steps and at the end gives the rows' scores (None: no scoring). ``progress``: ``"bar"``, ``"lines"``,
     ``"off"`` (:class:`rawrcl.train.progress.Progress`).
-    Returns rows: step, loss (the mean since the last row), mask share, seconds, scores."""
+    Returns rows (every ``every`` steps with ``score``, else every ``save_every``; a resumed run's earlier
+    rows first): step, loss and mask share (means since the last row), seconds since the loop began in this
+    process, scores."""
     device = next(full.parameters()).device
     jdd = full.with_output("jdd")
     named = [(n, p) for n, p in full.named_parameters() if p.requires_grad]

@@ -217,10 +217,10 @@ ADAPT_DEFAULTS = {"steps": 400, "lr": 3e-5, "evals": 4, "ema": None, "batch_size
 #: diverse batch of a small folder: adapt's held-out gain +0.109 / +0.128 on eight frames / one against
 #: +0.094 / +0.112; docs/adaptation.md, "Smaller, more training crops")
 ADAPT_METHOD_DEFAULTS = {
-    "blindspot": {"steps": 6000, "lr": 1e-3, "evals": 1, "ema": 0.999, "batch_size": 16, "crop": 64},
-    # its first stage is the blind-spot network's run
-    "burst": {"steps": 6000, "lr": 1e-3, "evals": 1, "ema": 0.999, "batch_size": 16, "crop": 64},
+    "blindspot": {"steps": 6000, "lr": 1e-3, "evals": 1, "ema": 0.999, "batch_size": 16, "crop": 64}
 }
+#: ``burst``'s first stage is the blind-spot network's run: the same defaults
+ADAPT_METHOD_DEFAULTS["burst"] = ADAPT_METHOD_DEFAULTS["blindspot"]
 #: steps of ``--method burst``'s frame-to-frame fine-tune (stop 106's F′, docs/adaptation.md)
 BURST_STEPS = 1200
 
