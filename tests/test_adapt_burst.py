@@ -150,8 +150,9 @@ def test_adapt_burst_reuses_an_earlier_blindspot_run(tmp_path, small_f2f):
     with pytest.raises(RawrclError, match="serves no other method"):
         adapt(burst, tmp_path / "x", method="sure", blindspot_run=bs, source=TINY["source"])
     other = _dng_burst(tmp_path / "other", n=3)
-    with pytest.raises(RawrclError, match="other files"):
+    with pytest.raises(RawrclError, match=r"other files than these \(frame03.dng, 256×256 px, only there\)"):
         adapt(other, tmp_path / "y", method="burst", blindspot_run=bs, **TINY)
+    assert not (tmp_path / "y").exists()  # refused before anything is written: the same --out works again
 
 
 @pytest.mark.parametrize(

@@ -127,7 +127,10 @@ def reuse_blindspot(run: str | os.PathLike, nfiles: list[NoiseFile], src: str) -
     theirs = sorted((f["file"], tuple(f["shape"])) for f in s.get("files", []))
     ours = sorted((f.name, tuple(f.packed.shape)) for f in nfiles)
     if theirs != ours:
-        raise RawrclError(f"{run}: adapted to other files than these ({len(theirs)} against {len(ours)})")
+        odd = sorted(set(theirs) ^ set(ours))[0]
+        size = f"{2 * odd[1][1]}×{2 * odd[1][2]} px"
+        where = "only there" if odd in theirs else "only here"
+        raise RawrclError(f"{run}: adapted to other files than these ({odd[0]}, {size}, {where})")
     if not _same_file(s.get("source", ""), src):
         raise RawrclError(f"{run}: adapted from {s.get('source')}, not from {src}")
     ck = Path(s["raw_checkpoint"])
@@ -157,9 +160,10 @@ def adapt_burst(
     fine = two_stage_start(start, src)
     crops = blindspot_crops(nfiles, c.crop, c.seed)  # stage 1's: its held-out bands and crops
     pairs = burst_pairs(nfiles, crops.bands, F2F["crop"], c.seed, say)  # refuses before any training
-    out.mkdir(parents=True, exist_ok=True)
     if resume and blindspot_run is None and (out / "config.json").is_file():
         blindspot_run = json.loads((out / "config.json").read_text()).get("blindspot_run")
+    reused = reuse_blindspot(blindspot_run, nfiles, src) if blindspot_run is not None else None
+    out.mkdir(parents=True, exist_ok=True)
     with RunLock(out):
         cfg = {"run_config": c.to_dict(), "method": "burst", "source": src, "f2f": F2F}
         if blindspot_run is not None:
@@ -171,8 +175,8 @@ def adapt_burst(
 
         # -- stage 1: the blind-spot composite
         one = out / "blindspot"
-        if blindspot_run is not None:
-            a_sum = reuse_blindspot(blindspot_run, nfiles, src)
+        if reused is not None:
+            a_sum = reused
             say(f"stage 1 of 3: the blind-spot run {blindspot_run} ({a_sum['verdict']})")
         elif resume and (one / "adapt.json").is_file():
             a_sum = json.loads((one / "adapt.json").read_text())
