@@ -175,17 +175,13 @@ def train_f2f(
                     e.mul_(ema).add_(p.detach(), alpha=1 - ema)
             acc, n_acc = acc + float(loss.detach()), n_acc + 1
             bar.update(s, float(loss.detach()))
-            if score is not None and (s % every == 0 or s == steps):
+            if s % (every if score is not None else save_every) == 0 or s == steps:
                 row = {"step": s, "loss": round(acc / n_acc, 4), "mask": round(share / n_acc, 3)}
                 rows.append({**row, "secs": round(time.perf_counter() - t, 1), **scored()})
                 acc = share = 0.0
                 n_acc = 0
-                log(f"step {s}: {rows[-1]}")
-            elif score is None and (s % save_every == 0 or s == steps):
-                row = {"step": s, "loss": round(acc / n_acc, 4), "mask": round(share / n_acc, 3)}
-                rows.append({**row, "secs": round(time.perf_counter() - t, 1)})
-                acc = share = 0.0
-                n_acc = 0
+                if score is not None:
+                    log(f"step {s}: {rows[-1]}")
             if s % save_every == 0 or s == steps or stop:
                 save(s)
             if stop:
