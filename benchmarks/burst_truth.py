@@ -25,7 +25,7 @@ default and GAT+BM3D told the single-image estimate (what the commands do; for a
 true λ); ``--jdd`` (with ``--estimate``) the JDD default and, with ``--gharbi DIR``, Gharbi et al. 2016, at
 the CFA sites; ``--linearise`` (with ``--encode --estimate``) the default run on the decoded values (inverse
 Rec. 709, the single-image estimate of the decoded mosaic) and re-encoded; ``--write DIR`` saves the frames as
-DNGs and frame 00's truth, to measure any command (``rawrcl adapt``, ``rawrcl denoise``) against the truth.
+DNGs and every frame's truth, to measure any command (``rawrcl adapt``, ``rawrcl denoise``) against the truth.
 
     python benchmarks/burst_truth.py [--photos DIR --first 40 --seed 0 --n2n 400 --json out.json]
     python benchmarks/burst_truth.py --encode --exposure 4 --estimate [--write DIR]
@@ -180,8 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--write",
         default=None,
-        help="also write the frames as 16-bit DNGs (no NoiseProfile, like hdrplus_burst2) and frame 00's "
-        "truth (truth00.npy, (H, W) [0, 1]) to this folder, to measure any command against the truth",
+        help="also write the frames as 16-bit DNGs (no NoiseProfile, like hdrplus_burst2) and every frame's "
+        "truth (truthNN.npy beside frameNN.dng, (H, W) [0, 1]) to this folder, to measure any command "
+        "against the truth",
     )
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -213,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         for k, f in enumerate(noisy):
             write_dng(folder / f"frame{k:02d}.dng", np.round(f * 65535).astype(np.uint16), PATTERN, 0, 65535)
-        np.save(folder / "truth00.npy", truth[0])
+        for k, t in enumerate(truth):
+            np.save(folder / f"truth{k:02d}.npy", t)
     burst = B.burst_from_arrays(noisy, PATTERN)
     br = B.build_reference(burst)
     mask = br.metric_mask(B.BORDER)

@@ -36,7 +36,8 @@ from rawrcl.cli.common import LazyChoice, ema_option, user_errors
     "blindspot: a blind-spot network trained from scratch, run beside the start with SURE weights "
     "(6000 steps: ≈ 45 min to 2 h on 2 cores, by machine; docs/adaptation.md compares them); burst: for a "
     "burst (frames of one static scene), the blindspot composite beside a frame-to-frame fine-tune of the "
-    "start (≈ 2 h for eight 1 MP frames)  [default: sure]",
+    "start, chosen by their error against the other frames' samples (≈ 2 h for eight 1 MP frames)  "
+    "[default: sure]",
 )
 @click.option(
     "--steps", default=None, type=int, help="optimiser steps  [default: 400; blindspot and burst 6000]"
@@ -204,11 +205,26 @@ def adapt(
         return
     base, best = res["held_out"][0], next(r for r in res["held_out"] if r["step"] == res["selected_step"])
     steps = f"{res['steps']}" + (f" + {res['stages']['f2f']['steps']}" if "stages" in res else "")
+    if "burst" in best:  # --method burst's burst signal chose
+        score = _burst_text(best)
+    else:
+        score = f"held-out SURE {base['sure_psnr']:.2f} → {best['sure_psnr']:.2f} dB{_gain(base, best)}"
     click.echo(
-        f"adapted {len(res['files'])} files with {res['method']} ({steps} steps): {res['verdict']}; "
-        f"held-out SURE {base['sure_psnr']:.2f} → {best['sure_psnr']:.2f} dB{_gain(base, best)}, "
+        f"adapted {len(res['files'])} files with {res['method']} ({steps} steps): {res['verdict']}; {score}, "
         f"forgetting check {best['forget_db']:+.2f} dB ({best['forget_at']}) → "
         f"{res.get('raw_checkpoint') or res.get('jdd_checkpoint') or res['checkpoint']}"
+    )
+
+
+def _burst_text(row: dict) -> str:
+    """The kept row's burst signal in words (``rawrcl adapt --method burst``)."""
+    if not row["step"]:
+        return "held-out burst signal: the start scored best"
+    gain, se = row.get("burst_gain_db"), row.get("burst_gain_se_db")
+    if gain is None:
+        return "held-out burst signal better than the start (no dB scale: the told noise exceeds the error)"
+    return (
+        f"held-out burst signal {gain:+.3f}" + (f" ± {se:.3f}" if se is not None else "") + " dB vs the start"
     )
 
 

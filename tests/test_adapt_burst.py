@@ -54,7 +54,7 @@ def _dng_burst(folder, n=4, size=None):
 def small_f2f(monkeypatch, tmp_path):
     """A tiny two-stage start (its file), a tiny blind-spot network, a small forgetting check, and the
     fine-tune's target blocks at 16 px (the test frames, 256 px with half held out, are too small for 96):
-    the plumbing is tested."""
+    the plumbing is tested. Returns the small runs' options (:data:`TINY` and ``source``)."""
     from rawrcl.models.registry import save_checkpoint
     from rawrcl.train import adapt_burst
     from rawrcl.train.adapt_signal import check_crops
@@ -64,9 +64,10 @@ def small_f2f(monkeypatch, tmp_path):
     small = check_crops(crop=32, per_photo=1, draws=1, photos=2)
     monkeypatch.setattr("rawrcl.train.adapt_signal.check_crops", lambda: small)
     save_checkpoint(tmp_path / "start.pt", _tiny_two_stage())
-    TINY["source"] = tmp_path / "start.pt"
+    return {**TINY, "source": tmp_path / "start.pt"}
 
 
+#: the small runs' options (the fixture adds the start's file, ``source``)
 TINY: dict = {"steps": 2, "burst_steps": 2, "batch_size": 2, "crop": 32, "held_out": 4}
 
 
@@ -81,8 +82,9 @@ def test_adapt_burst_runs_the_three_stages_and_writes_a_model_the_commands_run(t
     burst = _dng_burst(tmp_path / "burst")
     run = tmp_path / "run"
     # "last" within any forgetting: every stage's last candidate is kept (the plumbing, not the choice)
-    res = adapt(burst, run, method="burst", progress=False, select="last", forget_tol=1e9, **TINY)
+    res = adapt(burst, run, method="burst", progress=False, select="last", forget_tol=1e9, **small_f2f)
     assert [r["model"] for r in res["held_out"]] == list(NAMES)
+    assert "sure" in res["held_out"][0]  # too few compared samples in these small frames: held-out SURE chose
     assert [r["step"] for r in res["held_out"]] == [0, 2, 4] and res["selected_step"] == 4
     assert res["verdict"] == f"adapted ({NAMES[2]})" and res["method"] == "burst"
     assert res["settings"]["burst_steps"] == 2
@@ -110,22 +112,26 @@ def test_adapt_burst_runs_the_three_stages_and_writes_a_model_the_commands_run(t
     with rawpy.imread(str(out)) as raw:
         assert raw.raw_image_visible.shape == (256, 256)
     # --resume of a finished run trains nothing again and gives the same choice
-    again = adapt(burst, run, method="burst", progress=False, resume=True, source=TINY["source"])
+    again = adapt(burst, run, method="burst", progress=False, resume=True, source=small_f2f["source"])
     assert again["selected_step"] == res["selected_step"]
     assert again["stages"]["f2f"]["rows"] == stages["f2f"]["rows"]
     # a run exists: refused without --resume / --force
     with pytest.raises(Exception, match="already holds a run"):
-        adapt(burst, run, method="burst", progress=False, **TINY)
+        adapt(burst, run, method="burst", progress=False, **small_f2f)
 
 
-def test_adapt_burst_reuses_an_earlier_blindspot_run(tmp_path, small_f2f):
+def test_adapt_burst_reuses_an_earlier_blindspot_run(tmp_path, small_f2f, monkeypatch):
     from rawrcl.errors import RawrclError
     from rawrcl.train.adapt import adapt
 
     burst = _dng_burst(tmp_path / "burst")
     bs = tmp_path / "bs"
     first = adapt(
-        burst, bs, method="blindspot", progress=False, **{k: TINY[k] for k in TINY if k != "burst_steps"}
+        burst,
+        bs,
+        method="blindspot",
+        progress=False,
+        **{k: v for k, v in small_f2f.items() if k != "burst_steps"},
     )
     from rawrcl.cli import main
 
@@ -139,19 +145,29 @@ def test_adapt_burst_reuses_an_earlier_blindspot_run(tmp_path, small_f2f):
         "--blindspot-run",
         str(bs),
     ]
-    args += ["--from", str(TINY["source"]), "--steps", "2", "--burst-steps", "2", "--batch-size", "2"]
-    r = CliRunner().invoke(main, [*args, "--crop", "32", "--held-out", "4"])
+    args += ["--from", str(small_f2f["source"]), "--steps", "2", "--burst-steps", "2", "--batch-size", "2"]
+    # the test frames are too small for MIN_SAMPLES compared samples (and their registrations land between
+    # samples): the burst signal chooses all the same, comparing every sample with its nearest
+    monkeypatch.setattr("rawrcl.train.adapt_burst.MIN_SAMPLES", 1)
+    monkeypatch.setattr("rawrcl.train.burst_signal.EPS", 0.5)
+    r = CliRunner().invoke(main, [*args, "--crop", "32", "--held-out", "4", "--forget-tol", "1e9"])
     assert r.exit_code == 0, r.output
-    assert "adapted 4 files with burst (2 + 2 steps)" in r.output
+    assert "adapted 4 files with burst (2 + 2 steps)" in r.output and "held-out burst signal" in r.output
     res = json.loads((tmp_path / "run" / "adapt.json").read_text())
+    rows = res["held_out"]
+    assert [r["step"] for r in rows] == [0, 2, 4] and all(r["burst_samples"] > 0 for r in rows)
+    assert rows[1]["forget_from"] == "stage 1"  # the blind-spot run's check, not scored again
+    assert rows[1]["forget_db"] == next(r for r in first["held_out"] if r["step"] == 2)["forget_db"]
+    assert res["selected_step"] == min(rows, key=lambda r: (r["burst"], r["step"]))["step"]
+    assert "delta_burst_db" in res and "delta_sure_db" not in res
     assert res["stages"]["blindspot"]["run"] == str(bs)
     assert res["stages"]["blindspot"]["verdict"] == first["verdict"]
     assert not (tmp_path / "run" / "blindspot").exists()
     with pytest.raises(RawrclError, match="serves no other method"):
-        adapt(burst, tmp_path / "x", method="sure", blindspot_run=bs, source=TINY["source"])
+        adapt(burst, tmp_path / "x", method="sure", blindspot_run=bs, source=small_f2f["source"])
     other = _dng_burst(tmp_path / "other", n=3)
     with pytest.raises(RawrclError, match=r"other files than these \(frame03.dng, 256×256 px, only there\)"):
-        adapt(other, tmp_path / "y", method="burst", blindspot_run=bs, **TINY)
+        adapt(other, tmp_path / "y", method="burst", blindspot_run=bs, **small_f2f)
     assert not (tmp_path / "y").exists()  # refused before anything is written: the same --out works again
 
 

@@ -11,9 +11,13 @@ Stages (each resumable; docs/adaptation.md, "Stop 106", "Stop 107" measured them
    registered by ECC, refused in one line when they do not register) at the settings :data:`F2F`, for
    ``burst_steps`` steps; the held-out bands of stage 1 are cut off every frame, so no held-out sample
    trains it. Its weight average F′.
-3. Keep-or-discard (:func:`rawrcl.train.adapt_signal.keep_or_discard`, the same held-out crops and forgetting
-   check as stage 1) over the start, A and :class:`~rawrcl.models.beside.WithFineTune` (A, F′) — each as
-   ``rawrcl denoise`` runs it, with SURE weights; the winner is ``RUN/denoise.pt``
+3. Keep-or-discard over the start, A and :class:`~rawrcl.models.beside.WithFineTune` (A, F′) — each as
+   ``rawrcl denoise`` runs it, with SURE weights — by the burst signal (:mod:`rawrcl.train.burst_signal`: each
+   candidate's output on every frame's held-out band against the other frames' native samples; it ranked the
+   candidates of a synthetic burst as their truth did, where held-out SURE did not: docs/adaptation.md, "Stop
+   109") among those within ``forget_tol`` on the forgetting check (A's from stage 1); by held-out SURE
+   (:func:`rawrcl.train.adapt_signal.keep_or_discard`) when the burst gives fewer than
+   :data:`~rawrcl.train.burst_signal.MIN_SAMPLES` compared samples. The winner is ``RUN/denoise.pt``
    (:data:`~rawrcl.models.loading.RUN_RAW`), which ``rawrcl denoise --model RUN`` and ``rawrcl eval RUN
    --burst`` run, and ``RUN/adapt.json`` the summary. F′ alone is not a candidate: it forgets (stop 107's
    check, worst −0.35 dB), the composite's outer SURE weights drop it where it does.
@@ -25,8 +29,9 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +47,8 @@ from rawrcl.models.registry import load_checkpoint, save_checkpoint
 from rawrcl.models.shrink import maybe_shrink
 from rawrcl.train.adapt_blindspot import adapt_blindspot, blindspot_crops, start_raw_model
 from rawrcl.train.adapt_f2f import LAST, train_f2f
-from rawrcl.train.adapt_signal import adapt_summary, keep_or_discard
+from rawrcl.train.adapt_signal import adapt_summary, check_crops, check_scores, for_scoring, keep_or_discard
+from rawrcl.train.burst_signal import MIN_SAMPLES, burst_scores
 from rawrcl.train.config import AdaptConfig
 
 #: the frame-to-frame fine-tune's settings (stop 106's F′, docs/adaptation.md): Adam lr, input crops per step
@@ -139,6 +145,56 @@ def reuse_blindspot(run: str | os.PathLike, nfiles: list[NoiseFile], src: str) -
     return {**s, "raw_checkpoint": str(ck), "run_dir": str(run)}
 
 
+def stage_row(a_sum: dict) -> dict:
+    """The forgetting check of stage 1's kept composite, from its summary's keep-or-discard table (scored
+    there against the same start on the same check: not scored again)."""
+    row = next(r for r in a_sum["held_out"] if r["step"] == a_sum["selected_step"])
+    return {"forget_db": row["forget_db"], "forget_at": row["forget_at"], "forget_from": "stage 1"}
+
+
+def choose_by_burst(
+    models: Sequence[nn.Module],
+    signal: Sequence[dict],
+    labels: Sequence[int],
+    a_row: dict | None,
+    c: AdaptConfig,
+    say: Callable[[str], None],
+) -> tuple[list[dict], dict]:
+    """Stage 3's table and choice: each candidate's burst signal (:func:`rawrcl.train.burst_signal.burst_gain`
+    rows ``signal``, the start first) and forgetting check against the start (the blind-spot composite's
+    ``a_row`` from stage 1 when given, the others scored here, the last in full); the lowest ``burst`` among
+    the start and the candidates within ``c.forget_tol`` dB on the check."""
+    checks = check_crops()
+    base = check_scores(models[0], checks)
+    table = []
+    for k, (model, sig, step) in enumerate(zip(models, signal, labels, strict=True)):
+        row = {"step": step, **{key: _rounded(v) for key, v in sig.items()}}
+        if k == 0:
+            row.update({"forget_db": 0.0, "forget_at": next(iter(base))})
+        elif k == 1 and a_row is not None:
+            row.update(a_row)
+        else:
+            last = k == len(models) - 1
+            fc = check_scores(model, checks, None if last else base, c.forget_tol)
+            drop = {key: fc[key] - base[key] for key in fc}
+            worst = min(drop, key=drop.get)
+            row.update({"forget_db": round(drop[worst], 4), "forget_at": worst})
+        table.append(row)
+        gain = f", {sig['burst_gain_db']:+.3f} ± {sig['burst_gain_se_db']:.3f} dB vs start" if k else ""
+        say(
+            f"burst signal step {step}: {sig['burst']:.4g}{gain}; forgetting check: worst "
+            f"{row['forget_db']:+.2f} dB ({row['forget_at']})"
+        )
+    allowed = [r for r in table if r["step"] == 0 or r["forget_db"] >= -c.forget_tol]
+    return table, min(allowed, key=lambda r: (r["burst"], r["step"]))
+
+
+def _rounded(v: float | int) -> float | int | None:
+    if isinstance(v, int):
+        return v
+    return float(f"{v:.6g}") if math.isfinite(v) else None
+
+
 def adapt_burst(
     nfiles: list[NoiseFile],
     out: Path,
@@ -213,12 +269,25 @@ def adapt_burst(
         models = [start] + ([slot] if a_kept else []) + [WithFineTune(slot, fine)]
         names = list(NAMES) if a_kept else [NAMES[0], NAMES[2]]
         labels = [0] + ([c.steps] if a_kept else []) + [c.steps + c.burst_steps]
-        cands = [(s, None) for s in labels]
+        say("stage 3 of 3: the burst signal on every frame's held-out band (docs/adaptation.md, Stop 109)")
+        scored = [for_scoring(maybe_shrink(m, True)) for m in models]
+        packed = [np.ascontiguousarray(f.packed, dtype=np.float32) for f in nfiles]
+        noise = [f.noise for f in nfiles]
+        signal = burst_scores(scored, packed, noise, pairs.warps, crops.bands, say, names, MIN_SAMPLES)
+        if len(signal) == len(models):
+            a_row = stage_row(a_sum) if a_kept else None
+            table, best = choose_by_burst(scored, signal, labels, a_row, c, say)
+        else:
+            say(
+                f"burst signal: {signal[0]['burst_samples']} samples, fewer than {MIN_SAMPLES} (the frames' "
+                "registrations land near one another's samples too rarely); choosing by held-out SURE"
+            )
+            cands = [(s, None) for s in labels]
 
-        def model_at(step: int, _: Path | None) -> nn.Module:
-            return maybe_shrink(models[labels.index(step)], True)
+            def model_at(step: int, _: Path | None) -> nn.Module:
+                return scored[labels.index(step)]
 
-        table, best = keep_or_discard(cands, model_at, held, c, say)
+            table, best = keep_or_discard(cands, model_at, held, c, say)
         for row, name in zip(table, names, strict=True):
             row["model"] = name
         kept = models[labels.index(best["step"])]

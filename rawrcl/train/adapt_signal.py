@@ -377,10 +377,20 @@ def _finite(x: float) -> float | None:
     return round(x, 4) if math.isfinite(x) else None
 
 
+def table_score(table: list[dict], c: AdaptConfig) -> str:
+    """The row key a keep-or-discard table is judged by (lower is better): ``burst`` for a table of
+    :func:`rawrcl.train.burst_signal.burst_gain` rows (``--method burst``'s burst signal), else ``c.select``
+    (SURE for ``last``)."""
+    if "burst" in table[0]:
+        return "burst"
+    return "sure" if c.select == "last" else c.select
+
+
 def final_flags(table: list[dict], c: AdaptConfig) -> tuple[str, bool, bool]:
     """(the score "worse" is judged by, the final weights scored worse than the start by it, the final weights
-    lost more than ``forget_tol`` on the forgetting check) of a :func:`keep_or_discard` table."""
-    score = "sure" if c.select == "last" else c.select
+    lost more than ``forget_tol`` on the forgetting check) of a :func:`keep_or_discard` table (or a burst
+    signal's, :func:`table_score`)."""
+    score = table_score(table, c)
     base, final = table[0], table[-1]
     return score, final[score] > base[score], final["forget_db"] < -c.forget_tol
 
@@ -415,13 +425,26 @@ def adapt_summary(
         "verdict": "kept start" if best["step"] == 0 else f"adapted (step {best['step']})",
         "final_worse_than_start": bool(worse),
         "final_forgot": bool(forgot),
-        "delta_sure_db": round(best["sure_psnr"] - table[0]["sure_psnr"], 4),
-        "delta_sure_se_db": best["sure_gain_se_db"],
+        **_deltas(table, best),
         "train": {k: fit.get(k) for k in ("first_loss", "last_loss", "elapsed_s")},
     }
     if msgs := adapt_warnings(table, best, c):
         summary["warning"] = " / ".join(msgs)
     return summary
+
+
+def _deltas(table: list[dict], best: dict) -> dict:
+    """The kept row's gain over the start and its standard error (dB): by the burst signal for its rows, else
+    by held-out SURE."""
+    if "burst" in best:
+        return {
+            "delta_burst_db": _finite(best["burst_gain_db"]),
+            "delta_burst_se_db": _finite(best["burst_gain_se_db"]),
+        }
+    return {
+        "delta_sure_db": round(best["sure_psnr"] - table[0]["sure_psnr"], 4),
+        "delta_sure_se_db": best["sure_gain_se_db"],
+    }
 
 
 def adapt_warnings(table: list[dict], best: dict, c: AdaptConfig) -> list[str]:
@@ -444,7 +467,7 @@ def adapt_warnings(table: list[dict], best: dict, c: AdaptConfig) -> list[str]:
             f"the adapted weights lost {-final['forget_db']:.2f} dB at {final['forget_at']} on the "
             f"forgetting check (more than {forget_tol:g} dB); {kept}{hint}"
         )
-    if c.select == "sure" and best["step"] == 0:
+    if score == "sure" and best["step"] == 0:
         unsure = [
             r
             for r in table[1:]
