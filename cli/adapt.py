@@ -84,7 +84,8 @@ from rawrcl.cli.common import LazyChoice, ema_option, user_errors
     "--select",
     default=None,
     type=click.Choice(["sure", "r2r", "last"]),
-    help="held-out score that picks the kept checkpoint (the start when none beats it)  [default: sure]",
+    help="held-out score that picks the kept checkpoint (the start when none beats it; --method burst: its "
+    "burst signal, unless the frames give too few compared samples)  [default: sure]",
 )
 @click.option(
     "--evals",

@@ -45,6 +45,7 @@ from rawrcl.models.beside import WithFineTune
 from rawrcl.models.loading import RUN_RAW
 from rawrcl.models.registry import load_checkpoint, save_checkpoint
 from rawrcl.models.shrink import maybe_shrink
+from rawrcl.noise import with_row_variance
 from rawrcl.train.adapt_blindspot import adapt_blindspot, blindspot_crops, start_raw_model
 from rawrcl.train.adapt_f2f import LAST, train_f2f
 from rawrcl.train.adapt_signal import adapt_summary, check_crops, check_scores, for_scoring, keep_or_discard
@@ -263,7 +264,7 @@ def adapt_burst(
         fine.eval()
 
         # -- stage 3: keep or discard among the start, A and A beside F'
-        held = crops.held_out(c.held_out)
+        held: list[dict] = []  # held-out SURE's crops, only for the fallback
         a_kept = a_sum["selected_step"] != 0
         slot = load_checkpoint(a_sum["raw_checkpoint"])[0].float().eval() if a_kept else start
         models = [start] + ([slot] if a_kept else []) + [WithFineTune(slot, fine)]
@@ -272,7 +273,8 @@ def adapt_burst(
         say("stage 3 of 3: the burst signal on every frame's held-out band (docs/adaptation.md, Stop 109)")
         scored = [for_scoring(maybe_shrink(m, True)) for m in models]
         packed = [np.ascontiguousarray(f.packed, dtype=np.float32) for f in nfiles]
-        noise = [f.noise for f in nfiles]
+        # each file told its noise as the held-out scores tell it (row noise as a third row when estimated)
+        noise = [with_row_variance(f.noise[None], f.row)[0] if f.row > 0 else f.noise for f in nfiles]
         signal = burst_scores(scored, packed, noise, pairs.warps, crops.bands, say, names, MIN_SAMPLES)
         if len(signal) == len(models):
             a_row = stage_row(a_sum) if a_kept else None
@@ -283,6 +285,7 @@ def adapt_burst(
                 "registrations land near one another's samples too rarely); choosing by held-out SURE"
             )
             cands = [(s, None) for s in labels]
+            held = crops.held_out(c.held_out)
 
             def model_at(step: int, _: Path | None) -> nn.Module:
                 return scored[labels.index(step)]

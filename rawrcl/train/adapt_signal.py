@@ -434,13 +434,10 @@ def adapt_summary(
 
 
 def _deltas(table: list[dict], best: dict) -> dict:
-    """The kept row's gain over the start and its standard error (dB): by the burst signal for its rows, else
-    by held-out SURE."""
+    """The kept row's gain over the start and its standard error (dB): by the burst signal for its rows (None
+    where it has no dB scale), else by held-out SURE."""
     if "burst" in best:
-        return {
-            "delta_burst_db": _finite(best["burst_gain_db"]),
-            "delta_burst_se_db": _finite(best["burst_gain_se_db"]),
-        }
+        return {"delta_burst_db": best["burst_gain_db"], "delta_burst_se_db": best["burst_gain_se_db"]}
     return {
         "delta_sure_db": round(best["sure_psnr"] - table[0]["sure_psnr"], 4),
         "delta_sure_se_db": best["sure_gain_se_db"],

@@ -160,7 +160,7 @@ def burst_gain(
     m0 = base[0] / max(n, 1) - var
     ok = m0 > 0 and m0 - dmse > 0
     return {
-        "burst": cand[0] / max(n, 1),
+        "burst": cand[0] / n if n else math.nan,
         "burst_dmse": dmse,
         "burst_gain_db": 10 * math.log10(m0 / (m0 - dmse)) if ok else math.nan,
         "burst_gain_se_db": 10 / math.log(10) * se / m0 if ok else math.nan,
@@ -179,7 +179,8 @@ def burst_scores(
     min_samples: int = 0,
 ) -> list[dict]:
     """:func:`burst_gain` of every model in ``models`` (scored as given: wrap them as the commands run them)
-    against the first, on the frames' held-out bands (module docstring). With fewer compared samples than
+    against the first, on the frames' held-out bands (module docstring); ``noise`` each frame's (2, 4) or,
+    told row noise, (3, 4) conditioning. With fewer compared samples than
     ``min_samples`` only the first model's row (the others are not run). No samples give NaN rows."""
     outs = []
     for k, m in enumerate(models):
