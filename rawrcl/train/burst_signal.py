@@ -11,7 +11,7 @@ j's noise is independent of frame i's, so E[(f(yᵢ) − yⱼ)²] = E[(f(yᵢ) �
 offset (≤ EPS, either sign): differences between candidates estimate differences of their true MSE. A
 registered *mean* of the other frames (what ``rawrcl eval --burst`` scores against) does not: its cubic
 resampling blurs the reference, and it ranked the candidates of a synthetic burst in the wrong order (stop
-109: −0.04 dB for a candidate 0.07 dB better against the truth).
+109: −0.05 dB for a candidate 0.12 dB better against the truth).
 
 Only samples where the first candidate's (the start's) output is more than 3 of frame j's noise std above 0
 and below 0.9 are scored (clipped samples are biased), the same samples for every candidate; the edges of each
