@@ -48,7 +48,14 @@ from rawrcl.models.shrink import maybe_shrink
 from rawrcl.noise import with_row_variance
 from rawrcl.train.adapt_blindspot import adapt_blindspot, blindspot_crops, start_raw_model
 from rawrcl.train.adapt_f2f import LAST, train_f2f
-from rawrcl.train.adapt_signal import adapt_summary, check_crops, check_scores, for_scoring, keep_or_discard
+from rawrcl.train.adapt_signal import (
+    adapt_summary,
+    check_crops,
+    check_scores,
+    for_scoring,
+    forget_row,
+    keep_or_discard,
+)
 from rawrcl.train.burst_signal import MIN_SAMPLES, burst_scores
 from rawrcl.train.config import AdaptConfig
 
@@ -171,15 +178,12 @@ def choose_by_burst(
     for k, (model, sig, step) in enumerate(zip(models, signal, labels, strict=True)):
         row = {"step": step, **{key: _rounded(v) for key, v in sig.items()}}
         if k == 0:
-            row.update({"forget_db": 0.0, "forget_at": next(iter(base))})
+            row.update(forget_row(base, base))
         elif k == 1 and a_row is not None:
             row.update(a_row)
         else:
             last = k == len(models) - 1
-            fc = check_scores(model, checks, None if last else base, c.forget_tol)
-            drop = {key: fc[key] - base[key] for key in fc}
-            worst = min(drop, key=drop.get)
-            row.update({"forget_db": round(drop[worst], 4), "forget_at": worst})
+            row.update(forget_row(check_scores(model, checks, None if last else base, c.forget_tol), base))
         table.append(row)
         gain = f", {sig['burst_gain_db']:+.3f} ± {sig['burst_gain_se_db']:.3f} dB vs start" if k else ""
         say(

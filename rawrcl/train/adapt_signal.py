@@ -287,6 +287,18 @@ def check_scores(
     return res
 
 
+def forget_row(scores: dict[str, float], base: dict[str, float]) -> dict:
+    """A candidate's forgetting-check keys of a keep-or-discard row, from its :func:`check_scores` ``scores``
+    and the start's ``base``: ``forget_db`` its worst drop (dB), ``forget_at`` that condition,
+    ``forget_stopped`` when the check stopped at its first failed condition (not necessarily the worst)."""
+    drop = {k: scores[k] - base[k] for k in scores}
+    worst = min(drop, key=drop.get)
+    row = {"forget_db": round(drop[worst], 4), "forget_at": worst}
+    if len(scores) < len(base):
+        row["forget_stopped"] = True
+    return row
+
+
 def keep_or_discard(
     cands: Sequence[tuple[int, Path | None]],
     model_at: Callable[[int, Path | None], nn.Module],
@@ -322,11 +334,7 @@ def keep_or_discard(
         scales = sure_scale_range(base_crops, base_fits, crops, fits) if s else (0.0, math.inf)
         row["sure_scales"] = None if scales is None else [round(scales[0], 4), _finite(scales[1])]
         row["sure_holds"] = holds(scales, c.noise_slack)
-        drop = {k: fc[k] - base_check[k] for k in fc}
-        worst = min(drop, key=drop.get)
-        row.update({"forget_db": round(drop[worst], 4), "forget_at": worst})
-        if len(fc) < len(base_check):
-            row["forget_stopped"] = True  # stopped at its first failed condition: not necessarily the worst
+        row.update(forget_row(fc, base_check))
         table.append(row)
         gain = ""
         if s:
@@ -335,7 +343,7 @@ def keep_or_discard(
         which = "beyond the tolerance, not scored further" if row.get("forget_stopped") else "worst"
         say(
             f"held-out step {s}: SURE {sc['sure']:.4g} ({sc['sure_psnr']:.2f} dB{gain}){r2r_txt}; "
-            f"forgetting check: {which} {drop[worst]:+.2f} dB ({worst})"
+            f"forgetting check: {which} {row['forget_db']:+.2f} dB ({row['forget_at']})"
         )
     allowed = [
         r

@@ -187,8 +187,9 @@ def burst_scores(
         outs.append([band_output(m, f, nz, b) for f, nz, b in zip(packed, noise, bands, strict=True)])
         if k == 0:
             pairs = native_pairs(packed, noise, warps, bands, outs[0])
-            say(f"burst signal: {sum(p.count for p in pairs)} samples compared with another frame's")
-            if sum(p.count for p in pairs) < min_samples:
+            count = sum(p.count for p in pairs)
+            say(f"burst signal: {count} samples compared with another frame's")
+            if count < min_samples:
                 break
         if names is not None:
             say(f"  denoised the held-out bands with the {names[k]}")
