@@ -36,7 +36,8 @@ from rawrcl.cli.common import LazyChoice, ema_option, user_errors
     "blindspot: a blind-spot network trained from scratch, run beside the start with SURE weights "
     "(6000 steps: ≈ 45 min to 2 h on 2 cores, by machine; docs/adaptation.md compares them); burst: for a "
     "burst (frames of one static scene), the blindspot composite beside a frame-to-frame fine-tune of the "
-    "start, chosen by their error against the other frames' samples (≈ 2 h for eight 1 MP frames)  "
+    "start, chosen by their error against the other frames' samples, which also sets the weight of GAT+BM3D "
+    "that rawrcl denoise --model RUN averages in (≈ 2 h for eight 1 MP frames)  "
     "[default: sure]",
 )
 @click.option(

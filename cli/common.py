@@ -116,16 +116,18 @@ NOISE_SYNTHETIC_HELP = (
 )
 
 
-def fuse_bm3d_option(what: str, best: str):
-    """``--fuse-bm3d W`` (→ ``fuse``, default 0: off): the weight of GAT+BM3D averaged into a network's
-    output (:mod:`rawrcl.infer.fusion`); ``what`` starts the help (what is averaged, for which inputs),
-    ``best`` is the command's measured best weight (``FUSE_WEIGHTS``; a test checks the help against it)."""
+def fuse_bm3d_option(what: str, best: str, adapted: bool = False):
+    """``--fuse-bm3d W`` (→ ``fuse``): the weight of GAT+BM3D averaged into a network's output
+    (:mod:`rawrcl.infer.fusion`); ``what`` starts the help (what is averaged, for which inputs), ``best`` is
+    the command's measured best weight (``FUSE_WEIGHTS``; a test checks the help against it). Default 0 (off);
+    with ``adapted`` None: the weight a ``rawrcl adapt --method burst`` run chose, else off."""
+    default = "default: the weight an adapt --method burst run chose, else 0: off" if adapted else "0: off"
     return click.option(
         "--fuse-bm3d",
         "fuse",
         type=float,
-        default=0.0,
+        default=None if adapted else 0.0,
         metavar="W",
-        help=f"{what} with GAT+BM3D's, weight W ({best} measured best; 0: off). Better (+0.1 to +0.3 dB "
+        help=f"{what} with GAT+BM3D's, weight W ({best} measured best; {default}). Better (+0.1 to +0.3 dB "
         "measured) and slower: BM3D adds about 13 s per megapixel on 2 threads (12 MP: 2.9 min, 2.1 GB).",
     )

@@ -73,7 +73,9 @@ from rawrcl.cli.common import NOISE_SYNTHETIC_HELP, fuse_bm3d_option, user_error
     "a JDD stage) twice up to std at mid-grey 0.053 (the JDD stage up to 0.021), four times at <= 0.008; "
     "--one-pass never",
 )
-@fuse_bm3d_option("--burst: average a RAW denoiser's output (two-stage JDD: the mid mosaic)", "0.3 / 0.5")
+@fuse_bm3d_option(
+    "--burst: average a RAW denoiser's output (two-stage JDD: the mid mosaic)", "0.3 / 0.5", adapted=True
+)
 @click.option(
     "--shrink/--no-shrink",
     default=None,

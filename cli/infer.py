@@ -246,7 +246,7 @@ def jdd(inputs, out, model_path, render, fmt, fuse, **common):
     default=None,
     help="RAW: dng (default) or tiff (CFA in raw DN); photos: png (default) or tiff.",
 )
-@fuse_bm3d_option("RAW files: average the output", "0.3")
+@fuse_bm3d_option("RAW files: average the output", "0.3", adapted=True)
 @_noise_options
 @_tile_options
 @user_errors

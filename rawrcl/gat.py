@@ -1,6 +1,8 @@
 """Classical RAW-domain denoising on packed mosaics: the generalised Anscombe transform, GAT + BM3D (the
 Poisson–Gaussian gold standard) and NLM — the RAW baselines of ``rawrcl eval``/``bench`` and the classical
-half of ``rawrcl denoise --fuse-bm3d`` (:mod:`rawrcl.infer.fusion`).
+half of ``rawrcl denoise --fuse-bm3d`` (:mod:`rawrcl.infer.fusion`; in row bands of bounded memory,
+:func:`banded_gat_bm3d`) and of the fusion weight ``rawrcl adapt --method burst`` chooses
+(:mod:`rawrcl.train.burst_signal`).
 
 Both work on a packed mosaic (4, h, w) or (B, 4, h, w) [R, G1, G2, B] in [0, 1] units with noise variance
 ``λshot·x + λread`` (scalars or one value per plane), and return the same shape, float32.
@@ -343,6 +345,37 @@ def gat_bm3d(
         x = gat_inverse(d, lambda_shot, lambda_read)
         out[i] = declip_black(x, lambda_shot, lambda_read) if clipped else x
     return _back(out, is_torch, batch)
+
+
+#: BM3D runs in bands of this many packed rows, neighbours overlapping by BAND_OVERLAP rows (cross-faded):
+#: its memory follows the band, not the frame (whole 12 MP frame: 4 GB)
+BAND, BAND_OVERLAP = 512, 32
+
+
+def banded_gat_bm3d(
+    packed: np.ndarray, lambda_shot, lambda_read, band: int = 0, overlap: int = 0
+) -> np.ndarray:
+    """:func:`rawrcl.gat.gat_bm3d` of a packed mosaic (4, h, w) in bands of ``band`` rows (default
+    :data:`BAND`) overlapping by ``overlap`` (:data:`BAND_OVERLAP`), linearly cross-faded → (4, h, w)
+    float32. Black clipping is judged once, on the whole mosaic."""
+    band, overlap = band or BAND, overlap or BAND_OVERLAP
+    clipped = is_black_clipped(packed)
+    h = packed.shape[-2]
+    if h <= band:
+        return gat_bm3d(packed, lambda_shot, lambda_read, black_clipped=clipped)
+    out = np.zeros(packed.shape, dtype=np.float64)
+    total = np.zeros(h)
+    ramp = np.linspace(0.0, 1.0, overlap + 2)[1:-1]  # > 0 everywhere: every row keeps some weight
+    for y0 in [*range(0, h - band, band - overlap), h - band]:
+        w = np.ones(band)
+        if y0 > 0:
+            w[:overlap] = ramp
+        if y0 + band < h:
+            w[-overlap:] = ramp[::-1]
+        part = gat_bm3d(packed[:, y0 : y0 + band], lambda_shot, lambda_read, black_clipped=clipped)
+        out[:, y0 : y0 + band] += part * w[:, None]
+        total[y0 : y0 + band] += w
+    return (out / total[:, None]).astype(np.float32)
 
 
 # ------------------------------------------------------------------------------------------------ NLM

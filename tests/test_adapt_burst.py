@@ -63,6 +63,7 @@ def small_f2f(monkeypatch, tmp_path):
     monkeypatch.setattr("rawrcl.train.adapt_blindspot.WIDTH", 4)
     small = check_crops(crop=32, per_photo=1, draws=1, photos=2)
     monkeypatch.setattr("rawrcl.train.adapt_signal.check_crops", lambda: small)
+    monkeypatch.setattr("rawrcl.train.adapt_burst.check_crops", lambda: small)  # its own import of it
     save_checkpoint(tmp_path / "start.pt", _tiny_two_stage())
     return {**TINY, "source": tmp_path / "start.pt"}
 
@@ -85,6 +86,7 @@ def test_adapt_burst_runs_the_three_stages_and_writes_a_model_the_commands_run(t
     res = adapt(burst, run, method="burst", progress=False, select="last", forget_tol=1e9, **small_f2f)
     assert [r["model"] for r in res["held_out"]] == list(NAMES)
     assert "sure" in res["held_out"][0]  # too few compared samples in these small frames: held-out SURE chose
+    assert res["fuse_bm3d"] == 0 and res["fusion"] == []  # and no burst signal to weigh GAT+BM3D by
     assert [r["step"] for r in res["held_out"]] == [0, 2, 4] and res["selected_step"] == 4
     assert res["verdict"] == f"adapted ({NAMES[2]})" and res["method"] == "burst"
     assert res["settings"]["burst_steps"] == 2
@@ -160,6 +162,17 @@ def test_adapt_burst_reuses_an_earlier_blindspot_run(tmp_path, small_f2f, monkey
     assert rows[1]["forget_db"] == next(r for r in first["held_out"] if r["step"] == 2)["forget_db"]
     assert res["selected_step"] == min(rows, key=lambda r: (r["burst"], r["step"]))["step"]
     assert "delta_burst_db" in res and "delta_sure_db" not in res
+    # then GAT+BM3D's weight, by the same signal: the smallest within one standard error of the best
+    from rawrcl.models.loading import adapted_fusion
+    from rawrcl.train.burst_signal import FUSE_GRID
+
+    fusion = res["fusion"]
+    assert [r["fuse_bm3d"] for r in fusion] == list(FUSE_GRID) and fusion[0]["burst_dmse"] == 0
+    top = max(fusion, key=lambda r: r["burst_dmse"])
+    bar = top["burst_dmse"] - (top["burst_dmse_se"] or 0)
+    assert res["fuse_bm3d"] == min(r["fuse_bm3d"] for r in fusion if r["burst_dmse"] >= bar)
+    assert adapted_fusion(tmp_path / "run") == res["fuse_bm3d"]  # what rawrcl denoise --model RUN fuses at
+    assert "GAT+BM3D's weight:" in r.output
     assert res["stages"]["blindspot"]["run"] == str(bs)
     assert res["stages"]["blindspot"]["verdict"] == first["verdict"]
     assert not (tmp_path / "run" / "blindspot").exists()

@@ -1,5 +1,6 @@
 """The burst selection signal (rawrcl.train.burst_signal): on a synthetic burst with known motion and truth,
-its estimate of the difference of two denoisers' true MSE, the samples it compares, the band's strips."""
+its estimate of the difference of two denoisers' true MSE, the samples it compares, the band's strips, and the
+weight of a second denoiser (GAT+BM3D in the commands) averaged into the first that it chooses."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from rawrcl.train.burst_signal import (
+    FUSE_GRID,
     NativePairs,
+    band_gat_bm3d,
     band_output,
     burst_errors,
     burst_gain,
     burst_scores,
+    choose_fusion,
+    fusion_scores,
     native_pairs,
 )
 
@@ -138,3 +143,76 @@ def test_too_few_samples_stop_after_the_first_model():
 
     rows = burst_scores([Blur(1), Counted(3)], noisy, noise, warps, [40] * 4, min_samples=10**9)
     assert len(rows) == 1 and rows[0]["burst_samples"] > 0 and Counted.calls == 0
+
+
+class Line(Blur):
+    """A 1×k (``across``) or k×1 box filter per plane: two of them make errors that are mostly independent."""
+
+    def __init__(self, k: int, across: bool) -> None:
+        super().__init__(k)
+        self.across = across
+
+    def forward(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        shape = (1, self.k) if self.across else (self.k, 1)
+        w = torch.ones(4, 1, *shape, dtype=x.dtype) / self.k
+        pad = [self.k // 2] * 2 + [0, 0] if self.across else [0, 0] + [self.k // 2] * 2
+        return F.conv2d(F.pad(x, pad, mode="replicate"), w, groups=4)
+
+
+def test_the_fusion_weight_chosen_is_where_the_truth_is_best():
+    noisy, clean, warps, noise = _burst(seed=1)
+    bands = [40] * 4
+    model, other = Line(5, True), Line(5, False)
+
+    def classical(frame, nz, top):
+        return band_output(other, frame, nz, top)
+
+    rows = fusion_scores(model, model, noisy, noise, warps, bands, classical=classical)
+    assert [r["fuse_bm3d"] for r in rows] == list(FUSE_GRID) and rows[0]["burst_dmse"] == 0
+    a = [band_output(model, f, n, 40) for f, n in zip(noisy, noise, strict=True)]
+    pairs = native_pairs(noisy, noise, warps, bands, a)
+    b = [classical(f, n, 40) for f, n in zip(noisy, noise, strict=True)]
+    true = []
+    for w in FUSE_GRID:
+        se, n = 0.0, 0
+        for i, fp in enumerate(pairs):
+            for c, p, *_ in fp.entries:
+                out = ((1 - w) * a[i][c] + w * b[i][c]).reshape(-1)[p]
+                se += float(((out - clean[i][c, 40:].reshape(-1)[p]) ** 2).sum())
+                n += len(p)
+        true.append(se / n)
+    best = int(np.argmin(true))
+    assert best > 0 and true[0] - true[best] > 0.2 * true[0]  # averaging the two stand-ins gains
+    chosen = FUSE_GRID.index(choose_fusion(rows)["fuse_bm3d"])
+    assert chosen > 0 and true[chosen] - true[best] < 0.1 * (true[0] - true[best])
+    # the estimate of each weight's gain is the truth's, within its standard error
+    for r, t in zip(rows[1:], true[1:], strict=True):
+        assert abs(r["burst_dmse"] - (true[0] - t)) < 3 * r["burst_dmse_se"] + 0.05 * abs(true[0] - t)
+
+
+def test_choose_fusion_takes_the_smallest_weight_within_one_standard_error():
+    def row(w, d, se, n=100):
+        return {"fuse_bm3d": w, "burst_dmse": d, "burst_dmse_se": se, "burst_samples": n}
+
+    rows = [row(0.0, 0.0, 0.0), row(0.2, 1.0, 0.3), row(0.4, 1.5, 0.3), row(0.6, 1.6, 0.2)]
+    assert choose_fusion(rows)["fuse_bm3d"] == 0.4  # 1.5 ≥ 1.6 − 0.2; 1.0 is not
+    rows[3]["burst_dmse_se"] = 0.05
+    assert choose_fusion(rows)["fuse_bm3d"] == 0.6
+    worse = [row(0.0, 0.0, 0.0), row(0.2, -0.5, 0.1), row(0.4, -1.0, 0.1)]
+    assert choose_fusion(worse)["fuse_bm3d"] == 0.0
+    none = [row(0.0, float("nan"), float("nan"), 0), row(0.2, float("nan"), float("nan"), 0)]
+    assert choose_fusion(none)["fuse_bm3d"] == 0.0
+
+
+def test_band_gat_bm3d_is_gat_bm3d_of_the_band_with_its_context():
+    from rawrcl.burst_align import Registration  # noqa: F401  (the module the signal needs imports)
+    from rawrcl.gat import gat_bm3d
+    from rawrcl.train.burst_signal import CONTEXT
+
+    noisy, clean, _, noise = _burst(h=80, w=48)
+    top = 56
+    out = band_gat_bm3d(noisy[0], noise[0], top)
+    assert out.shape == (4, 80 - top, 48) and out.dtype == np.float32
+    whole = gat_bm3d(noisy[0][:, top - CONTEXT :], 0.0, SIGMA**2)[:, CONTEXT:]
+    np.testing.assert_allclose(out, whole, atol=1e-4)
+    assert np.mean((out - clean[0][:, top:]) ** 2) < 0.5 * SIGMA**2  # it denoises

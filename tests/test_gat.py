@@ -126,21 +126,19 @@ def test_nlm_raw_beats_noisy_input():
 def test_banded_bm3d_matches_the_whole_frame():
     """rawrcl denoise/jdd --fuse-bm3d run GAT+BM3D in overlapping row bands (bounded memory): the bands
     cross-fade to what the whole frame gives, and a frame within one band is the whole-frame result."""
-    from rawrcl.infer.fusion import banded_gat_bm3d
-
     rng = np.random.default_rng(3)
     yy, xx = np.mgrid[0:160, 0:48] / 48.0
     x = np.stack([0.05 + 0.3 * (0.5 + 0.5 * np.sin(3 * yy + k + 2 * xx)) for k in range(4)])
     ls, lr = 2e-3, 1e-5
     y = x + rng.normal(size=x.shape) * np.sqrt(ls * x + lr)
     whole = RB.gat_bm3d(y, ls, lr)
-    banded = banded_gat_bm3d(y, ls, lr, band=48, overlap=16)
+    banded = RB.banded_gat_bm3d(y, ls, lr, band=48, overlap=16)
     mse_w, mse_b = (float(np.mean((o - x) ** 2)) for o in (whole, banded))
     assert banded.shape == y.shape and banded.dtype == np.float32
     assert mse_b < 1.05 * mse_w and float(np.abs(banded - whole).mean()) < 0.2 * math.sqrt(mse_w)
     # one band: the whole-frame call; BM3D itself varies run to run (~5e-7 typically, 1.6e-5 seen once in CI),
     # far below the noise std (≈ 0.02) that a wrong band would show
-    one = banded_gat_bm3d(y[:, :40], ls, lr, band=48, overlap=16)
+    one = RB.banded_gat_bm3d(y[:, :40], ls, lr, band=48, overlap=16)
     np.testing.assert_allclose(one, RB.gat_bm3d(y[:, :40], ls, lr), atol=1e-4)
 
 

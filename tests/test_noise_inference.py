@@ -569,6 +569,38 @@ def test_burst_eval_with_fusion_records_it(burst_dir, models, tmp_path):
     assert docs["0.5"]["psnr"] != docs["0"]["psnr"]
 
 
+def test_an_adapt_runs_fusion_weight_is_used_unless_told(burst_dir, models, tmp_path):
+    """A checkpoint whose ``rawrcl adapt --method burst`` run chose a GAT+BM3D weight: ``rawrcl denoise`` and
+    ``rawrcl eval --burst`` fuse at it (saying so) unless told ``--fuse-bm3d``; other checkpoints do not."""
+    import rawpy
+
+    from rawrcl.models.loading import adapted_fusion
+    from rawrcl.models.registry import load_checkpoint, save_checkpoint
+
+    model, _ = load_checkpoint(models["blind"])
+    run = tmp_path / "run"
+    run.mkdir()
+    save_checkpoint(run / "denoise.pt", model, None, {"adapt": {"method": "burst", "fuse_bm3d": 0.5}})
+    assert adapted_fusion(run) == adapted_fusion(run / "denoise.pt") == 0.5
+    assert adapted_fusion(models["blind"]) == adapted_fusion("default") == adapted_fusion(None) == 0.0
+    docs = {}
+    for name, extra in (("own", []), ("told", ["--fuse-bm3d", "0.5"]), ("off", ["--fuse-bm3d", "0"])):
+        r = _run(["eval", str(run), "--burst", str(burst_dir), "--json", *extra])
+        assert r.exit_code == 0, r.output
+        docs[name] = json.loads(r.stdout)
+    assert docs["own"]["noise"]["fuse_bm3d"] == 0.5 and docs["own"]["psnr"] == docs["told"]["psnr"]
+    assert docs["off"]["noise"] is None and docs["off"]["psnr"] != docs["own"]["psnr"]
+    src = str(burst_dir / "frame00.dng")
+    outs = {}
+    for name, extra in (("own", []), ("off", ["--fuse-bm3d", "0"])):
+        r = _run(["denoise", src, "-o", str(tmp_path / f"{name}.dng"), "--model", str(run), *extra])
+        assert r.exit_code == 0, r.output
+        assert ("the weight its adapt run chose" in r.stdout) == (name == "own"), r.stdout
+        with rawpy.imread(str(tmp_path / f"{name}.dng")) as raw:
+            outs[name] = raw.raw_image_visible.astype(np.int64)
+    assert np.abs(outs["own"] - outs["off"]).mean() > 0
+
+
 def test_jdd_fusion_runs_the_models_own_second_stage(burst_dir, tmp_path):
     """Fusion between the stages with weight 0 is exactly the two-stage model; with weight 0.3 the JDD
     command writes it; a one-stage JDD model is refused in one line."""

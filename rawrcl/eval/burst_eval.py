@@ -177,7 +177,7 @@ def evaluate_burst(
     plot: str | os.PathLike | None = None,
     overwrite: bool = False,
     log: Callable[[str], None] | None = None,
-    fuse: float = 0.0,
+    fuse: float | None = 0.0,
     shrink: bool | None = None,
 ) -> dict:
     """Score ``method`` (module docstring) on the target frame of the burst in ``folder``.
@@ -189,7 +189,8 @@ def evaluate_burst(
     noise, noise_profile, noise_scale : what a noise-aware model or baseline is told (module docstring).
     opts : :class:`rawrcl.infer.TileOptions` for models.
     plot : write a side-by-side PNG (noisy, method, reference crops) here.
-    fuse : weight of GAT+BM3D averaged in (module docstring; 0: off).
+    fuse : weight of GAT+BM3D averaged in (module docstring; 0: off; None: for a RAW denoiser the weight its
+        ``rawrcl adapt --method burst`` run chose, :func:`rawrcl.models.loading.adapted_fusion`, else 0).
     shrink : the SURE weights (:mod:`rawrcl.models.shrink`; None: the command's default, as ``rawrcl
         denoise`` / ``rawrcl jdd`` run it; with ``fuse``, the network half).
 
@@ -224,7 +225,12 @@ def evaluate_burst(
     opts = opts or TileOptions()
     model, kind = (None, BURST_BASELINES[method]) if is_baseline else _load_model(method, task, opts)
     from rawrcl.infer.fusion import check_fuse_weight, fuse_bm3d, jdd_fused, require_two_stage
+    from rawrcl.models.loading import adapted_fusion
 
+    if fuse is None:  # a rawrcl adapt --method burst run's own weight (RAW denoisers)
+        fuse = adapted_fusion(method) if not is_baseline and kind == "raw" else 0.0
+        if fuse > 0:
+            say(f"{method}: averaged with GAT+BM3D at weight {fuse:g}, the weight its adapt run chose")
     fuse = check_fuse_weight(fuse)
     if fuse > 0 and is_baseline:
         raise RawrclError(f"--fuse-bm3d applies to rawrcl models, not to the baseline {method}")

@@ -48,7 +48,7 @@ from rawrcl.infer.pipeline import (
 )
 from rawrcl.infer.writers import BAND_ROWS, write_cfa_tiff, write_denoised_dng, write_image
 from rawrcl.io import PHOTO_EXTENSIONS, RAW_EXTENSIONS, read_photo_depth
-from rawrcl.models.loading import is_shipped
+from rawrcl.models.loading import adapted_fusion, is_shipped
 
 # ----------------------------------------------------------------------------------------------------
 # files
@@ -289,14 +289,15 @@ def run_jdd(
     echo: Callable[[str], None] | None = None,
     error: Callable[[str], None] | None = None,
     noise: NoiseOptions | None = None,
-    fuse: float = 0.0,
+    fuse: float | None = 0.0,
 ) -> BatchResult:
     """``rawrcl jdd``: every RAW input → ``<OUT>/<stem>.tiff|png`` (or the file OUT for a single input).
 
     ``noise``: what a noise-aware model is told (default ``auto``: the DNG NoiseProfile, else a matching
     ``--noise-profile`` entry, else the single-image estimate); ignored (with one warning if given) for
-    blind models. ``fuse``: ``--fuse-bm3d`` (:func:`jdd_file`; 0: off)."""
-    fuse = check_fuse_weight(fuse)  # a bad weight fails before any file is read
+    blind models. ``fuse``: ``--fuse-bm3d`` (:func:`jdd_file`; 0 or None: off — the weight a ``rawrcl adapt
+    --method burst`` run chose applies to ``rawrcl denoise`` only, where it was measured)."""
+    fuse = check_fuse_weight(fuse or 0.0)  # a bad weight fails before any file is read
     noise = noise or NoiseOptions()
     echo = echo or (lambda s: print(s, flush=True))
     if render not in ("srgb", "linear"):
@@ -337,16 +338,19 @@ def run_denoise(
     echo: Callable[[str], None] | None = None,
     error: Callable[[str], None] | None = None,
     noise: NoiseOptions | None = None,
-    fuse: float = 0.0,
+    fuse: float | None = None,
 ) -> BatchResult:
     """``rawrcl denoise``: RAW → ``.dng`` (default) or ``.tiff`` (CFA in DN); RGB photos → ``.png``/``.tiff``.
 
     ``model_path``: head "raw" checkpoint (None or ``"default"``: shipped ``raw_denoise_default.pt``);
     ``rgb_model_path``: head "rgb" checkpoint for photos (no default ships). A checkpoint given as
     ``model_path`` with head "rgb" is used for photos instead. ``noise``: as :func:`run_jdd`. ``fuse``:
-    ``--fuse-bm3d``, the weight of GAT+BM3D averaged into RAW outputs (0: off; :mod:`rawrcl.infer.fusion`).
+    ``--fuse-bm3d``, the weight of GAT+BM3D averaged into RAW outputs (0: off; :mod:`rawrcl.infer.fusion`;
+    None: the weight a ``rawrcl adapt --method burst`` run chose,
+    :func:`rawrcl.models.loading.adapted_fusion`, else 0).
     """
-    fuse = check_fuse_weight(fuse)  # a bad weight fails before any file is read
+    if fuse is not None:
+        fuse = check_fuse_weight(fuse)  # a bad weight fails before any file is read
     noise = noise or NoiseOptions()
     echo = echo or (lambda s: print(s, flush=True))
     opts = opts or TileOptions()
@@ -377,6 +381,13 @@ def run_denoise(
 
     if model_path is not None:
         get_raw()  # a bad --model is an error for the whole command, not per file
+    if fuse is None:
+        fuse = adapted_fusion(model_path)
+        if fuse > 0:
+            echo(
+                f"{model_path}: averaged with GAT+BM3D at weight {fuse:g}, the weight its adapt run chose "
+                "(--fuse-bm3d 0: off)"
+            )
     if rgb_model_path is not None:
         get_rgb()
     exts = RAW_EXTENSIONS | frozenset(PHOTO_EXTENSIONS)

@@ -7,6 +7,9 @@ W = :data:`FUSE_WEIGHTS` was chosen per command on the validation rows (docs/wei
 13 s per megapixel on 2 threads (12 MP: 2.9 min, 2.1 GB peak), so this is an option for the frames that
 deserve it, not the default (which keeps ≥ 1 MP/s). ``rawrcl jdd`` fuses the same way between the two stages
 of a two-stage model (:func:`jdd_fused`): the JDD network then demosaics the fused mosaic.
+A ``rawrcl adapt --method burst`` run chooses its own weight from the burst
+(:func:`rawrcl.train.burst_signal.fusion_scores`); ``rawrcl denoise --model RUN`` fuses at it unless told
+(:func:`rawrcl.models.loading.adapted_fusion`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import torch.nn as nn
 
 from rawrcl.cfa import align_rggb, pack, unpack
 from rawrcl.errors import RawrclError
-from rawrcl.gat import gat_bm3d, is_black_clipped
+from rawrcl.gat import banded_gat_bm3d
 from rawrcl.infer.noise import bind_noise
 from rawrcl.infer.pipeline import TileOptions, denoise_cfa, jdd_cfa
 from rawrcl.models.compose import DenoiseThenDemosaic, FirstStage
@@ -28,10 +31,6 @@ from rawrcl.noise import NoiseModel
 #: the weight of GAT+BM3D chosen per command on the validation rows (docs/weights.md, "Fusing with GAT+BM3D")
 FUSE_WEIGHTS = {"raw-denoise": 0.3, "jdd": 0.5}
 
-#: BM3D runs in bands of this many packed rows, neighbours overlapping by BAND_OVERLAP rows (cross-faded):
-#: its memory follows the band, not the frame (whole 12 MP frame: 4 GB)
-BAND, BAND_OVERLAP = 512, 32
-
 
 def check_fuse_weight(weight: float) -> float:
     """``weight`` as a float in [0, 1] (0: no fusion), else a one-line :class:`RawrclError`."""
@@ -39,32 +38,6 @@ def check_fuse_weight(weight: float) -> float:
     if not 0.0 <= w <= 1.0:
         raise RawrclError(f"--fuse-bm3d must be in [0, 1] (the weight of GAT+BM3D), got {weight}")
     return w
-
-
-def banded_gat_bm3d(
-    packed: np.ndarray, lambda_shot, lambda_read, band: int = 0, overlap: int = 0
-) -> np.ndarray:
-    """:func:`rawrcl.gat.gat_bm3d` of a packed mosaic (4, h, w) in bands of ``band`` rows (default
-    :data:`BAND`) overlapping by ``overlap`` (:data:`BAND_OVERLAP`), linearly cross-faded → (4, h, w)
-    float32. Black clipping is judged once, on the whole mosaic."""
-    band, overlap = band or BAND, overlap or BAND_OVERLAP
-    clipped = is_black_clipped(packed)
-    h = packed.shape[-2]
-    if h <= band:
-        return gat_bm3d(packed, lambda_shot, lambda_read, black_clipped=clipped)
-    out = np.zeros(packed.shape, dtype=np.float64)
-    total = np.zeros(h)
-    ramp = np.linspace(0.0, 1.0, overlap + 2)[1:-1]  # > 0 everywhere: every row keeps some weight
-    for y0 in [*range(0, h - band, band - overlap), h - band]:
-        w = np.ones(band)
-        if y0 > 0:
-            w[:overlap] = ramp
-        if y0 + band < h:
-            w[-overlap:] = ramp[::-1]
-        part = gat_bm3d(packed[:, y0 : y0 + band], lambda_shot, lambda_read, black_clipped=clipped)
-        out[:, y0 : y0 + band] += part * w[:, None]
-        total[y0 : y0 + band] += w
-    return (out / total[:, None]).astype(np.float32)
 
 
 def fuse_bm3d(

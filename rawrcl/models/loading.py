@@ -97,6 +97,22 @@ def open_checkpoint(source: str | os.PathLike, device: str = "cpu") -> tuple[nn.
     return load_checkpoint(checkpoint_file(source), map_location=device)
 
 
+def adapted_fusion(source: str | os.PathLike | None) -> float:
+    """The weight of GAT+BM3D that a ``rawrcl adapt --method burst`` run chose to average into its RAW
+    denoiser's output (the checkpoint's ``extra["adapt"]["fuse_bm3d"]``; ``source`` a run directory or its
+    checkpoint, as :func:`checkpoint_for` reads it for RAW denoising), else 0 — what ``rawrcl denoise`` and
+    ``rawrcl eval --burst`` fuse at unless told ``--fuse-bm3d``. Shipped weights and ONNX files: 0."""
+    if source is None or is_shipped(source) or str(source).lower().endswith(".onnx"):
+        return 0.0
+    path = checkpoint_for(source, "raw-denoise")
+    if path.suffix.lower() == ".onnx":
+        return 0.0
+    extra = read_checkpoint(path).get("extra") or {}
+    adapt_ = extra.get("adapt") if isinstance(extra, dict) else None
+    w = adapt_.get("fuse_bm3d") if isinstance(adapt_, dict) else None
+    return float(w) if isinstance(w, (int, float)) and 0.0 <= w <= 1.0 else 0.0
+
+
 def load_for_task(
     source: str | os.PathLike | None, task: str | Task, device: str = "cpu"
 ) -> tuple[nn.Module, dict]:

@@ -21,6 +21,11 @@ Stages (each resumable; docs/adaptation.md, "Stop 106", "Stop 107" measured them
    (:data:`~rawrcl.models.loading.RUN_RAW`), which ``rawrcl denoise --model RUN`` and ``rawrcl eval RUN
    --burst`` run, and ``RUN/adapt.json`` the summary. F′ alone is not a candidate: it forgets (stop 107's
    check, worst −0.35 dB), the composite's outer SURE weights drop it where it does.
+
+   Then the weight of GAT+BM3D averaged into the kept model's output, by the same signal
+   (:func:`fusion_stage`; 0 when the signal had too few samples or the files have row noise). It is
+   ``adapt.json``'s ``fuse_bm3d``, stored in the checkpoint: ``rawrcl denoise --model RUN`` and ``rawrcl eval
+   RUN --burst`` fuse at it unless told ``--fuse-bm3d`` (docs/adaptation.md, "Stop 110").
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from rawrcl.train.adapt_signal import (
     forget_row,
     keep_or_discard,
 )
-from rawrcl.train.burst_signal import MIN_SAMPLES, burst_scores
+from rawrcl.train.burst_signal import FUSE_GRID, MIN_SAMPLES, burst_scores, choose_fusion, fusion_scores
 from rawrcl.train.config import AdaptConfig
 
 #: the frame-to-frame fine-tune's settings (stop 106's F′, docs/adaptation.md): Adam lr, input crops per step
@@ -194,6 +199,38 @@ def choose_by_burst(
     return table, min(allowed, key=lambda r: (r["burst"], r["step"]))
 
 
+def fusion_stage(
+    kept: nn.Module,
+    start: nn.Module,
+    nfiles: Sequence[NoiseFile],
+    noise: Sequence,
+    warps: Sequence[Sequence[np.ndarray]],
+    bands: Sequence[int],
+    say: Callable[[str], None],
+) -> tuple[float, list[dict]]:
+    """(the weight of GAT+BM3D to average into ``kept``'s output, the burst signal's rows per weight): the
+    rows of :func:`rawrcl.train.burst_signal.fusion_scores` on the frames' held-out bands (``start`` picks the
+    samples, as in stage 3's choice), the weight :func:`~rawrcl.train.burst_signal.choose_fusion`'s. Files
+    with row noise get 0: their network runs on de-banded rows, GAT+BM3D would not."""
+    if any(f.row > 0 for f in nfiles):
+        say("GAT+BM3D's weight: 0 (files with row noise: the model runs on de-banded rows, BM3D would not)")
+        return 0.0, []
+    grid = ", ".join(f"{w:g}" for w in FUSE_GRID)
+    say(f"GAT+BM3D's weight: the burst signal of the kept model averaged with GAT+BM3D, weights {grid}")
+    packed = [np.ascontiguousarray(f.packed, dtype=np.float32) for f in nfiles]
+    rows = fusion_scores(kept, start, packed, noise, warps, bands)
+    for r in rows[1:]:
+        gain, se = r["burst_gain_db"], r["burst_gain_se_db"]
+        text = f"{gain:+.3f} ± {se:.3f} dB vs none" if math.isfinite(gain) else "no dB scale"
+        say(f"  weight {r['fuse_bm3d']:g}: {text}")
+    w = choose_fusion(rows)["fuse_bm3d"]
+    say(
+        f"GAT+BM3D's weight: {w:g} (the smallest within one standard error of the best); rawrcl denoise "
+        "--model RUN fuses at it, --fuse-bm3d 0 turns it off"
+    )
+    return w, [{k: _rounded(v) for k, v in r.items()} for r in rows]
+
+
 def _rounded(v: float | int) -> float | int | None:
     if isinstance(v, int):
         return v
@@ -298,6 +335,11 @@ def adapt_burst(
         for row, name in zip(table, names, strict=True):
             row["model"] = name
         kept = models[labels.index(best["step"])]
+        fuse, fusion = 0.0, []
+        if len(signal) == len(models):
+            fuse, fusion = fusion_stage(
+                scored[labels.index(best["step"])], scored[0], nfiles, noise, pairs.warps, crops.bands, say
+            )
         fit = {
             "first_loss": rows[0]["loss"] if rows else None,
             "last_loss": rows[-1]["loss"] if rows else None,
@@ -306,6 +348,10 @@ def adapt_burst(
         summary = adapt_summary(out, out / RUN_RAW, src, c, nfiles, len(held), table, best, fit)
         won = names[labels.index(best["step"])]
         summary["verdict"] = "kept start" if best["step"] == 0 else f"adapted ({won})"
+        if fuse > 0:
+            summary["verdict"] += f", GAT+BM3D weight {fuse:g}"
+        summary["fuse_bm3d"] = fuse
+        summary["fusion"] = fusion
         summary["stages"] = {
             "blindspot": {
                 "run": a_sum.get("run_dir", str(one)),
@@ -322,4 +368,12 @@ def adapt_burst(
     return summary
 
 
-__all__ = ["F2F", "MIN_FRAMES", "adapt_burst", "burst_pairs", "reuse_blindspot", "two_stage_start"]
+__all__ = [
+    "F2F",
+    "MIN_FRAMES",
+    "adapt_burst",
+    "burst_pairs",
+    "fusion_stage",
+    "reuse_blindspot",
+    "two_stage_start",
+]

@@ -16,6 +16,11 @@ resampling blurs the reference, and it ranked the candidates of a synthetic burs
 Only samples where the first candidate's (the start's) output is more than 3 of frame j's noise std above 0
 and below 0.9 are scored (clipped samples are biased), the same samples for every candidate; the edges of each
 band (:data:`EDGE`) are left out. Shapes: packed RGGB (4, h, w) in [0, 1]; noise (2, 4) [λshot; λread].
+
+The same comparison chooses how much of GAT+BM3D to average into the kept model's output (``rawrcl
+denoise --fuse-bm3d W``; :func:`fusion_scores`, :func:`choose_fusion`): the weight depends on the camera and
+the scene — on ``hdrplus_burst2`` the start gains most at 0.4, on a synthetic burst of film scans at 0.1
+(docs/adaptation.md, "Stop 110").
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import torch.nn as nn
 
 from rawrcl.burst_align import Registration, full_res_affine
 from rawrcl.cfa import CHANNELS
+from rawrcl.gat import banded_gat_bm3d
 from rawrcl.models.conditioning import call
 from rawrcl.models.geometry import pad_to_multiple, size_multiple
 
@@ -49,6 +55,8 @@ STRIP = 512
 #: fewer compared samples than this (a burst whose frames moved by whole-pixel-free translations lands near
 #: another frame's samples rarely: 2 of 8 frames of a synthetic burst did): ``rawrcl adapt`` chooses by SURE
 MIN_SAMPLES = 10_000
+#: the weights of GAT+BM3D averaged into the kept model's output that :func:`fusion_scores` compares (0: none)
+FUSE_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 
 
 @dataclass
@@ -148,7 +156,8 @@ def burst_gain(
 ) -> dict:
     """A candidate's burst error against the first candidate's: ``burst`` its mean squared error against the
     other frames' samples (lower is better), ``burst_dmse`` the first's minus its (the estimate of the true
-    MSE difference; > 0: better), ``burst_gain_se_db`` / ``burst_gain_db``: that difference in dB of the
+    MSE difference; > 0: better) and its standard error ``burst_dmse_se`` (blocks as units),
+    ``burst_gain_se_db`` / ``burst_gain_db``: that difference in dB of the
     first's true MSE, estimated as its ``burst`` minus the told noise variance of the compared samples (NaN
     when that is not positive: the told noise is too large), and its standard error (blocks as units)."""
     n = sum(fp.count for fp in pairs)
@@ -162,6 +171,7 @@ def burst_gain(
     return {
         "burst": cand[0] / n if n else math.nan,
         "burst_dmse": dmse,
+        "burst_dmse_se": se,
         "burst_gain_db": 10 * math.log10(m0 / (m0 - dmse)) if ok else math.nan,
         "burst_gain_se_db": 10 / math.log(10) * se / m0 if ok else math.nan,
         "burst_samples": n,
@@ -197,13 +207,61 @@ def burst_scores(
     return [burst_gain(errs[0], e, pairs) for e in errs]
 
 
+def band_gat_bm3d(frame: np.ndarray, noise: torch.Tensor, top: int) -> np.ndarray:
+    """GAT+BM3D's output (4, h − top, w) on frame (4, h, w)'s rows ``top`` … end (:data:`CONTEXT` rows above
+    as input, as :func:`band_output`), told ``noise``'s λshot, λread rows (2 or 3, 4; a row part ignored)."""
+    lo = max(0, top - CONTEXT)
+    lam = torch.as_tensor(noise).double().cpu().numpy()
+    return banded_gat_bm3d(np.ascontiguousarray(frame[:, lo:], np.float32), lam[0], lam[1])[:, top - lo :]
+
+
+def fusion_scores(
+    model: nn.Module,
+    start: nn.Module,
+    packed: Sequence[np.ndarray],
+    noise: Sequence[torch.Tensor],
+    warps: Sequence[Sequence[np.ndarray]],
+    bands: Sequence[int],
+    grid: Sequence[float] = FUSE_GRID,
+    classical: Callable[[np.ndarray, torch.Tensor, int], np.ndarray] = band_gat_bm3d,
+) -> list[dict]:
+    """:func:`burst_gain` of ``(1 − w)·model + w·classical`` for every weight w of ``grid`` against the first
+    (``grid[0]``, 0: the model alone), each row with its ``fuse_bm3d`` w, on the held-out bands' samples that
+    ``start``'s output selects (those of :func:`burst_scores`). Arguments as :func:`burst_scores`'s;
+    ``classical(frame, noise, top)`` the other denoiser's band output (default: GAT+BM3D told the same
+    noise)."""
+    frames = list(zip(packed, noise, bands, strict=True))
+    outs = [band_output(model, f, nz, b) for f, nz, b in frames]
+    base = outs if start is model else [band_output(start, f, nz, b) for f, nz, b in frames]
+    pairs = native_pairs(packed, noise, warps, bands, base)
+    other = [classical(f, nz, b) for f, nz, b in frames]
+    both = list(zip(outs, other, strict=True))
+    errs = [burst_errors([(1 - w) * o + w * c for o, c in both], pairs) for w in grid]
+    return [{"fuse_bm3d": float(w), **burst_gain(errs[0], e, pairs)} for w, e in zip(grid, errs, strict=True)]
+
+
+def choose_fusion(rows: Sequence[dict]) -> dict:
+    """The row of :func:`fusion_scores` to keep: the smallest weight whose estimated gain lies within one
+    standard error of the largest gain (stop 110's rule, fixed before its results: when the signal cannot tell
+    the weights apart, less of the slower classical half). No compared samples: the first row (w = 0)."""
+    best = max(rows, key=lambda r: (r["burst_dmse"], -r["fuse_bm3d"]))
+    if not best["burst_samples"] or not math.isfinite(best["burst_dmse"]):
+        return rows[0]
+    bar = best["burst_dmse"] - (best["burst_dmse_se"] if math.isfinite(best["burst_dmse_se"]) else 0.0)
+    return min((r for r in rows if r["burst_dmse"] >= bar), key=lambda r: r["fuse_bm3d"])
+
+
 __all__ = [
     "EPS",
+    "FUSE_GRID",
     "MIN_SAMPLES",
     "NativePairs",
+    "band_gat_bm3d",
     "band_output",
     "burst_errors",
     "burst_gain",
     "burst_scores",
+    "choose_fusion",
+    "fusion_scores",
     "native_pairs",
 ]
