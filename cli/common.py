@@ -119,8 +119,8 @@ NOISE_SYNTHETIC_HELP = (
 def fuse_bm3d_option(what: str, best: str, adapted: bool = False):
     """``--fuse-bm3d W`` (→ ``fuse``): the weight of GAT+BM3D averaged into a network's output
     (:mod:`rawrcl.infer.fusion`); ``what`` starts the help (what is averaged, for which inputs), ``best`` is
-    the command's measured best weight (``FUSE_WEIGHTS``; a test checks the help against it). Default 0 (off);
-    with ``adapted`` None: the weight a ``rawrcl adapt --method burst`` run chose, else off."""
+    the command's measured best weight (``FUSE_WEIGHTS``; a test checks the help against it). Default 0
+    (off); with ``adapted`` None: the weight a ``rawrcl adapt --method burst`` run chose, else off."""
     default = "default: the weight an adapt --method burst run chose, else 0: off" if adapted else "0: off"
     return click.option(
         "--fuse-bm3d",
