@@ -74,7 +74,7 @@ def export(
     from rawrcl.export.build import averaged_stages, export_prepared, prepare
     from rawrcl.export.noise import baked_nlf
     from rawrcl.models import load_checkpoint
-    from rawrcl.models.loading import default_weights_path, export_checkpoint
+    from rawrcl.models.loading import adapted_fusion, default_weights_path, export_checkpoint
 
     if not re.fullmatch(r"\d+\.\d+", version):
         raise RawrclError(f"--version {version!r}: darktable compares model versions as X.Y (e.g. 1.0)")
@@ -86,6 +86,13 @@ def export(
         raise RawrclError("--iso/--camera need --noise PROFILE.json")
     spec = baked_nlf(noise, iso, camera) if noise is not None else None
     net, cfg = load_checkpoint(ckpt)
+    fused = adapted_fusion(ckpt) if model not in DEFAULTS else 0.0
+    if fused > 0:  # rawrcl denoise --model RUN averages GAT+BM3D in; a graph cannot
+        click.echo(
+            f"{ckpt}: its adapt run's GAT+BM3D weight {fused:g} is not exported (the graph holds the network "
+            "alone; rawrcl denoise --model RUN applies it)",
+            err=True,
+        )
     if fmt == "onnx":
         target = Path(out)
         if target.suffix.lower() != ".onnx":

@@ -523,6 +523,20 @@ def test_noise_aware_plain_onnx_has_a_noise_input(tmp_path, fake_ckpt):
         assert (m(x, noise) - model(x, noise)).abs().max() <= 1e-5
 
 
+def test_export_says_an_adapt_runs_fusion_weight_is_not_in_the_graph(tmp_path, fake_ckpt):
+    """A ``rawrcl adapt --method burst`` run's GAT+BM3D weight cannot go into a graph: export says so."""
+    model, cfg = load_checkpoint(fake_ckpt())
+    run = tmp_path / "run"
+    run.mkdir()
+    save_checkpoint(run / "denoise.pt", model, cfg, {"adapt": {"method": "burst", "fuse_bm3d": 0.3}})
+    r = CliRunner().invoke(main, ["export", str(run), "--format", "onnx", "-o", str(tmp_path / "r.onnx")])
+    assert r.exit_code == 0, r.output
+    assert "GAT+BM3D weight 0.3 is not exported" in r.output and (tmp_path / "r.onnx").is_file()
+    plain = ["export", str(fake_ckpt()), "--format", "onnx", "-o", str(tmp_path / "p.onnx")]
+    r = CliRunner().invoke(main, plain)
+    assert r.exit_code == 0 and "not exported" not in r.output, r.output
+
+
 def test_denoise_tells_a_noise_input_graph_the_noise(tmp_path, fake_ckpt):
     """rawrcl denoise, a plain .onnx with a noise input: --noise reaches it (and changes the output)."""
     from rawrcl.io.dng import write_dng
