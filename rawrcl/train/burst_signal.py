@@ -19,7 +19,7 @@ band (:data:`EDGE`) are left out. Shapes: packed RGGB (4, h, w) in [0, 1]; noise
 
 The same comparison chooses how much of GAT+BM3D to average into the kept model's output (``rawrcl
 denoise --fuse-bm3d W``; :func:`fusion_scores`, :func:`choose_fusion`): the weight depends on the camera and
-the scene — on ``hdrplus_burst2`` the start gains most at 0.4, on a synthetic burst of film scans at 0.1
+the scene — on ``hdrplus_burst2`` the start gains most at 0.4, on a synthetic burst of photos at 0.1
 (docs/adaptation.md, "Stop 110").
 """
 
