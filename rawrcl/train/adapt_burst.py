@@ -203,6 +203,7 @@ def fusion_stage(
     kept: nn.Module,
     start: nn.Module,
     nfiles: Sequence[NoiseFile],
+    packed: Sequence[np.ndarray],
     noise: Sequence,
     warps: Sequence[Sequence[np.ndarray]],
     bands: Sequence[int],
@@ -210,14 +211,14 @@ def fusion_stage(
 ) -> tuple[float, list[dict]]:
     """(the weight of GAT+BM3D to average into ``kept``'s output, the burst signal's rows per weight): the
     rows of :func:`rawrcl.train.burst_signal.fusion_scores` on the frames' held-out bands (``start`` picks the
-    samples, as in stage 3's choice), the weight :func:`~rawrcl.train.burst_signal.choose_fusion`'s. Files
+    samples, as in stage 3's choice; ``packed`` the files' packed frames), the weight
+    :func:`~rawrcl.train.burst_signal.choose_fusion`'s. Files
     with row noise get 0: their network runs on de-banded rows, GAT+BM3D would not."""
     if any(f.row > 0 for f in nfiles):
         say("GAT+BM3D's weight: 0 (files with row noise: the model runs on de-banded rows, BM3D would not)")
         return 0.0, []
     grid = ", ".join(f"{w:g}" for w in FUSE_GRID)
     say(f"GAT+BM3D's weight: the burst signal of the kept model averaged with GAT+BM3D, weights {grid}")
-    packed = [np.ascontiguousarray(f.packed, dtype=np.float32) for f in nfiles]
     rows = fusion_scores(kept, start, packed, noise, warps, bands)
     for r in rows[1:]:
         gain, se = r["burst_gain_db"], r["burst_gain_se_db"]
@@ -337,8 +338,9 @@ def adapt_burst(
         kept = models[labels.index(best["step"])]
         fuse, fusion = 0.0, []
         if len(signal) == len(models):
+            won_model = scored[labels.index(best["step"])]
             fuse, fusion = fusion_stage(
-                scored[labels.index(best["step"])], scored[0], nfiles, noise, pairs.warps, crops.bands, say
+                won_model, scored[0], nfiles, packed, noise, pairs.warps, crops.bands, say
             )
         fit = {
             "first_loss": rows[0]["loss"] if rows else None,
