@@ -190,6 +190,25 @@ def test_the_fusion_weight_chosen_is_where_the_truth_is_best():
         assert abs(r["burst_dmse"] - (true[0] - t)) < 3 * r["burst_dmse_se"] + 0.05 * abs(true[0] - t)
 
 
+def test_fusion_scores_on_burst_scores_outputs_are_the_same_rows():
+    noisy, _, warps, noise = _burst(seed=2)
+    bands = [40] * 4
+    start, model, other = Blur(1), Line(5, True), Line(5, False)
+
+    def classical(frame, nz, top):
+        return band_output(other, frame, nz, top)
+
+    outs: list = []
+    rows = burst_scores([start, model], noisy, noise, warps, bands, outputs=outs)
+    assert len(outs) == 2 and all(len(o) == 4 for o in outs)
+    np.testing.assert_array_equal(outs[1][2], band_output(model, noisy[2], noise[2], 40))
+    again = fusion_scores(model, start, noisy, noise, warps, bands, classical=classical)
+    shared = fusion_scores(
+        model, start, noisy, noise, warps, bands, classical=classical, outputs=(outs[1], outs[0])
+    )
+    assert shared == again and again[0]["burst_samples"] == rows[0]["burst_samples"]
+
+
 def test_choose_fusion_takes_the_smallest_weight_within_one_standard_error():
     def row(w, d, se, n=100):
         return {"fuse_bm3d": w, "burst_dmse": d, "burst_dmse_se": se, "burst_samples": n}

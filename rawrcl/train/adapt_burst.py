@@ -208,10 +208,12 @@ def fusion_stage(
     warps: Sequence[Sequence[np.ndarray]],
     bands: Sequence[int],
     say: Callable[[str], None],
+    outputs: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None,
 ) -> tuple[float, list[dict]]:
     """(the weight of GAT+BM3D to average into ``kept``'s output, the burst signal's rows per weight): the
     rows of :func:`rawrcl.train.burst_signal.fusion_scores` on the frames' held-out bands (``start`` picks the
-    samples, as in stage 3's choice; ``packed`` the files' packed frames), the weight
+    samples, as in stage 3's choice; ``packed`` the files' packed frames; ``outputs`` ``kept``'s and
+    ``start``'s band outputs when stage 3 made them), the weight
     :func:`~rawrcl.train.burst_signal.choose_fusion`'s. Files
     with row noise get 0: their network runs on de-banded rows, GAT+BM3D would not."""
     if any(f.row > 0 for f in nfiles):
@@ -219,7 +221,7 @@ def fusion_stage(
         return 0.0, []
     grid = ", ".join(f"{w:g}" for w in FUSE_GRID)
     say(f"GAT+BM3D's weight: the burst signal of the kept model averaged with GAT+BM3D, weights {grid}")
-    rows = fusion_scores(kept, start, packed, noise, warps, bands)
+    rows = fusion_scores(kept, start, packed, noise, warps, bands, outputs=outputs)
     for r in rows[1:]:
         gain, se = r["burst_gain_db"], r["burst_gain_se_db"]
         text = f"{gain:+.3f} ± {se:.3f} dB vs none" if math.isfinite(gain) else "no dB scale"
@@ -317,7 +319,10 @@ def adapt_burst(
         packed = [np.ascontiguousarray(f.packed, dtype=np.float32) for f in nfiles]
         # each file told its noise as the held-out scores tell it (row noise as a third row when estimated)
         noise = [with_row_variance(f.noise[None], f.row)[0] if f.row > 0 else f.noise for f in nfiles]
-        signal = burst_scores(scored, packed, noise, pairs.warps, crops.bands, say, names, MIN_SAMPLES)
+        outs: list[list[np.ndarray]] = []  # each candidate's band outputs, again for the fusion stage
+        signal = burst_scores(
+            scored, packed, noise, pairs.warps, crops.bands, say, names, MIN_SAMPLES, outputs=outs
+        )
         if len(signal) == len(models):
             a_row = stage_row(a_sum) if a_kept else None
             table, best = choose_by_burst(scored, signal, labels, a_row, c, say)
@@ -338,9 +343,9 @@ def adapt_burst(
         kept = models[labels.index(best["step"])]
         fuse, fusion = 0.0, []
         if len(signal) == len(models):
-            won_model = scored[labels.index(best["step"])]
+            k = labels.index(best["step"])
             fuse, fusion = fusion_stage(
-                won_model, scored[0], nfiles, packed, noise, pairs.warps, crops.bands, say
+                scored[k], scored[0], nfiles, packed, noise, pairs.warps, crops.bands, say, (outs[k], outs[0])
             )
         fit = {
             "first_loss": rows[0]["loss"] if rows else None,

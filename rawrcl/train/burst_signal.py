@@ -187,12 +187,15 @@ def burst_scores(
     say: Callable[[str], None] = lambda m: None,
     names: Sequence[str] | None = None,
     min_samples: int = 0,
+    outputs: list[list[np.ndarray]] | None = None,
 ) -> list[dict]:
     """:func:`burst_gain` of every model in ``models`` (scored as given: wrap them as the commands run them)
     against the first, on the frames' held-out bands (module docstring); ``noise`` each frame's (2, 4) or,
     told row noise, (3, 4) conditioning. With fewer compared samples than
-    ``min_samples`` only the first model's row (the others are not run). No samples give NaN rows."""
-    outs = []
+    ``min_samples`` only the first model's row (the others are not run). No samples give NaN rows.
+    ``outputs``, when given, receives each model's band outputs (one list of frames per model run), for
+    :func:`fusion_scores`."""
+    outs = [] if outputs is None else outputs
     for k, m in enumerate(models):
         outs.append([band_output(m, f, nz, b) for f, nz, b in zip(packed, noise, bands, strict=True)])
         if k == 0:
@@ -224,15 +227,19 @@ def fusion_scores(
     bands: Sequence[int],
     grid: Sequence[float] = FUSE_GRID,
     classical: Callable[[np.ndarray, torch.Tensor, int], np.ndarray] = band_gat_bm3d,
+    outputs: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None,
 ) -> list[dict]:
     """:func:`burst_gain` of ``(1 − w)·model + w·classical`` for every weight w of ``grid`` against the first
     (``grid[0]``, 0: the model alone), each row with its ``fuse_bm3d`` w, on the held-out bands' samples that
     ``start``'s output selects (those of :func:`burst_scores`). Arguments as :func:`burst_scores`'s;
     ``classical(frame, noise, top)`` the other denoiser's band output (default: GAT+BM3D told the same
-    noise)."""
+    noise); ``outputs``: (``model``'s, ``start``'s) band outputs when :func:`burst_scores` made them."""
     frames = list(zip(packed, noise, bands, strict=True))
-    outs = [band_output(model, f, nz, b) for f, nz, b in frames]
-    base = outs if start is model else [band_output(start, f, nz, b) for f, nz, b in frames]
+    if outputs is not None:
+        outs, base = list(outputs[0]), list(outputs[1])
+    else:
+        outs = [band_output(model, f, nz, b) for f, nz, b in frames]
+        base = outs if start is model else [band_output(start, f, nz, b) for f, nz, b in frames]
     pairs = native_pairs(packed, noise, warps, bands, base)
     other = [classical(f, nz, b) for f, nz, b in frames]
     both = list(zip(outs, other, strict=True))
