@@ -37,7 +37,8 @@ from rawrcl.cli.common import LazyChoice, ema_option, user_errors
     "(6000 steps: ≈ 45 min to 2 h on 2 cores, by machine; docs/adaptation.md compares them); burst: for a "
     "burst (frames of one static scene), the blindspot composite beside a frame-to-frame fine-tune of the "
     "start, chosen by their error against the other frames' samples, which also sets the weight of GAT+BM3D "
-    "that rawrcl denoise --model RUN averages in (≈ 2 h for eight 1 MP frames)  "
+    "that rawrcl denoise --model RUN averages in (eight 1 MP frames: ≈ 75 min on a fast machine, its "
+    "first stage alone ≈ 2 h on a slow one)  "
     "[default: sure]",
 )
 @click.option(
