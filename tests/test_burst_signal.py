@@ -199,12 +199,19 @@ def test_fusion_scores_on_burst_scores_outputs_are_the_same_rows():
         return band_output(other, frame, nz, top)
 
     outs: list = []
-    rows = burst_scores([start, model], noisy, noise, warps, bands, outputs=outs)
+    compared: list = []
+    rows = burst_scores([start, model], noisy, noise, warps, bands, outputs=outs, compared=compared)
     assert len(outs) == 2 and all(len(o) == 4 for o in outs)
+    assert len(compared) == 4 and sum(p.count for p in compared) == rows[0]["burst_samples"] > 0
     np.testing.assert_array_equal(outs[1][2], band_output(model, noisy[2], noise[2], 40))
     again = fusion_scores(model, start, noisy, noise, warps, bands, classical=classical)
+
+    class NotRun(nn.Module):  # given the outputs and the samples, fusion_scores runs neither model
+        def forward(self, *a):
+            raise AssertionError("run")
+
     shared = fusion_scores(
-        model, start, noisy, noise, warps, bands, classical=classical, outputs=(outs[1], outs[0])
+        NotRun(), NotRun(), noisy, noise, warps, bands, classical=classical, outputs=outs[1], pairs=compared
     )
     assert shared == again and again[0]["burst_samples"] == rows[0]["burst_samples"]
 

@@ -61,7 +61,14 @@ from rawrcl.train.adapt_signal import (
     forget_row,
     keep_or_discard,
 )
-from rawrcl.train.burst_signal import FUSE_GRID, MIN_SAMPLES, burst_scores, choose_fusion, fusion_scores
+from rawrcl.train.burst_signal import (
+    FUSE_GRID,
+    MIN_SAMPLES,
+    NativePairs,
+    burst_scores,
+    choose_fusion,
+    fusion_scores,
+)
 from rawrcl.train.config import AdaptConfig
 
 #: the frame-to-frame fine-tune's settings (stop 106's F′, docs/adaptation.md): Adam lr, input crops per step
@@ -208,12 +215,13 @@ def fusion_stage(
     warps: Sequence[Sequence[np.ndarray]],
     bands: Sequence[int],
     say: Callable[[str], None],
-    outputs: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None,
+    outputs: Sequence[np.ndarray] | None = None,
+    pairs: Sequence[NativePairs] | None = None,
 ) -> tuple[float, list[dict]]:
     """(the weight of GAT+BM3D to average into ``kept``'s output, the burst signal's rows per weight): the
     rows of :func:`rawrcl.train.burst_signal.fusion_scores` on the frames' held-out bands (``start`` picks the
-    samples, as in stage 3's choice; ``packed`` the files' packed frames; ``outputs`` ``kept``'s and
-    ``start``'s band outputs when stage 3 made them), the weight
+    samples, as in stage 3's choice; ``packed`` the files' packed frames; ``outputs`` ``kept``'s band
+    outputs and ``pairs`` the compared samples when stage 3 made them), the weight
     :func:`~rawrcl.train.burst_signal.choose_fusion`'s. Files
     with row noise get 0: their network runs on de-banded rows, GAT+BM3D would not."""
     if any(f.row > 0 for f in nfiles):
@@ -221,7 +229,7 @@ def fusion_stage(
         return 0.0, []
     grid = ", ".join(f"{w:g}" for w in FUSE_GRID)
     say(f"GAT+BM3D's weight: the burst signal of the kept model averaged with GAT+BM3D, weights {grid}")
-    rows = fusion_scores(kept, start, packed, noise, warps, bands, outputs=outputs)
+    rows = fusion_scores(kept, start, packed, noise, warps, bands, outputs=outputs, pairs=pairs)
     for r in rows[1:]:
         gain, se = r["burst_gain_db"], r["burst_gain_se_db"]
         text = f"{gain:+.3f} ± {se:.3f} dB vs none" if math.isfinite(gain) else "no dB scale"
@@ -320,8 +328,9 @@ def adapt_burst(
         # each file told its noise as the held-out scores tell it (row noise as a third row when estimated)
         noise = [with_row_variance(f.noise[None], f.row)[0] if f.row > 0 else f.noise for f in nfiles]
         outs: list[list[np.ndarray]] = []  # each candidate's band outputs, again for the fusion stage
+        compared: list[NativePairs] = []  # and the samples they were compared with
         signal = burst_scores(
-            scored, packed, noise, pairs.warps, crops.bands, say, names, MIN_SAMPLES, outputs=outs
+            scored, packed, noise, pairs.warps, crops.bands, say, names, MIN_SAMPLES, outs, compared
         )
         if len(signal) == len(models):
             a_row = stage_row(a_sum) if a_kept else None
@@ -345,7 +354,7 @@ def adapt_burst(
         if len(signal) == len(models):
             k = labels.index(best["step"])
             fuse, fusion = fusion_stage(
-                scored[k], scored[0], nfiles, packed, noise, pairs.warps, crops.bands, say, (outs[k], outs[0])
+                scored[k], scored[0], nfiles, packed, noise, pairs.warps, crops.bands, say, outs[k], compared
             )
         fit = {
             "first_loss": rows[0]["loss"] if rows else None,

@@ -188,18 +188,21 @@ def burst_scores(
     names: Sequence[str] | None = None,
     min_samples: int = 0,
     outputs: list[list[np.ndarray]] | None = None,
+    compared: list[NativePairs] | None = None,
 ) -> list[dict]:
     """:func:`burst_gain` of every model in ``models`` (scored as given: wrap them as the commands run them)
     against the first, on the frames' held-out bands (module docstring); ``noise`` each frame's (2, 4) or,
     told row noise, (3, 4) conditioning. With fewer compared samples than
     ``min_samples`` only the first model's row (the others are not run). No samples give NaN rows.
-    ``outputs``, when given, receives each model's band outputs (one list of frames per model run), for
-    :func:`fusion_scores`."""
+    ``outputs``, when given, receives each model's band outputs (one list of frames per model run) and
+    ``compared`` the compared samples (:func:`native_pairs`, one per frame), for :func:`fusion_scores`."""
     outs = [] if outputs is None else outputs
     for k, m in enumerate(models):
         outs.append([band_output(m, f, nz, b) for f, nz, b in zip(packed, noise, bands, strict=True)])
         if k == 0:
             pairs = native_pairs(packed, noise, warps, bands, outs[0])
+            if compared is not None:
+                compared[:] = pairs
             count = sum(p.count for p in pairs)
             say(f"burst signal: {count} samples compared with another frame's")
             if count < min_samples:
@@ -227,20 +230,20 @@ def fusion_scores(
     bands: Sequence[int],
     grid: Sequence[float] = FUSE_GRID,
     classical: Callable[[np.ndarray, torch.Tensor, int], np.ndarray] = band_gat_bm3d,
-    outputs: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None,
+    outputs: Sequence[np.ndarray] | None = None,
+    pairs: Sequence[NativePairs] | None = None,
 ) -> list[dict]:
     """:func:`burst_gain` of ``(1 − w)·model + w·classical`` for every weight w of ``grid`` against the first
     (``grid[0]``, 0: the model alone), each row with its ``fuse_bm3d`` w, on the held-out bands' samples that
     ``start``'s output selects (those of :func:`burst_scores`). Arguments as :func:`burst_scores`'s;
     ``classical(frame, noise, top)`` the other denoiser's band output (default: GAT+BM3D told the same
-    noise); ``outputs``: (``model``'s, ``start``'s) band outputs when :func:`burst_scores` made them."""
+    noise); ``outputs`` ``model``'s band outputs and ``pairs`` the compared samples when
+    :func:`burst_scores` made them (with ``start`` first; ``start`` is then not run)."""
     frames = list(zip(packed, noise, bands, strict=True))
-    if outputs is not None:
-        outs, base = list(outputs[0]), list(outputs[1])
-    else:
-        outs = [band_output(model, f, nz, b) for f, nz, b in frames]
+    outs = list(outputs) if outputs is not None else [band_output(model, f, nz, b) for f, nz, b in frames]
+    if pairs is None:
         base = outs if start is model else [band_output(start, f, nz, b) for f, nz, b in frames]
-    pairs = native_pairs(packed, noise, warps, bands, base)
+        pairs = native_pairs(packed, noise, warps, bands, base)
     other = [classical(f, nz, b) for f, nz, b in frames]
     both = list(zip(outs, other, strict=True))
     errs = [burst_errors([(1 - w) * o + w * c for o, c in both], pairs) for w in grid]
