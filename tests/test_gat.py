@@ -136,10 +136,12 @@ def test_banded_bm3d_matches_the_whole_frame():
     mse_w, mse_b = (float(np.mean((o - x) ** 2)) for o in (whole, banded))
     assert banded.shape == y.shape and banded.dtype == np.float32
     assert mse_b < 1.05 * mse_w and float(np.abs(banded - whole).mean()) < 0.2 * math.sqrt(mse_w)
-    # one band: the whole-frame call; BM3D itself varies run to run (~5e-7 typically, 1.6e-5 seen once in CI),
-    # far below the noise std (≈ 0.02) that a wrong band would show
+    # one band: the whole-frame call. BM3D itself varies run to run at a few pixels (~5e-7 typically;
+    # 1.6e-5, and 1.3e-4 at 4 of 7680 values, seen in CI), far below the noise std (≈ 0.02) that a wrong band
+    # would show everywhere
     one = RB.banded_gat_bm3d(y[:, :40], ls, lr, band=48, overlap=16)
-    np.testing.assert_allclose(one, RB.gat_bm3d(y[:, :40], ls, lr), atol=1e-4)
+    diff = np.abs(one - RB.gat_bm3d(y[:, :40], ls, lr))
+    assert float(diff.mean()) < 1e-5 and float(np.mean(diff > 1e-4)) < 0.01 and float(diff.max()) < 2e-3
 
 
 @pytest.mark.parametrize(("ls", "lr"), [(1e-3, 1e-5), (2e-2, 3e-3), (1e-4, 1e-7), (1e-6, 1e-4)])
