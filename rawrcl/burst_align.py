@@ -5,6 +5,7 @@ cubic warp of packed planes (used by :mod:`rawrcl.eval.burst`, whose docstring d
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,6 +92,16 @@ class Registration:
             "max_shift_px": float(self.max_shift),
             "full_res_affine": [[float(v) for v in row] for row in self.full_res],
         }
+
+
+def pixel_digest(values: np.ndarray) -> str:
+    """SHA-1 of an array's values (and dtype and shape): equal for copies of one frame, whose noise is not an
+    independent draw (refused by ``eval --burst`` and ``adapt --method burst``), and what tells a folder's
+    files from other files of the same names and sizes (``adapt --blindspot-run``)."""
+    a = np.ascontiguousarray(values)
+    h = hashlib.sha1(f"{a.dtype.str}{a.shape}".encode())
+    h.update(a.tobytes())
+    return h.hexdigest()
 
 
 def green_image(planes: np.ndarray) -> np.ndarray:

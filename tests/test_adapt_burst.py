@@ -36,6 +36,45 @@ def test_f2f_resume_after_a_stop_gives_the_uninterrupted_weights(tmp_path):
     assert not torch.equal(next(saved.parameters()), next(_tiny_two_stage().parameters()))
 
 
+def test_f2f_stopped_between_rows_resumes_to_the_same_rows(tmp_path, monkeypatch):
+    """A stop between two written rows (SIGTERM at step 2 of rows every 4) and a resume give the rows of the
+    uninterrupted run (the running sums are saved); a resume with fewer steps than reached is refused."""
+    import signal
+    from contextlib import contextmanager
+
+    from rawrcl.errors import RawrclError
+    from rawrcl.train import adapt_f2f
+    from rawrcl.train.signals import TrainingInterrupted
+
+    opts = {"batch": 2, "ema": 0.9, "anchor": 0.05, "save_every": 4, "lr": 1e-3}
+    whole = adapt_f2f.train_f2f(_tiny_two_stage(), _tiny_pairs(), 4, run=tmp_path / "a", **opts)
+    got: list[int] = []
+
+    @contextmanager
+    def requests(enabled):
+        yield got
+
+    class StopAtTwo(adapt_f2f.Progress):
+        def update(self, step, loss):
+            super().update(step, loss)
+            if step == 2:
+                got.append(signal.SIGTERM)
+
+    monkeypatch.setattr(adapt_f2f, "_stop_requests", requests)
+    monkeypatch.setattr(adapt_f2f, "Progress", StopAtTwo)
+    with pytest.raises(TrainingInterrupted, match=r"at step 2; .*b/last.pt is saved"):
+        adapt_f2f.train_f2f(_tiny_two_stage(), _tiny_pairs(), 4, run=tmp_path / "b", **opts)
+    monkeypatch.undo()
+    rows = adapt_f2f.train_f2f(_tiny_two_stage(), _tiny_pairs(), 4, run=tmp_path / "b", resume=True, **opts)
+    assert [r["step"] for r in rows] == [r["step"] for r in whole] == [4]
+    for a, b in zip(rows, whole, strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], abs=2e-4) and a["mask"] == pytest.approx(
+            b["mask"], abs=2e-3
+        )
+    with pytest.raises(RawrclError, match="at step 4, beyond --burst-steps 3"):
+        adapt_f2f.train_f2f(_tiny_two_stage(), _tiny_pairs(), 3, run=tmp_path / "b", resume=True, **opts)
+
+
 def _dng_burst(folder, n=4, size=None):
     from rawrcl.io.dng import write_dng
     from tests.test_burst import _burst
@@ -189,6 +228,7 @@ def test_adapt_burst_reuses_an_earlier_blindspot_run(tmp_path, small_f2f, monkey
     [
         (lambda p: _dng_burst(p, n=2), "at least 3 frames"),
         (lambda p: _dng_burst(p, n=4, size=192), "files of one size"),
+        (lambda p: _with_copy(_dng_burst(p, n=3)), "frame09.dng is a copy of frame00.dng"),
     ],
 )
 def test_a_folder_that_is_not_a_burst_is_refused_in_one_line_before_training(tmp_path, make, message):
@@ -199,6 +239,90 @@ def test_a_folder_that_is_not_a_burst_is_refused_in_one_line_before_training(tmp
     r = CliRunner().invoke(main, ["adapt", str(folder), "--out", str(run), "--method", "burst"])
     assert r.exit_code != 0 and message in r.output and "Traceback" not in r.output
     assert not (run / "blindspot").exists()
+
+
+def _with_copy(folder):
+    import shutil
+
+    shutil.copy(folder / "frame00.dng", folder / "frame09.dng")  # the same values: no noise of its own
+    return folder
+
+
+def test_a_fresh_run_clears_stale_results_and_a_resume_keeps_them(tmp_path, small_f2f, monkeypatch):
+    """--force (or a new run) removes a finished run's results in the run and its stage folders before it
+    trains, so a stop before the end is never read as finished; --resume keeps them until replaced."""
+    from rawrcl.errors import RawrclError
+    from rawrcl.models.loading import checkpoint_for
+    from rawrcl.train import adapt_burst
+    from rawrcl.train.adapt import adapt
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Stop
+
+    burst, run = _dng_burst(tmp_path / "burst"), tmp_path / "run"
+    results = [run / "adapt.json", run / "denoise.pt", run / "blindspot" / "adapt.json"]
+    results.append(run / "blindspot" / "denoise.pt")
+    for p in results:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps({"verdict": "kept start"}))  # a finished run's (stage 1 done)
+    (run / "config.json").write_text("{}")
+    monkeypatch.setattr(adapt_burst, "train_f2f", stop)  # stopped in stage 2
+    with pytest.raises(Stop):
+        adapt(burst, run, method="burst", resume=True, progress=False, **small_f2f)
+    assert all(p.exists() for p in results)
+    monkeypatch.setattr(adapt_burst, "adapt_blindspot", stop)  # stopped in stage 1
+    with pytest.raises(Stop):
+        adapt(burst, run, method="burst", force=True, progress=False, **small_f2f)
+    assert not any(p.exists() for p in results)
+    with pytest.raises(RawrclError, match="has not finished .* --resume"):
+        checkpoint_for(run, "raw-denoise")
+    with pytest.raises(RawrclError, match="names a file"):
+        adapt(burst, burst / "frame01.dng", method="burst", **small_f2f)
+
+
+def test_a_blindspot_run_on_other_values_or_with_an_unreadable_model_is_refused(tmp_path, small_f2f):
+    from rawrcl.data.noisy_crops import NoiseFile
+    from rawrcl.errors import RawrclError
+    from rawrcl.models.registry import save_checkpoint
+    from rawrcl.train.adapt_burst import reuse_blindspot
+
+    here = [NoiseFile("f0.dng", np.full((4, 8, 8), 0.5, np.float32), torch.zeros(2, 4), None, 0.0)]
+    there = NoiseFile("f0.dng", np.full((4, 8, 8), 0.25, np.float32), torch.zeros(2, 4), None, 0.0)
+    run, src = tmp_path / "bs", str(small_f2f["source"])
+    run.mkdir()
+    save_checkpoint(run / "denoise.pt", _tiny_two_stage())
+    summary = {"method": "blindspot", "raw_checkpoint": str(run / "denoise.pt"), "source": src}
+    for f, ok in ((there, False), (here[0], True)):
+        (run / "adapt.json").write_text(json.dumps({**summary, "files": [f.describe()]}))
+        if ok:
+            assert reuse_blindspot(run, here, src)["run_dir"] == str(run)
+        else:
+            with pytest.raises(RawrclError, match="another f0.dng than this one"):
+                reuse_blindspot(run, here, src)
+    (run / "denoise.pt").write_bytes(b"PK\x03\x04 cut")  # read now, not after the fine-tune
+    with pytest.raises(RawrclError, match="not a readable rawrcl checkpoint"):
+        reuse_blindspot(run, here, src)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--method", "sure", "--from", "{burst}/frame01.dng"], "not a readable rawrcl checkpoint"),
+        (["--method", "blindspot", "--from", "{burst}/frame01.dng"], "not a readable rawrcl checkpoint"),
+        (["--method", "burst", "--blindspot-run", "{burst}"], "not a finished rawrcl adapt run"),
+    ],
+)
+def test_a_bad_start_or_first_stage_is_refused_before_the_files_are_read(tmp_path, extra, message):
+    from rawrcl.cli import main
+
+    burst = _dng_burst(tmp_path / "burst", n=3)
+    args = ["adapt", str(burst), "--out", str(tmp_path / "run")] + [a.format(burst=burst) for a in extra]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 1 and message in r.output and "Traceback" not in r.output
+    assert "λshot" not in r.output  # no file's noise was read or estimated
 
 
 def test_frames_of_different_scenes_do_not_register(tmp_path):

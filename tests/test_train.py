@@ -81,6 +81,9 @@ def test_run_dir_errors(tmp_path):
     _fit(tmp_path / "r", 1, method="n2s", force=True)
     with pytest.raises(RawrclError, match="last.pt"):
         _fit(tmp_path / "empty", 1, resume=True)
+    _fit(tmp_path / "r2", 2, method="n2s")
+    with pytest.raises(RawrclError, match="at step 2, beyond --steps 1"):  # it would record 1 step, not 2
+        _fit(tmp_path / "r2", 1, method="n2s", resume=True)
 
 
 KILL_SCRIPT = textwrap.dedent(

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rawrcl.burst_align import pixel_digest
 from rawrcl.cfa import align_rggb, pack
 from rawrcl.data.augment import augment_packed, plane_order
 from rawrcl.errors import RawrclError
@@ -61,11 +62,18 @@ class NoiseFile:
     note: str = ""
     debanded: float = 0.0
 
+    def digest(self) -> str:
+        """:func:`rawrcl.burst_align.pixel_digest` of ``packed`` (computed once)."""
+        if not hasattr(self, "_digest"):
+            self._digest = pixel_digest(np.asarray(self.packed, dtype=np.float32))
+        return self._digest
+
     def describe(self) -> dict:
         n = self.noise
         return {
             "file": self.name,
             "shape": list(self.packed.shape),
+            "digest": self.digest(),
             "lambda_shot": [float(v) for v in n[0]],
             "lambda_read": [float(v) for v in n[1]],
             "noise_source": self.source,

@@ -88,7 +88,6 @@ MSE_ref) is an upper bound of their size.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -103,6 +102,7 @@ from rawrcl.burst_align import (
     Registration,
     full_res_affine,
     green_image,
+    pixel_digest,
     register_frame,
     warp_plane,
 )
@@ -439,10 +439,10 @@ def build_reference(
     failures: list[RawrclError] = []
     hmax, wmax = burst.shape
     corners = np.array([[0, 0, 1], [wmax, 0, 1], [0, hmax, 1], [wmax, hmax, 1]], dtype=np.float64).T
-    seen = {hashlib.sha1(np.ascontiguousarray(burst.cfa[0]).tobytes()).hexdigest(): burst.paths[0]}
+    seen = {pixel_digest(burst.cfa[0]): burst.paths[0]}
     for k in range(1, burst.n):
         name = str(burst.paths[k])
-        digest = hashlib.sha1(np.ascontiguousarray(burst.cfa[k]).tobytes()).hexdigest()
+        digest = pixel_digest(burst.cfa[k])
         try:
             if digest in seen:  # its noise is another frame's: no independent draw
                 raise RawrclError(f"{name}: a copy of {Path(seen[digest]).name} (the same values)")

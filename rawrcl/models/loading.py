@@ -51,6 +51,10 @@ def checkpoint_file(source: str | os.PathLike) -> Path:
     """The checkpoint file behind ``source``: itself, or ``checkpoints/last.pt`` of a run directory."""
     p = Path(source)
     if p.is_dir():
+        if not (p / "checkpoints" / "last.pt").is_file() and (p / "config.json").is_file():
+            raise RawrclError(
+                f"{source}: a run that has not finished (no model in it yet); continue it with --resume"
+            )
         p = p / "checkpoints" / "last.pt"
     if not p.is_file():
         raise RawrclError(f"{source}: no such checkpoint (a .pt file or a run directory)")

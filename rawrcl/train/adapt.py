@@ -85,7 +85,7 @@ from rawrcl.models.conditioning import (
 from rawrcl.models.loading import RUN_JDD, RUN_RAW, is_shipped
 from rawrcl.models.registry import read_checkpoint, save_checkpoint
 from rawrcl.train.adapt_objective import Guarded, make_objective, synthetic_mix
-from rawrcl.train.adapt_signal import adapt_summary, keep_or_discard
+from rawrcl.train.adapt_signal import adapt_summary, clear_results, keep_or_discard
 from rawrcl.train.config import AdaptConfig
 
 
@@ -242,6 +242,8 @@ def adapt(
     if task not in ("raw-denoise", "jdd"):
         raise RawrclError(f"--task {task}: adapt supports raw-denoise and jdd")
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise RawrclError(f"{out}: --out names a file, not a run directory")
     if resume and not (out / "config.json").exists():
         raise RawrclError(f"{out}: --resume given but there is no run to resume")
     if not resume and not force and (out / "config.json").exists():
@@ -259,6 +261,16 @@ def adapt(
 
     if blindspot_run is not None and c.method != "burst":
         raise RawrclError("--blindspot-run is the first stage of --method burst; it serves no other method")
+    if c.method in OWN_MODEL:  # the start read (refused in one line) before the files are read and estimated
+        from rawrcl.train.adapt_blindspot import start_raw_model
+
+        start_raw_model(source)
+    else:
+        model, src = start_model(source, task)
+    if blindspot_run is not None:
+        from rawrcl.train.adapt_burst import blindspot_summary
+
+        blindspot_summary(blindspot_run)
     nfiles = load_adapt_files(files, c.row_noise, noise, noise_profile, noise_scale, say)
     if c.method == "burst":  # the blind-spot composite beside a frame-to-frame fine-tune
         from rawrcl.train.adapt_burst import adapt_burst
@@ -268,7 +280,6 @@ def adapt(
         from rawrcl.train.adapt_blindspot import adapt_blindspot
 
         return adapt_blindspot(nfiles, out, c, source, resume, force, progress, say)
-    model, src = start_model(source, task)
     banded = any(f.row > 0 for f in nfiles) and is_noise_aware(model) and not is_row_aware(model)
     if banded and c.deband:
         n_banded = sum(1 for f in nfiles if f.row > 0)
@@ -309,8 +320,8 @@ def adapt(
     objective = Guarded(method, make_objective(method, alpha), start, c.anchor, c.mix, c.distill, teacher)
     cfg = c.trainer_config(data.crop, src, resume, force, progress, task=task, noise=noise)
     out.mkdir(parents=True, exist_ok=True)
-    for own in (RUN_JDD, RUN_RAW):  # written again at the end from the kept weights
-        (out / own).unlink(missing_ok=True)
+    if not resume:  # written again at the end from the kept weights
+        clear_results(out)
     torch.manual_seed(seed)
     fit = Trainer(model, objective, data, out, cfg).fit()
     run_cfg = json.loads((out / "config.json").read_text())

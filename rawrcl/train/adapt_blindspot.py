@@ -47,7 +47,7 @@ from rawrcl.models.conditioning import is_noise_aware
 from rawrcl.models.loading import RUN_RAW, checkpoint_for
 from rawrcl.models.registry import load_checkpoint, read_checkpoint, save_checkpoint
 from rawrcl.models.shrink import maybe_shrink
-from rawrcl.train.adapt_signal import adapt_summary, keep_or_discard
+from rawrcl.train.adapt_signal import adapt_summary, clear_results, keep_or_discard
 from rawrcl.train.config import AdaptConfig
 
 #: features per rotation of the blind-spot U-Net (the measured rows of docs/adaptation.md)
@@ -157,7 +157,8 @@ def adapt_blindspot(
         method="blindspot",
     )
     out.mkdir(parents=True, exist_ok=True)
-    (out / RUN_RAW).unlink(missing_ok=True)  # written again at the end
+    if not resume:  # written again at the end
+        clear_results(out)
     fit = Trainer(net, objective, data, out, cfg).fit()
 
     ck = out / "checkpoints"

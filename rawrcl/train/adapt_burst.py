@@ -36,7 +36,8 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +49,7 @@ from rawrcl.errors import RawrclError
 from rawrcl.io import atomic_write_text
 from rawrcl.models.beside import WithFineTune
 from rawrcl.models.loading import RUN_RAW
-from rawrcl.models.registry import load_checkpoint, save_checkpoint
+from rawrcl.models.registry import load_checkpoint, read_checkpoint, save_checkpoint
 from rawrcl.models.shrink import maybe_shrink
 from rawrcl.noise import with_row_variance
 from rawrcl.train.adapt_blindspot import adapt_blindspot, blindspot_crops, start_raw_model
@@ -57,6 +58,7 @@ from rawrcl.train.adapt_signal import (
     adapt_summary,
     check_crops,
     check_scores,
+    clear_results,
     for_scoring,
     forget_row,
     keep_or_discard,
@@ -70,6 +72,7 @@ from rawrcl.train.burst_signal import (
     fusion_scores,
 )
 from rawrcl.train.config import AdaptConfig
+from rawrcl.train.signals import TrainingInterrupted
 
 #: the frame-to-frame fine-tune's settings (stop 106's F′, docs/adaptation.md): Adam lr, input crops per step
 #: (each against every other frame), target block (mosaic px), weight average, the guards (``anchor``, ``mix``
@@ -86,6 +89,8 @@ F2F = {
 }
 #: frames a burst needs at least (the frame-to-frame objective pairs each with the others)
 MIN_FRAMES = 3
+#: the run folder's stage folders: stage 1's blind-spot run, stage 2's fine-tune (its ``last.pt``)
+BLINDSPOT_DIR, F2F_DIR = "blindspot", "f2f"
 #: steps between two ``RUN/f2f/last.pt``
 F2F_SAVE_EVERY = 100
 #: the three candidates of stage 3, by the row order of the keep-or-discard table
@@ -95,7 +100,8 @@ NAMES = ("start", "blind-spot composite", "blind-spot composite + frame-to-frame
 def burst_pairs(nfiles: list[NoiseFile], bands: list[int], crop: int, seed: int, say: Callable) -> FramePairs:
     """The frame pairs of a burst folder: every file registered to the first (ECC affine on the packed
     greens), each cut at its first held-out packed row ``bands[i]``. Refused in one line when the folder
-    has fewer than :data:`MIN_FRAMES` files, files of different sizes, or a frame that does not register."""
+    has fewer than :data:`MIN_FRAMES` files, files of different sizes, copies of one frame, or a frame that
+    does not register."""
     if len(nfiles) < MIN_FRAMES:
         raise RawrclError(
             f"--method burst needs a burst: at least {MIN_FRAMES} frames of one static scene, "
@@ -107,6 +113,14 @@ def burst_pairs(nfiles: list[NoiseFile], bands: list[int], crop: int, seed: int,
             f"--method burst needs a burst: files of one size, got {len(shapes)} sizes "
             f"({', '.join(f'{2 * s[1]}×{2 * s[2]}' for s in sorted(shapes))})"
         )
+    seen: dict[str, str] = {}
+    for f in nfiles:
+        if f.digest() in seen:  # its noise is the other's: no independent draw to learn or score with
+            raise RawrclError(
+                f"--method burst: {f.name} is a copy of {seen[f.digest()]} (the same values); a burst's "
+                "frames each carry their own noise"
+            )
+        seen[f.digest()] = f.name
     packed = [np.ascontiguousarray(f.packed, dtype=np.float32) for f in nfiles]
     say(f"registering {len(packed)} frames to {nfiles[0].name} (ECC affine on the packed greens)")
     try:
@@ -115,6 +129,15 @@ def burst_pairs(nfiles: list[NoiseFile], bands: list[int], crop: int, seed: int,
         raise RawrclError(f"--method burst: the files do not register as one static scene ({e})") from None
     cut = [p[:, :b] for p, b in zip(packed, bands, strict=True)]
     return FramePairs(cut, [f.noise for f in nfiles], warps, crop=crop, seed=seed)
+
+
+@contextmanager
+def _resumed_here(out: Path) -> Iterator[None]:
+    """A stage stopped by SIGINT/SIGTERM names the run to resume, ``out``, not its stage folder."""
+    try:
+        yield
+    except TrainingInterrupted as e:
+        raise TrainingInterrupted(out, e.step, e.signum, saved=e.saved) from None
 
 
 def two_stage_start(start: nn.Module, src: str) -> nn.Module:
@@ -141,15 +164,22 @@ def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     return hashlib.sha256(pa.read_bytes()).digest() == hashlib.sha256(pb.read_bytes()).digest()
 
 
-def reuse_blindspot(run: str | os.PathLike, nfiles: list[NoiseFile], src: str) -> dict:
-    """The summary of an earlier ``--method blindspot`` run to serve as stage 1, refused in one line unless
-    it finished, on files of the same names and sizes, from the same start."""
+def blindspot_summary(run: str | os.PathLike) -> dict:
+    """``run/adapt.json`` of a finished ``--method blindspot`` run, refused in one line if it is not one."""
     path = Path(run) / "adapt.json"
     if not path.is_file():
         raise RawrclError(f"{run}: not a finished rawrcl adapt run (no adapt.json)")
     s = json.loads(path.read_text())
     if s.get("method") != "blindspot" or not s.get("raw_checkpoint"):
         raise RawrclError(f"{run}: not a --method blindspot run (method {s.get('method')!r})")
+    return s
+
+
+def reuse_blindspot(run: str | os.PathLike, nfiles: list[NoiseFile], src: str) -> dict:
+    """The summary of an earlier ``--method blindspot`` run to serve as stage 1, refused in one line unless
+    it finished, on these files (names and sizes; and values, where the run recorded their digests), from
+    the same start, with a readable checkpoint (read now, not after the fine-tune)."""
+    s = blindspot_summary(run)
     theirs = sorted((f["file"], tuple(f["shape"])) for f in s.get("files", []))
     ours = sorted((f.name, tuple(f.packed.shape)) for f in nfiles)
     if theirs != ours:
@@ -157,11 +187,16 @@ def reuse_blindspot(run: str | os.PathLike, nfiles: list[NoiseFile], src: str) -
         size = f"{2 * odd[1][1]}×{2 * odd[1][2]} px"
         where = "only there" if odd in theirs else "only here"
         raise RawrclError(f"{run}: adapted to other files than these ({odd[0]}, {size}, {where})")
+    digests = {f["file"]: f["digest"] for f in s.get("files", []) if f.get("digest")}
+    for f in nfiles:  # runs written before stop 114 record no digests: names and sizes only
+        if f.name in digests and digests[f.name] != f.digest():
+            raise RawrclError(f"{run}: adapted to another {f.name} than this one (its values differ)")
     if not _same_file(s.get("source", ""), src):
         raise RawrclError(f"{run}: adapted from {s.get('source')}, not from {src}")
     ck = Path(s["raw_checkpoint"])
     if not ck.is_file():  # the run folder was moved: its own denoise.pt
         ck = Path(run) / RUN_RAW
+    read_checkpoint(ck)  # refused in one line now when unreadable
     return {**s, "raw_checkpoint": str(ck), "run_dir": str(run)}
 
 
@@ -273,17 +308,18 @@ def adapt_burst(
         blindspot_run = json.loads((out / "config.json").read_text()).get("blindspot_run")
     reused = reuse_blindspot(blindspot_run, nfiles, src) if blindspot_run is not None else None
     out.mkdir(parents=True, exist_ok=True)
-    with RunLock(out):
+    with RunLock(out), _resumed_here(out):
         cfg = {"run_config": c.to_dict(), "method": "burst", "source": src, "f2f": F2F}
         if blindspot_run is not None:
             cfg["blindspot_run"] = str(blindspot_run)
-        if not resume:
-            (out / "f2f" / LAST).unlink(missing_ok=True)
+        if not resume:  # the results written again at the end; a reused run in this folder keeps its own
+            (out / F2F_DIR / LAST).unlink(missing_ok=True)
+            inside = reused is not None and Path(blindspot_run).resolve() == (out / BLINDSPOT_DIR).resolve()
+            clear_results(out, () if inside else (BLINDSPOT_DIR,))
         atomic_write_text(out / "config.json", json.dumps(cfg, indent=2) + "\n")
-        (out / RUN_RAW).unlink(missing_ok=True)  # written again at the end
 
         # -- stage 1: the blind-spot composite
-        one = out / "blindspot"
+        one = out / BLINDSPOT_DIR
         if reused is not None:
             a_sum = reused
             say(f"stage 1 of 3: the blind-spot run {blindspot_run} ({a_sum['verdict']})")
@@ -306,7 +342,7 @@ def adapt_burst(
             c.burst_steps,
             mix_fn=mix_fn,
             seed=c.seed,
-            run=out / "f2f",
+            run=out / F2F_DIR,
             save_every=F2F_SAVE_EVERY,
             resume=resume,
             progress=progress_mode(progress),
@@ -374,7 +410,7 @@ def adapt_burst(
                 "verdict": a_sum["verdict"],
                 "delta_sure_db": a_sum.get("delta_sure_db"),
             },
-            "f2f": {"steps": c.burst_steps, **F2F, "checkpoint": str(out / "f2f" / LAST), "rows": rows},
+            "f2f": {"steps": c.burst_steps, **F2F, "checkpoint": str(out / F2F_DIR / LAST), "rows": rows},
         }
         extra = {"adapt": {k: v for k, v in summary.items() if k not in ("run_dir", "checkpoint")}}
         save_checkpoint(out / RUN_RAW, kept, None, extra)
@@ -388,6 +424,7 @@ __all__ = [
     "F2F",
     "MIN_FRAMES",
     "adapt_burst",
+    "blindspot_summary",
     "burst_pairs",
     "fusion_stage",
     "reuse_blindspot",

@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 
 from rawrcl.data.frame_pairs import FramePairs, colour_map
+from rawrcl.errors import RawrclError
 from rawrcl.methods.f2f import f2f_loss, predict_samples
 from rawrcl.models.registry import read_checkpoint, save_checkpoint
 from rawrcl.train.adapt_objective import Guarded
@@ -85,7 +86,7 @@ def train_f2f(
     )
     rng = np.random.default_rng(seed + 1)  # the mix crops' draws
     run = Path(run) if run is not None else None
-    step0, rows = 0, []
+    step0, rows, sums = 0, [], [0.0, 0.0, 0]
     if resume and run is not None and (run / LAST).is_file():
         ck = read_checkpoint(run / LAST)
         ex = ck["extra"]["f2f"]
@@ -97,6 +98,12 @@ def train_f2f(
         rng.bit_generator.state = json.loads(ex["mix_rng"])
         torch.set_rng_state(ex["torch_rng"])
         step0, rows = int(ex["step"]), json.loads(ex["rows"])
+        if step0 > steps:  # its weights have trained further than this run would record
+            raise RawrclError(
+                f"{run}: the frame-to-frame fine-tune is at step {step0}, beyond --burst-steps {steps}; give "
+                f"at least {step0}, or start again with --force"
+            )
+        sums = json.loads(ex.get("sums", "[0, 0, 0]"))  # the running row since the last one written
         log(f"frame-to-frame: resuming at step {step0} of {steps}")
 
     def swap() -> None:
@@ -133,6 +140,7 @@ def train_f2f(
                 "mix_rng": json.dumps(rng.bit_generator.state),
                 "torch_rng": torch.get_rng_state(),
                 "rows": json.dumps(rows),
+                "sums": json.dumps([acc, share, n_acc]),
             }
         }
         full.load_state_dict(shown)
@@ -148,7 +156,7 @@ def train_f2f(
     if run is not None:
         run.mkdir(parents=True, exist_ok=True)
     bar = Progress(progress, steps, step0, desc="frame-to-frame")
-    t, acc, share, n_acc = time.perf_counter(), 0.0, 0.0, 0
+    t, (acc, share, n_acc) = time.perf_counter(), sums
     with _stop_requests(run is not None) as stop:
         for s in range(step0 + 1, steps + 1):
             jdd.train()
@@ -186,7 +194,7 @@ def train_f2f(
                 save(s)
             if stop:
                 bar.close()
-                raise TrainingInterrupted(run, s, stop[0])
+                raise TrainingInterrupted(run, s, stop[0], saved=run / LAST)
     bar.close()
     if ema > 0:  # end holding the average
         swap()

@@ -30,6 +30,7 @@ from rawrcl.methods.r2r import neighbour_mean, recorrupt, scored_mask, signal_va
 from rawrcl.methods.sure import sure_map
 from rawrcl.models.compose import DenoiseThenDemosaic
 from rawrcl.models.conditioning import call
+from rawrcl.models.loading import RUN_JDD, RUN_RAW
 from rawrcl.noise import with_row_variance
 from rawrcl.train.config import AdaptConfig
 
@@ -401,6 +402,17 @@ def final_flags(table: list[dict], c: AdaptConfig) -> tuple[str, bool, bool]:
     score = table_score(table, c)
     base, final = table[0], table[-1]
     return score, final[score] > base[score], final["forget_db"] < -c.forget_tol
+
+
+def clear_results(out: Path, stages: Sequence[str] = ()) -> None:
+    """Remove a finished run's results — ``adapt.json``, :data:`RUN_RAW`, :data:`RUN_JDD` in ``out`` and in
+    its stage folders ``stages`` — when a run starts afresh (new, or ``--force``), so that a run stopped
+    before its end is never read as finished (a stale ``blindspot/adapt.json`` passed for ``--method
+    burst``'s stage 1 done). ``--resume`` keeps them until the run's end replaces them (atomic writes): a
+    kill then loses nothing."""
+    for d in (out, *(out / s for s in stages)):
+        for name in ("adapt.json", RUN_RAW, RUN_JDD):
+            (d / name).unlink(missing_ok=True)
 
 
 def adapt_summary(

@@ -219,6 +219,11 @@ class Trainer(RunDirectory):
             if scaler is not None and "scaler" in ex:
                 scaler.load_state_dict(ex["scaler"])
             start = int(ex["step"])
+            if start > steps:  # its weights have trained further than this run would record
+                raise RawrclError(
+                    f"{self.run_dir}: the run is at step {start}, beyond --steps {steps}; give at least "
+                    f"{start}, or start again with --force"
+                )
             if int(ex.get("world_size", 1)) != self.world and self.is_main:
                 log.warning(
                     "resuming a %s-rank run on %s ranks: batches differ from the original run",

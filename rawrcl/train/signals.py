@@ -17,11 +17,14 @@ class TrainingInterrupted(RawrclError):
 
     exit_code = 130
 
-    def __init__(self, run_dir: Path, step: int, signum: int) -> None:
+    def __init__(self, run_dir: Path, step: int, signum: int, saved: Path | None = None) -> None:
+        """``run_dir``: the run to resume; ``saved``: the file written (default
+        ``run_dir/checkpoints/last.pt``)."""
         self.run_dir, self.step, self.signum = run_dir, step, signum
+        self.saved = saved if saved is not None else Path(run_dir) / "checkpoints" / "last.pt"
         super().__init__(
-            f"{run_dir}: stopped by {signal.Signals(signum).name} at step {step}; "
-            "checkpoints/last.pt is saved, continue with --resume"
+            f"{run_dir}: stopped by {signal.Signals(signum).name} at step {step}; {self.saved} is saved, "
+            "continue with --resume"
         )
 
 
