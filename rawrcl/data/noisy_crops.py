@@ -22,6 +22,7 @@ anti-forgetting data.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,18 +63,17 @@ class NoiseFile:
     note: str = ""
     debanded: float = 0.0
 
+    @functools.cached_property
     def digest(self) -> str:
         """:func:`rawrcl.burst_align.pixel_digest` of ``packed`` (computed once)."""
-        if not hasattr(self, "_digest"):
-            self._digest = pixel_digest(np.asarray(self.packed, dtype=np.float32))
-        return self._digest
+        return pixel_digest(np.asarray(self.packed, dtype=np.float32))
 
     def describe(self) -> dict:
         n = self.noise
         return {
             "file": self.name,
             "shape": list(self.packed.shape),
-            "digest": self.digest(),
+            "digest": self.digest,
             "lambda_shot": [float(v) for v in n[0]],
             "lambda_read": [float(v) for v in n[1]],
             "noise_source": self.source,

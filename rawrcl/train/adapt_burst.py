@@ -115,12 +115,12 @@ def burst_pairs(nfiles: list[NoiseFile], bands: list[int], crop: int, seed: int,
         )
     seen: dict[str, str] = {}
     for f in nfiles:
-        if f.digest() in seen:  # its noise is the other's: no independent draw to learn or score with
+        if f.digest in seen:  # its noise is the other's: no independent draw to learn or score with
             raise RawrclError(
-                f"--method burst: {f.name} is a copy of {seen[f.digest()]} (the same values); a burst's "
+                f"--method burst: {f.name} is a copy of {seen[f.digest]} (the same values); a burst's "
                 "frames each carry their own noise"
             )
-        seen[f.digest()] = f.name
+        seen[f.digest] = f.name
     packed = [np.ascontiguousarray(f.packed, dtype=np.float32) for f in nfiles]
     say(f"registering {len(packed)} frames to {nfiles[0].name} (ECC affine on the packed greens)")
     try:
@@ -189,7 +189,7 @@ def reuse_blindspot(run: str | os.PathLike, nfiles: list[NoiseFile], src: str) -
         raise RawrclError(f"{run}: adapted to other files than these ({odd[0]}, {size}, {where})")
     digests = {f["file"]: f["digest"] for f in s.get("files", []) if f.get("digest")}
     for f in nfiles:  # runs written before stop 114 record no digests: names and sizes only
-        if f.name in digests and digests[f.name] != f.digest():
+        if f.name in digests and digests[f.name] != f.digest:
             raise RawrclError(f"{run}: adapted to another {f.name} than this one (its values differ)")
     if not _same_file(s.get("source", ""), src):
         raise RawrclError(f"{run}: adapted from {s.get('source')}, not from {src}")
